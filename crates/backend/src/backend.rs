@@ -1,0 +1,227 @@
+use crate::{
+    AdamWParams, BinaryOp, DType, GemmSpec, HostData, LayerNormSpec, Layout, ReduceOp, Result,
+    ScaleUpdateParams, SoftmaxSpec, UnaryOp,
+};
+use std::future::Future;
+
+/// What a backend says about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendInfo {
+    /// Short name: `cpu`, `wgpu`, `cuda`.
+    pub name: &'static str,
+    /// The device, as the driver names it (or the CPU model and thread count).
+    pub device: String,
+    /// Float dtypes its kernels compute in.
+    pub dtypes: Vec<DType>,
+}
+
+/// A device and the kernels that run on it.
+///
+/// Conventions shared by every method:
+/// - Buffers are flat and know their dtype and length ([`Backend::dtype`],
+///   [`Backend::len`]). Sizes come in the spec; the backend checks that every buffer is
+///   long enough and of the right dtype, and returns an [`Error`](crate::Error) if not.
+/// - Float kernels accept f16, bf16, f32 (and f64 where the device has it). Low-precision
+///   data is stored as such and computed in f32, as tensor-core hardware does.
+/// - Outputs are overwritten, except where a method says it *accumulates* (`+=`):
+///   GEMM with `beta`, `axpy`, the embedding backward and LayerNorm's parameter gradients.
+///   Accumulating kernels are what make gradient accumulation free.
+/// - Calls enqueue work and return. Only [`Backend::read`] (and [`Backend::synchronize`])
+///   wait, and they are `async`.
+pub trait Backend: Clone + 'static {
+    type Buffer: std::fmt::Debug + 'static;
+
+    fn info(&self) -> BackendInfo;
+
+    /// Whether kernels accept this dtype (indices i32/u32 are always accepted where an
+    /// op takes indices).
+    fn supports(&self, dtype: DType) -> bool;
+
+    fn dtype(&self, buf: &Self::Buffer) -> DType;
+    fn len(&self, buf: &Self::Buffer) -> usize;
+
+    // ---- memory -------------------------------------------------------------------
+
+    /// A zero-filled buffer.
+    fn zeros(&self, dtype: DType, len: usize) -> Result<Self::Buffer>;
+    /// Copies host data to a new device buffer.
+    fn upload(&self, data: &HostData) -> Result<Self::Buffer>;
+    /// Overwrites an existing buffer with host data of the same dtype and length.
+    fn write(&self, buf: &mut Self::Buffer, data: &HostData) -> Result<()>;
+    /// Reads a buffer back. This is the one call that waits for the device.
+    fn read(&self, buf: &Self::Buffer) -> impl Future<Output = Result<HostData>>;
+    /// Waits until all enqueued work is done (for timing).
+    fn synchronize(&self) -> impl Future<Output = Result<()>>;
+
+    /// Sets every element to `value` (converted to the buffer's dtype).
+    fn fill(&self, buf: &mut Self::Buffer, value: f64) -> Result<()>;
+    /// Gathers the view `src_layout` of `src` into the contiguous `dst` (same dtype).
+    /// This is what makes a transpose or a broadcast real.
+    fn copy_strided(&self, src: &Self::Buffer, src_layout: &Layout, dst: &mut Self::Buffer)
+    -> Result<()>;
+    /// Converts `src` into `dst`'s dtype, element by element (round to nearest even).
+    fn cast(&self, src: &Self::Buffer, dst: &mut Self::Buffer) -> Result<()>;
+
+    // ---- dense algebra ------------------------------------------------------------
+
+    /// Batched GEMM; see [`GemmSpec`]. A, B and C share one dtype; accumulation is f32
+    /// (f64 for f64).
+    fn gemm(&self, spec: &GemmSpec, a: &Self::Buffer, b: &Self::Buffer, c: &mut Self::Buffer)
+    -> Result<()>;
+
+    // ---- element-wise ---------------------------------------------------------------
+
+    /// `out[i] = op(x[i])` for the first `out.len()` elements.
+    fn unary(&self, op: UnaryOp, x: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
+    /// `out = a op b` where both layouts already have `out`'s shape (broadcast
+    /// dimensions carry stride 0). `out` is contiguous.
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &Self::Buffer,
+        a_layout: &Layout,
+        b: &Self::Buffer,
+        b_layout: &Layout,
+        out: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// `y += alpha * x` over the whole of `y`.
+    fn axpy(&self, alpha: f32, x: &Self::Buffer, y: &mut Self::Buffer) -> Result<()>;
+
+    // ---- reductions -------------------------------------------------------------------
+
+    /// `out[o, i] = op_r x[o, r, i]` for a contiguous `[outer, n, inner]` view of `x`.
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        x: &Self::Buffer,
+        outer: usize,
+        n: usize,
+        inner: usize,
+        out: &mut Self::Buffer,
+    ) -> Result<()>;
+
+    // ---- neural-network kernels ---------------------------------------------------
+
+    /// Row-wise (optionally causal, scaled) softmax; see [`SoftmaxSpec`].
+    fn softmax(&self, spec: &SoftmaxSpec, x: &Self::Buffer, y: &mut Self::Buffer) -> Result<()>;
+    /// Gradient of [`Backend::softmax`] with respect to its input `x`, from its output `y`:
+    /// `dx = scale * y ⊙ (dy - Σ_j dy_j y_j)`. Masked entries have `y = 0` and get 0.
+    fn softmax_backward(
+        &self,
+        spec: &SoftmaxSpec,
+        y: &Self::Buffer,
+        dy: &Self::Buffer,
+        dx: &mut Self::Buffer,
+    ) -> Result<()>;
+
+    /// LayerNorm forward; also writes per-row `mean` and `rstd` (f32) for the backward.
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm(
+        &self,
+        spec: &LayerNormSpec,
+        x: &Self::Buffer,
+        gamma: &Self::Buffer,
+        beta: &Self::Buffer,
+        y: &mut Self::Buffer,
+        mean: &mut Self::Buffer,
+        rstd: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// LayerNorm backward: overwrites `dx`, *accumulates* into `dgamma` and `dbeta`.
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm_backward(
+        &self,
+        spec: &LayerNormSpec,
+        dy: &Self::Buffer,
+        x: &Self::Buffer,
+        gamma: &Self::Buffer,
+        mean: &Self::Buffer,
+        rstd: &Self::Buffer,
+        dx: &mut Self::Buffer,
+        dgamma: &mut Self::Buffer,
+        dbeta: &mut Self::Buffer,
+    ) -> Result<()>;
+
+    /// GELU, tanh approximation as in GPT-2 (Hendrycks & Gimpel 2016, eq. in §2):
+    /// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+    fn gelu(&self, x: &Self::Buffer, y: &mut Self::Buffer) -> Result<()>;
+    /// `dx = dy * gelu'(x)`.
+    fn gelu_backward(&self, x: &Self::Buffer, dy: &Self::Buffer, dx: &mut Self::Buffer)
+    -> Result<()>;
+
+    /// `out[i, :] = table[ids[i], :]` for `ids` (u32 or i32) and a `[rows, dim]` table.
+    /// An id out of range is an error (checked where the backend can; on a GPU the
+    /// kernel writes zeros instead and the tensor layer checks ids on upload).
+    fn embedding(
+        &self,
+        ids: &Self::Buffer,
+        table: &Self::Buffer,
+        dim: usize,
+        out: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// `dtable[ids[i], :] += dout[i, :]`: a scatter-add, since an id may repeat.
+    fn embedding_backward(
+        &self,
+        ids: &Self::Buffer,
+        dout: &Self::Buffer,
+        dim: usize,
+        dtable: &mut Self::Buffer,
+    ) -> Result<()>;
+
+    /// Per-row cross-entropy of `[rows, vocab]` logits against i32 `targets`:
+    /// `loss[r] = logsumexp(logits[r]) - logits[r, t]`, written as f32. A negative target
+    /// is ignored (loss 0), which is how padding is masked.
+    fn cross_entropy(
+        &self,
+        logits: &Self::Buffer,
+        targets: &Self::Buffer,
+        vocab: usize,
+        losses: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// `dlogits[r] = (softmax(logits[r]) - onehot(t_r)) * dlosses[r]` (0 for ignored rows).
+    fn cross_entropy_backward(
+        &self,
+        logits: &Self::Buffer,
+        targets: &Self::Buffer,
+        dlosses: &Self::Buffer,
+        vocab: usize,
+        dlogits: &mut Self::Buffer,
+    ) -> Result<()>;
+
+    // ---- optimizer and mixed precision --------------------------------------------
+
+    /// One fused AdamW step on a parameter, in place; see [`AdamWParams`]. `m` and `v`
+    /// are f32. `inv_scale` (f32, one element), when given, multiplies the gradient on
+    /// device; `found_inf` (f32, one element), when given and non-zero, skips the update
+    /// entirely, as a GradScaler-managed step does, without a host round trip.
+    #[allow(clippy::too_many_arguments)]
+    fn adamw(
+        &self,
+        params: &AdamWParams,
+        param: &mut Self::Buffer,
+        grad: &Self::Buffer,
+        m: &mut Self::Buffer,
+        v: &mut Self::Buffer,
+        inv_scale: Option<&Self::Buffer>,
+        found_inf: Option<&Self::Buffer>,
+    ) -> Result<()>;
+
+    /// `grads *= inv_scale[0]` in place, and sets `found_inf[0] = 1.0` if any element
+    /// is not finite (never clears it). PyTorch's
+    /// `_amp_foreach_non_finite_check_and_unscale_`, one buffer at a time.
+    fn unscale_check_finite(
+        &self,
+        grads: &mut Self::Buffer,
+        inv_scale: &Self::Buffer,
+        found_inf: &mut Self::Buffer,
+    ) -> Result<()>;
+
+    /// Updates the loss scale (f32, one element) and growth tracker (i32, one element)
+    /// on device from `found_inf`; see [`ScaleUpdateParams`].
+    fn update_loss_scale(
+        &self,
+        params: &ScaleUpdateParams,
+        scale: &mut Self::Buffer,
+        growth_tracker: &mut Self::Buffer,
+        found_inf: &Self::Buffer,
+    ) -> Result<()>;
+}

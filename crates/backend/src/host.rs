@@ -1,0 +1,157 @@
+use crate::{DType, Element, Error, Result};
+use half::{bf16, f16};
+
+/// Data on the host, tagged with its dtype. It is what uploads take and readbacks
+/// return, and it is the CPU backend's storage.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostData {
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+}
+
+impl HostData {
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostData::F16(_) => DType::F16,
+            HostData::BF16(_) => DType::BF16,
+            HostData::F32(_) => DType::F32,
+            HostData::F64(_) => DType::F64,
+            HostData::I32(_) => DType::I32,
+            HostData::U32(_) => DType::U32,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            HostData::F16(v) => v.len(),
+            HostData::BF16(v) => v.len(),
+            HostData::F32(v) => v.len(),
+            HostData::F64(v) => v.len(),
+            HostData::I32(v) => v.len(),
+            HostData::U32(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `len` zeros of `dtype`.
+    pub fn zeros(dtype: DType, len: usize) -> Self {
+        match dtype {
+            DType::F16 => HostData::F16(vec![f16::ZERO; len]),
+            DType::BF16 => HostData::BF16(vec![bf16::ZERO; len]),
+            DType::F32 => HostData::F32(vec![0.0; len]),
+            DType::F64 => HostData::F64(vec![0.0; len]),
+            DType::I32 => HostData::I32(vec![0; len]),
+            DType::U32 => HostData::U32(vec![0; len]),
+        }
+    }
+
+    /// Converts f64 values to `dtype` (rounding to nearest for floats, truncating
+    /// toward zero for integers).
+    pub fn from_f64(dtype: DType, v: &[f64]) -> Self {
+        match dtype {
+            DType::F16 => HostData::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
+            DType::BF16 => HostData::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F32 => HostData::F32(v.iter().map(|&x| x as f32).collect()),
+            DType::F64 => HostData::F64(v.to_vec()),
+            DType::I32 => HostData::I32(v.iter().map(|&x| x as i32).collect()),
+            DType::U32 => HostData::U32(v.iter().map(|&x| x as u32).collect()),
+        }
+    }
+
+    /// Converts f32 values to `dtype`.
+    pub fn from_f32(dtype: DType, v: &[f32]) -> Self {
+        match dtype {
+            DType::F32 => HostData::F32(v.to_vec()),
+            DType::F16 => HostData::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+            DType::BF16 => HostData::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+            _ => HostData::from_f64(dtype, &v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>()),
+        }
+    }
+
+    /// Every element widened to f64 (exact for every dtype here).
+    pub fn to_f64(&self) -> Vec<f64> {
+        match self {
+            HostData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            HostData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            HostData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+            HostData::F64(v) => v.clone(),
+            HostData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+            HostData::U32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+        }
+    }
+
+    /// Every element as f32 (rounding f64; integers above 2^24 lose precision).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            HostData::F32(v) => v.clone(),
+            HostData::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            HostData::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            other => other.to_f64().into_iter().map(|x| x as f32).collect(),
+        }
+    }
+
+    /// Borrows the data as `&[T]` if the dtype is `T`'s.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+        let bytes: &[u8] = self.as_bytes();
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DType {
+                op: "HostData::as_slice",
+                expected: T::DTYPE,
+                got: self.dtype(),
+            });
+        }
+        Ok(bytemuck::cast_slice(bytes))
+    }
+
+    /// Takes ownership of the vector if the dtype is `T`'s.
+    pub fn into_vec<T: Element>(self) -> Result<Vec<T>> {
+        Ok(self.as_slice::<T>()?.to_vec())
+    }
+
+    pub fn from_vec<T: Element>(v: Vec<T>) -> Self {
+        let bytes: &[u8] = bytemuck::cast_slice(&v);
+        HostData::from_bytes(T::DTYPE, bytes).expect("length is a multiple of the element size")
+    }
+
+    /// The raw little-endian bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            HostData::F16(v) => bytemuck::cast_slice(v),
+            HostData::BF16(v) => bytemuck::cast_slice(v),
+            HostData::F32(v) => bytemuck::cast_slice(v),
+            HostData::F64(v) => bytemuck::cast_slice(v),
+            HostData::I32(v) => bytemuck::cast_slice(v),
+            HostData::U32(v) => bytemuck::cast_slice(v),
+        }
+    }
+
+    /// Builds from little-endian bytes; the length must be a multiple of the element size.
+    pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Result<Self> {
+        let es = dtype.size_in_bytes();
+        if bytes.len() % es != 0 {
+            return Err(Error::invalid(
+                "HostData::from_bytes",
+                format!(
+                    "{} bytes is not a whole number of {dtype} elements ({es} bytes each)",
+                    bytes.len()
+                ),
+            ));
+        }
+        // `pod_collect_to_vec` copies, so unaligned input is fine.
+        Ok(match dtype {
+            DType::F16 => HostData::F16(bytemuck::pod_collect_to_vec(bytes)),
+            DType::BF16 => HostData::BF16(bytemuck::pod_collect_to_vec(bytes)),
+            DType::F32 => HostData::F32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::F64 => HostData::F64(bytemuck::pod_collect_to_vec(bytes)),
+            DType::I32 => HostData::I32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(bytes)),
+        })
+    }
+}

@@ -1,0 +1,274 @@
+use crate::{Error, Result};
+use std::fmt;
+
+/// The largest rank a strided kernel accepts. GPU kernels receive shapes and strides in
+/// a fixed-size uniform, so the limit is shared by every backend.
+pub const MAX_RANK: usize = 6;
+
+/// Dimensions of a tensor, outermost first (row-major).
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct Shape(Vec<usize>);
+
+impl Shape {
+    pub fn new(dims: impl Into<Vec<usize>>) -> Self {
+        Shape(dims.into())
+    }
+
+    pub fn dims(&self) -> &[usize] {
+        &self.0
+    }
+
+    pub fn rank(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Number of elements (1 for a scalar of rank 0).
+    pub fn elem_count(&self) -> usize {
+        self.0.iter().product()
+    }
+
+    /// Row-major (C-contiguous) strides in elements.
+    pub fn contiguous_strides(&self) -> Vec<usize> {
+        let mut strides = vec![0; self.0.len()];
+        let mut acc = 1;
+        for (s, d) in strides.iter_mut().zip(&self.0).rev() {
+            *s = acc;
+            acc *= *d;
+        }
+        strides
+    }
+
+    /// Size of dimension `dim`, accepting negative indices from the end (`-1` = last).
+    pub fn dim(&self, dim: isize) -> Result<usize> {
+        let i = self.resolve_dim(dim)?;
+        Ok(self.0[i])
+    }
+
+    /// Turns a possibly negative dimension index into a position.
+    pub fn resolve_dim(&self, dim: isize) -> Result<usize> {
+        let rank = self.0.len() as isize;
+        let i = if dim < 0 { dim + rank } else { dim };
+        if i < 0 || i >= rank {
+            return Err(Error::shape(
+                "dim",
+                format!("dimension {dim} out of range for shape {self}"),
+            ));
+        }
+        Ok(i as usize)
+    }
+
+    /// The NumPy broadcasting rule: align from the right; sizes must match or be 1.
+    pub fn broadcast(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape> {
+        let rank = a.rank().max(b.rank());
+        let mut out = vec![0; rank];
+        for i in 0..rank {
+            let da = if i < rank - a.rank() { 1 } else { a.0[i - (rank - a.rank())] };
+            let db = if i < rank - b.rank() { 1 } else { b.0[i - (rank - b.rank())] };
+            out[i] = if da == db || db == 1 {
+                da
+            } else if da == 1 {
+                db
+            } else {
+                return Err(Error::shape(
+                    op,
+                    format!("cannot broadcast {a} with {b} (dimension {i}: {da} vs {db})"),
+                ));
+            };
+        }
+        Ok(Shape(out))
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        write!(f, "]")
+    }
+}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl From<&[usize]> for Shape {
+    fn from(d: &[usize]) -> Self {
+        Shape(d.to_vec())
+    }
+}
+impl From<Vec<usize>> for Shape {
+    fn from(d: Vec<usize>) -> Self {
+        Shape(d)
+    }
+}
+impl<const N: usize> From<[usize; N]> for Shape {
+    fn from(d: [usize; N]) -> Self {
+        Shape(d.to_vec())
+    }
+}
+
+/// How a view walks its buffer: element `(i0, i1, ...)` lives at
+/// `offset + i0*strides[0] + i1*strides[1] + ...`. A stride of 0 repeats the same
+/// element, which is how broadcasting is expressed without copying.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub shape: Shape,
+    pub strides: Vec<usize>,
+    pub offset: usize,
+}
+
+impl Layout {
+    pub fn contiguous(shape: impl Into<Shape>) -> Self {
+        let shape = shape.into();
+        let strides = shape.contiguous_strides();
+        Layout {
+            shape,
+            strides,
+            offset: 0,
+        }
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        // Dimensions of size 1 may carry any stride.
+        let mut acc = 1;
+        for (d, s) in self.shape.dims().iter().zip(&self.strides).rev() {
+            if *d != 1 && *s != acc {
+                return false;
+            }
+            acc *= d;
+        }
+        true
+    }
+
+    /// Index one past the furthest element this view touches (0 for an empty view):
+    /// the buffer must hold at least this many elements.
+    pub fn span(&self) -> usize {
+        if self.shape.elem_count() == 0 {
+            return 0;
+        }
+        self.offset
+            + self
+                .shape
+                .dims()
+                .iter()
+                .zip(&self.strides)
+                .map(|(d, s)| (d - 1) * s)
+                .sum::<usize>()
+            + 1
+    }
+
+    /// This layout read as if it had shape `target`, by the broadcasting rule
+    /// (new and size-1 dimensions get stride 0).
+    pub fn broadcast_to(&self, op: &'static str, target: &Shape) -> Result<Layout> {
+        let r = target.rank();
+        if self.shape.rank() > r {
+            return Err(Error::shape(
+                op,
+                format!("cannot broadcast {} to {target}", self.shape),
+            ));
+        }
+        let pad = r - self.shape.rank();
+        let mut strides = vec![0; r];
+        for i in 0..r {
+            if i < pad {
+                continue;
+            }
+            let d = self.shape.dims()[i - pad];
+            if d == target.dims()[i] {
+                strides[i] = self.strides[i - pad];
+            } else if d != 1 {
+                return Err(Error::shape(
+                    op,
+                    format!("cannot broadcast {} to {target}", self.shape),
+                ));
+            }
+        }
+        Ok(Layout {
+            shape: target.clone(),
+            strides,
+            offset: self.offset,
+        })
+    }
+
+    /// Checks the rank is within [`MAX_RANK`] and strides match the shape.
+    pub fn validate(&self, op: &'static str) -> Result<()> {
+        if self.shape.rank() > MAX_RANK {
+            return Err(Error::shape(
+                op,
+                format!("rank {} exceeds the maximum of {MAX_RANK}", self.shape.rank()),
+            ));
+        }
+        if self.strides.len() != self.shape.rank() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "layout has {} strides for shape {}",
+                    self.strides.len(),
+                    self.shape
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Offsets of every element in row-major order of the view. Reference
+    /// implementation used by the CPU backend for strided copies.
+    pub fn offsets(&self) -> impl Iterator<Item = usize> + '_ {
+        let n = self.shape.elem_count();
+        let dims = self.shape.dims();
+        let mut idx = vec![0usize; dims.len()];
+        let mut cur = self.offset;
+        let mut first = true;
+        (0..n).map(move |_| {
+            if first {
+                first = false;
+                return cur;
+            }
+            for ax in (0..dims.len()).rev() {
+                idx[ax] += 1;
+                cur += self.strides[ax];
+                if idx[ax] < dims[ax] {
+                    break;
+                }
+                cur -= self.strides[ax] * dims[ax];
+                idx[ax] = 0;
+            }
+            cur
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_rules() {
+        let s = Shape::broadcast("t", &Shape::new([4, 1, 3]), &Shape::new([5, 1])).unwrap();
+        assert_eq!(s.dims(), &[4, 5, 3]);
+        let e = Shape::broadcast("add", &Shape::new([2, 3]), &Shape::new([4])).unwrap_err();
+        assert!(e.to_string().contains("add"), "{e}");
+        assert!(e.to_string().contains("[2, 3]"), "{e}");
+    }
+
+    #[test]
+    fn offsets_of_a_transpose() {
+        let l = Layout {
+            shape: Shape::new([3, 2]),
+            strides: vec![1, 3],
+            offset: 0,
+        };
+        assert!(!l.is_contiguous());
+        assert_eq!(l.offsets().collect::<Vec<_>>(), vec![0, 3, 1, 4, 2, 5]);
+        assert_eq!(l.span(), 6);
+        let b = Layout::contiguous([3]).broadcast_to("t", &Shape::new([2, 3])).unwrap();
+        assert_eq!(b.offsets().collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2]);
+    }
+}

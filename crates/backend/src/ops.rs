@@ -1,0 +1,258 @@
+//! Small descriptions of kernel launches. They carry sizes and hyper-parameters only;
+//! buffers are passed separately so that the borrow checker sees which are written.
+
+/// `C[b] = alpha * op(A[b]) · op(B[b]) + beta * C[b]` for `b` in `0..batch`.
+///
+/// All matrices are row-major and dense. `C[b]` is `m × n`. `A[b]` is stored `m × k`,
+/// or `k × m` when `trans_a` (so `op(A) = Aᵀ`); `B[b]` is stored `k × n`, or `n × k`
+/// when `trans_b`. Matrix `b` of A starts at element `b * stride_a` (likewise B and C);
+/// a stride of 0 reuses one matrix for the whole batch (a weight shared across a batch).
+///
+/// `beta = 1` accumulates into C, which is how parameter gradients add up over
+/// micro-batches without an extra kernel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemmSpec {
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub alpha: f32,
+    pub beta: f32,
+    pub stride_a: usize,
+    pub stride_b: usize,
+    pub stride_c: usize,
+}
+
+impl GemmSpec {
+    /// A single `m × k` by `k × n` product, `alpha = 1`, `beta = 0`.
+    pub fn new(m: usize, n: usize, k: usize) -> Self {
+        GemmSpec {
+            batch: 1,
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+            alpha: 1.0,
+            beta: 0.0,
+            stride_a: m * k,
+            stride_b: k * n,
+            stride_c: m * n,
+        }
+    }
+
+    /// `batch` independent products with densely packed operands.
+    pub fn batched(batch: usize, m: usize, n: usize, k: usize) -> Self {
+        GemmSpec {
+            batch,
+            ..GemmSpec::new(m, n, k)
+        }
+    }
+
+    pub fn trans_a(mut self, t: bool) -> Self {
+        self.trans_a = t;
+        self
+    }
+    pub fn trans_b(mut self, t: bool) -> Self {
+        self.trans_b = t;
+        self
+    }
+    pub fn alpha(mut self, a: f32) -> Self {
+        self.alpha = a;
+        self
+    }
+    pub fn beta(mut self, b: f32) -> Self {
+        self.beta = b;
+        self
+    }
+
+    /// Floating-point operations: one multiply and one add per term.
+    pub fn flops(&self) -> u64 {
+        2 * (self.batch * self.m * self.n * self.k) as u64
+    }
+
+    /// Elements each operand must hold.
+    pub fn required_lens(&self) -> (usize, usize, usize) {
+        let need = |stride: usize, size: usize| {
+            if self.batch == 0 || size == 0 {
+                0
+            } else {
+                (self.batch - 1) * stride + size
+            }
+        };
+        (
+            need(self.stride_a, self.m * self.k),
+            need(self.stride_b, self.k * self.n),
+            need(self.stride_c, self.m * self.n),
+        )
+    }
+}
+
+/// Element-wise functions of one input.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    Neg,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Abs,
+    Square,
+    Recip,
+    Relu,
+    Tanh,
+    Sigmoid,
+    /// `x * mul + add`.
+    Affine { mul: f32, add: f32 },
+    /// `min(max(x, lo), hi)`.
+    Clamp { lo: f32, hi: f32 },
+}
+
+impl UnaryOp {
+    /// The reference definition, in f64. Every backend must agree with it.
+    pub fn apply(self, x: f64) -> f64 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Square => x * x,
+            UnaryOp::Recip => 1.0 / x,
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Affine { mul, add } => x * f64::from(mul) + f64::from(add),
+            UnaryOp::Clamp { lo, hi } => x.max(f64::from(lo)).min(f64::from(hi)),
+        }
+    }
+}
+
+/// Element-wise functions of two inputs (broadcast by their layouts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+}
+
+impl BinaryOp {
+    pub fn apply(self, a: f64, b: f64) -> f64 {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+        }
+    }
+}
+
+/// Reductions over the middle axis of a contiguous `[outer, n, inner]` view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+
+/// Row-wise softmax of a contiguous `[rows, cols]` matrix:
+/// `y = softmax(scale * x)` along each row.
+///
+/// With `causal`, the matrix is a stack of `cols × cols` attention score blocks and
+/// row `r` may only see columns `j <= r % cols` (the others get probability 0): the
+/// mask of a decoder (Vaswani et al. 2017, §3.2.3), applied inside the kernel so no
+/// mask tensor is ever stored.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SoftmaxSpec {
+    pub rows: usize,
+    pub cols: usize,
+    pub scale: f32,
+    pub causal: bool,
+}
+
+/// LayerNorm over the last axis of a contiguous `[rows, cols]` matrix
+/// (Ba et al. 2016): `y = (x - mean) * rstd * gamma + beta`, `rstd = 1/sqrt(var + eps)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerNormSpec {
+    pub rows: usize,
+    pub cols: usize,
+    pub eps: f32,
+}
+
+/// Causal self-attention sizes, for backends and tools that describe it as one op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionSpec {
+    pub batch: usize,
+    pub heads: usize,
+    pub seq: usize,
+    pub head_dim: usize,
+}
+
+/// One AdamW update (Loshchilov & Hutter 2019, Algorithm 2), decoupled weight decay:
+///
+/// ```text
+/// g  = grad * grad_scale
+/// m  = beta1*m + (1-beta1)*g
+/// v  = beta2*v + (1-beta2)*g²
+/// m̂  = m / (1 - beta1^step),  v̂ = v / (1 - beta2^step)
+/// p  = p - lr * (m̂ / (sqrt(v̂) + eps) + weight_decay * p)
+/// ```
+///
+/// `step` counts from 1. `grad_scale` folds in host-known factors (such as gradient
+/// clipping); a device-side factor (the AMP inverse loss scale) is a separate buffer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWParams {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    pub step: u32,
+    pub grad_scale: f32,
+}
+
+impl Default for AdamWParams {
+    /// PyTorch's `torch.optim.AdamW` defaults.
+    fn default() -> Self {
+        AdamWParams {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            step: 1,
+            grad_scale: 1.0,
+        }
+    }
+}
+
+/// Dynamic loss-scale update, with the semantics of PyTorch's `_amp_update_scale_`:
+/// on an overflow multiply the scale by `backoff_factor` and reset the growth tracker;
+/// otherwise count the clean step, and after `growth_interval` of them multiply the
+/// scale by `growth_factor`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScaleUpdateParams {
+    pub growth_factor: f32,
+    pub backoff_factor: f32,
+    pub growth_interval: u32,
+}
+
+impl Default for ScaleUpdateParams {
+    /// `torch.amp.GradScaler` defaults.
+    fn default() -> Self {
+        ScaleUpdateParams {
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 2000,
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! brrr-wgpu
