@@ -55,10 +55,18 @@ pub trait Backend: Clone + 'static {
 
     /// Sets every element to `value` (converted to the buffer's dtype).
     fn fill(&self, buf: &mut Self::Buffer, value: f64) -> Result<()>;
-    /// Gathers the view `src_layout` of `src` into the contiguous `dst` (same dtype).
-    /// This is what makes a transpose or a broadcast real.
-    fn copy_strided(&self, src: &Self::Buffer, src_layout: &Layout, dst: &mut Self::Buffer)
-    -> Result<()>;
+    /// Copies the view `src_layout` of `src` into the view `dst_layout` of `dst` (same
+    /// dtype, same shape), element by element in row-major order of the shape. With a
+    /// contiguous `dst_layout` this makes a transpose or a broadcast real; with a strided
+    /// one it writes into part of a larger tensor (concatenation, assembling the fused
+    /// q/k/v gradient). `dst_layout` must not map two elements to one place.
+    fn copy_strided(
+        &self,
+        src: &Self::Buffer,
+        src_layout: &Layout,
+        dst: &mut Self::Buffer,
+        dst_layout: &Layout,
+    ) -> Result<()>;
     /// Converts `src` into `dst`'s dtype, element by element (round to nearest even).
     fn cast(&self, src: &Self::Buffer, dst: &mut Self::Buffer) -> Result<()>;
 
