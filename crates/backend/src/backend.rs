@@ -176,8 +176,10 @@ pub trait Backend: Clone + 'static {
     ) -> Result<()>;
 
     /// Per-row cross-entropy of `[rows, vocab]` logits against i32 `targets`:
-    /// `loss[r] = logsumexp(logits[r]) - logits[r, t]`, written as f32. A negative target
-    /// is ignored (loss 0), which is how padding is masked.
+    /// `loss[r] = logsumexp(logits[r]) - logits[r, t]`. A negative target is ignored
+    /// (loss 0), which is how padding is masked. `losses` (and `dlosses` in the
+    /// backward) are f32, or f64 when the logits are f64 (for gradient checks): a loss
+    /// is never stored in 16 bits.
     fn cross_entropy(
         &self,
         logits: &Self::Buffer,

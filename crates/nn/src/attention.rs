@@ -1,0 +1,113 @@
+use crate::{Linear, Module, Param, no_forward};
+use brrr_backend::{Backend, DType, Error, Result};
+use brrr_tensor::Tensor;
+use rand::Rng;
+
+/// Causal multi-head self-attention (Vaswani et al. 2017, §3.2), GPT-2 layout: one
+/// fused `c_attn` projection to q, k, v, and an output projection `c_proj`.
+///
+/// Built from parts: batched GEMMs and a causal softmax kernel. The `[T, T]` attention
+/// matrix of every head is materialised and saved for the backward; that quadratic
+/// memory is exactly what FlashAttention avoids.
+pub struct CausalSelfAttention<B: Backend> {
+    pub c_attn: Linear<B>,
+    pub c_proj: Linear<B>,
+    pub n_head: usize,
+    /// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]`.
+    pub saved: Option<AttentionSaved<B>>,
+}
+
+pub struct AttentionSaved<B: Backend> {
+    pub q: Tensor<B>,
+    pub k: Tensor<B>,
+    pub v: Tensor<B>,
+    pub att: Tensor<B>,
+    /// `(B, T)`.
+    pub bt: (usize, usize),
+}
+
+impl<B: Backend> CausalSelfAttention<B> {
+    /// `proj_std` is the output projection's init std (GPT-2 scales it by
+    /// `1/sqrt(2·n_layer)` so the residual stream's variance does not grow with depth).
+    pub fn new(
+        backend: &B,
+        name: &str,
+        n_embd: usize,
+        n_head: usize,
+        proj_std: f64,
+        dtype: DType,
+        rng: &mut impl Rng,
+    ) -> Result<Self> {
+        if n_head == 0 || n_embd % n_head != 0 {
+            return Err(Error::invalid(
+                "CausalSelfAttention",
+                format!("n_embd {n_embd} is not divisible by n_head {n_head}"),
+            ));
+        }
+        Ok(CausalSelfAttention {
+            c_attn: Linear::new(backend, &format!("{name}.c_attn"), n_embd, 3 * n_embd, true, 0.02, dtype, rng)?,
+            c_proj: Linear::new(backend, &format!("{name}.c_proj"), n_embd, n_embd, true, proj_std, dtype, rng)?,
+            n_head,
+            saved: None,
+        })
+    }
+
+    fn head_dim(&self) -> usize {
+        self.c_proj.out_features() / self.n_head
+    }
+
+    /// `[B, T, C] -> [B, T, C]`.
+    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        if x.rank() != 3 {
+            return Err(Error::shape("CausalSelfAttention::forward", format!("expected [B, T, C], got {}", x.shape())));
+        }
+        let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+        let (h, d) = (self.n_head, self.head_dim());
+        let qkv = self.c_attn.forward(x)?; // [B, T, 3C]
+        // [B, T, 3, H, D] -> [3, B, H, T, D]: pick q, k, v as dense [B·H, T, D].
+        let qkv = qkv.reshape([b, t, 3, h, d])?.permute(&[2, 0, 3, 1, 4])?;
+        let part = |i: usize| qkv.narrow(0, i, 1)?.reshape([b * h, t, d]);
+        let (q, k, v) = (part(0)?, part(1)?, part(2)?);
+        let scale = 1.0 / (d as f32).sqrt();
+        let att = q.matmul(&k.transpose(-1, -2)?)?.softmax(scale, true)?; // [BH, T, T]
+        let y = att.matmul(&v)?; // [BH, T, D]
+        let y = y.reshape([b, h, t, d])?.permute(&[0, 2, 1, 3])?.reshape([b, t, c])?;
+        self.saved = Some(AttentionSaved { q, k, v, att, bt: (b, t) });
+        self.c_proj.forward(&y)
+    }
+
+    pub fn backward(&mut self, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        let s = self.saved.take().ok_or_else(|| no_forward("CausalSelfAttention"))?;
+        let (b, t) = s.bt;
+        let (h, d) = (self.n_head, self.head_dim());
+        let dy = self.c_proj.backward(dout)?; // [B, T, C]
+        let dy = dy.reshape([b, t, h, d])?.permute(&[0, 2, 1, 3])?.reshape([b * h, t, d])?;
+        let datt = dy.matmul(&s.v.transpose(-1, -2)?)?; // [BH, T, T]
+        let dv = s.att.transpose(-1, -2)?.matmul(&dy)?; // [BH, T, D]
+        let scale = 1.0 / (d as f32).sqrt();
+        let dscores = s.att.softmax_backward(&datt, scale)?;
+        let dq = dscores.matmul(&s.k)?;
+        let dk = dscores.transpose(-1, -2)?.matmul(&s.q)?;
+        // Write dq, dk, dv into one [B, T, 3, H, D] gradient through the same permuted
+        // view the forward read them from.
+        let mut dqkv = Tensor::zeros(dy.backend(), [b, t, 3, h, d], dy.dtype())?;
+        for (i, g) in [dq, dk, dv].iter().enumerate() {
+            let view = dqkv.permute(&[2, 0, 3, 1, 4])?.narrow(0, i, 1)?.layout().clone();
+            g.reshape([1, b, h, t, d])?.copy_into_view(&mut dqkv, &view)?;
+        }
+        self.c_attn.backward(&dqkv.reshape([b, t, 3 * h * d])?)
+    }
+}
+
+impl<B: Backend> Module<B> for CausalSelfAttention<B> {
+    fn params(&self) -> Vec<&Param<B>> {
+        let mut v = self.c_attn.params();
+        v.extend(self.c_proj.params());
+        v
+    }
+    fn params_mut(&mut self) -> Vec<&mut Param<B>> {
+        let mut v = self.c_attn.params_mut();
+        v.extend(self.c_proj.params_mut());
+        v
+    }
+}

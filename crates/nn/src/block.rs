@@ -1,0 +1,66 @@
+use crate::{CausalSelfAttention, LayerNorm, Mlp, Module, Param};
+use brrr_backend::{Backend, DType, Result};
+use brrr_tensor::Tensor;
+use rand::Rng;
+
+/// A pre-norm transformer block (GPT-2, Radford et al. 2019, §2.3):
+/// `x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))`.
+pub struct Block<B: Backend> {
+    pub ln_1: LayerNorm<B>,
+    pub attn: CausalSelfAttention<B>,
+    pub ln_2: LayerNorm<B>,
+    pub mlp: Mlp<B>,
+}
+
+impl<B: Backend> Block<B> {
+    pub fn new(
+        backend: &B,
+        name: &str,
+        n_embd: usize,
+        n_head: usize,
+        proj_std: f64,
+        dtype: DType,
+        rng: &mut impl Rng,
+    ) -> Result<Self> {
+        Ok(Block {
+            ln_1: LayerNorm::new(backend, &format!("{name}.ln_1"), n_embd, dtype)?,
+            attn: CausalSelfAttention::new(backend, &format!("{name}.attn"), n_embd, n_head, proj_std, dtype, rng)?,
+            ln_2: LayerNorm::new(backend, &format!("{name}.ln_2"), n_embd, dtype)?,
+            mlp: Mlp::new(backend, &format!("{name}.mlp"), n_embd, proj_std, dtype, rng)?,
+        })
+    }
+
+    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let a = self.attn.forward(&self.ln_1.forward(x)?)?;
+        let x1 = x.add(&a)?;
+        let m = self.mlp.forward(&self.ln_2.forward(&x1)?)?;
+        x1.add(&m)
+    }
+
+    /// The residual connections pass the gradient straight through and add the
+    /// branch's gradient to it.
+    pub fn backward(&mut self, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        let mut dx1 = self.ln_2.backward(&self.mlp.backward(dout)?)?;
+        dx1.add_(dout)?;
+        let mut dx = self.ln_1.backward(&self.attn.backward(&dx1)?)?;
+        dx.add_(&dx1)?;
+        Ok(dx)
+    }
+}
+
+impl<B: Backend> Module<B> for Block<B> {
+    fn params(&self) -> Vec<&Param<B>> {
+        let mut v = self.ln_1.params();
+        v.extend(self.attn.params());
+        v.extend(self.ln_2.params());
+        v.extend(self.mlp.params());
+        v
+    }
+    fn params_mut(&mut self) -> Vec<&mut Param<B>> {
+        let mut v = self.ln_1.params_mut();
+        v.extend(self.attn.params_mut());
+        v.extend(self.ln_2.params_mut());
+        v.extend(self.mlp.params_mut());
+        v
+    }
+}

@@ -1,0 +1,50 @@
+use crate::{Module, Param, no_forward};
+use brrr_backend::{Backend, DType, Result};
+use brrr_tensor::{LayerNormStats, Tensor};
+
+/// LayerNorm over the last dimension (Ba et al. 2016), `gamma = 1`, `beta = 0` at init.
+pub struct LayerNorm<B: Backend> {
+    pub gamma: Param<B>,
+    pub beta: Param<B>,
+    pub eps: f32,
+    /// The input and its per-row mean and 1/std, saved for the backward.
+    pub saved: Option<(Tensor<B>, LayerNormStats<B>)>,
+}
+
+impl<B: Backend> LayerNorm<B> {
+    pub fn new(backend: &B, name: &str, dim: usize, dtype: DType) -> Result<Self> {
+        Ok(LayerNorm {
+            gamma: Param::new(format!("{name}.weight"), Tensor::full(backend, [dim], dtype, 1.0)?)?,
+            beta: Param::new(format!("{name}.bias"), Tensor::zeros(backend, [dim], dtype)?)?,
+            eps: 1e-5,
+            saved: None,
+        })
+    }
+
+    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let (y, stats) = x.layernorm(&self.gamma.value, &self.beta.value, self.eps)?;
+        self.saved = Some((x.clone(), stats));
+        Ok(y)
+    }
+
+    pub fn backward(&mut self, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        let (x, stats) = self.saved.take().ok_or_else(|| no_forward("LayerNorm"))?;
+        x.layernorm_backward(
+            dy,
+            &self.gamma.value,
+            &stats,
+            self.eps,
+            &mut self.gamma.grad,
+            &mut self.beta.grad,
+        )
+    }
+}
+
+impl<B: Backend> Module<B> for LayerNorm<B> {
+    fn params(&self) -> Vec<&Param<B>> {
+        vec![&self.gamma, &self.beta]
+    }
+    fn params_mut(&mut self) -> Vec<&mut Param<B>> {
+        vec![&mut self.gamma, &mut self.beta]
+    }
+}

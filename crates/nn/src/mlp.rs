@@ -1,0 +1,53 @@
+use crate::{Gelu, Linear, Module, Param};
+use brrr_backend::{Backend, DType, Result};
+use brrr_tensor::Tensor;
+use rand::Rng;
+
+/// The transformer's feed-forward network: `c_proj(gelu(c_fc(x)))`, 4× wide inside.
+pub struct Mlp<B: Backend> {
+    pub c_fc: Linear<B>,
+    pub gelu: Gelu<B>,
+    pub c_proj: Linear<B>,
+}
+
+impl<B: Backend> Mlp<B> {
+    pub fn new(
+        backend: &B,
+        name: &str,
+        n_embd: usize,
+        proj_std: f64,
+        dtype: DType,
+        rng: &mut impl Rng,
+    ) -> Result<Self> {
+        Ok(Mlp {
+            c_fc: Linear::new(backend, &format!("{name}.c_fc"), n_embd, 4 * n_embd, true, 0.02, dtype, rng)?,
+            gelu: Gelu::new(),
+            c_proj: Linear::new(backend, &format!("{name}.c_proj"), 4 * n_embd, n_embd, true, proj_std, dtype, rng)?,
+        })
+    }
+
+    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let h = self.c_fc.forward(x)?;
+        let h = self.gelu.forward(&h)?;
+        self.c_proj.forward(&h)
+    }
+
+    pub fn backward(&mut self, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        let dh = self.c_proj.backward(dy)?;
+        let dh = self.gelu.backward(&dh)?;
+        self.c_fc.backward(&dh)
+    }
+}
+
+impl<B: Backend> Module<B> for Mlp<B> {
+    fn params(&self) -> Vec<&Param<B>> {
+        let mut v = self.c_fc.params();
+        v.extend(self.c_proj.params());
+        v
+    }
+    fn params_mut(&mut self) -> Vec<&mut Param<B>> {
+        let mut v = self.c_fc.params_mut();
+        v.extend(self.c_proj.params_mut());
+        v
+    }
+}

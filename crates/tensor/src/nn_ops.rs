@@ -1,0 +1,218 @@
+//! The fused kernels layers are made of, with their shape checks.
+
+use crate::Tensor;
+use brrr_backend::{Backend, DType, Error, LayerNormSpec, Result, SoftmaxSpec};
+
+/// Splits a shape into (rows, last dimension).
+fn rows_cols<B: Backend>(op: &'static str, t: &Tensor<B>) -> Result<(usize, usize)> {
+    let cols = *t
+        .dims()
+        .last()
+        .ok_or_else(|| Error::shape(op, "expected rank >= 1, got a scalar"))?;
+    Ok((t.elem_count() / cols.max(1), cols))
+}
+
+fn same_shape<B: Backend>(op: &'static str, a: &Tensor<B>, b: &Tensor<B>) -> Result<()> {
+    if a.shape() != b.shape() {
+        return Err(Error::shape(op, format!("{} vs {}", a.shape(), b.shape())));
+    }
+    Ok(())
+}
+
+/// Saved LayerNorm statistics (f32, one per row) for the backward pass.
+pub struct LayerNormStats<B: Backend> {
+    pub mean: Tensor<B>,
+    pub rstd: Tensor<B>,
+}
+
+impl<B: Backend> Tensor<B> {
+    /// `softmax(scale * x)` along the last dimension; with `causal` the last two
+    /// dimensions must be square and position `i` sees only `j <= i`.
+    pub fn softmax(&self, scale: f32, causal: bool) -> Result<Self> {
+        let (rows, cols) = rows_cols("softmax", self)?;
+        if causal && (self.rank() < 2 || self.dims()[self.rank() - 2] != cols) {
+            return Err(Error::shape(
+                "softmax",
+                format!("causal softmax needs square [.., T, T] scores, got {}", self.shape()),
+            ));
+        }
+        let spec = SoftmaxSpec { rows, cols, scale, causal };
+        let x = self.contiguous()?;
+        let mut y = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        self.backend.softmax(&spec, x.buffer()?, y.buffer_mut()?)?;
+        Ok(y)
+    }
+
+    /// Gradient of [`Tensor::softmax`] with respect to its input, from its output `y`
+    /// (`self`) and the output gradient `dy`.
+    pub fn softmax_backward(&self, dy: &Tensor<B>, scale: f32) -> Result<Self> {
+        same_shape("softmax_backward", self, dy)?;
+        let (rows, cols) = rows_cols("softmax_backward", self)?;
+        let spec = SoftmaxSpec { rows, cols, scale, causal: false };
+        let (y, dy) = (self.contiguous()?, dy.contiguous()?);
+        let mut dx = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        self.backend
+            .softmax_backward(&spec, y.buffer()?, dy.buffer()?, dx.buffer_mut()?)?;
+        Ok(dx)
+    }
+
+    /// LayerNorm over the last dimension with affine `gamma`, `beta` of shape `[C]`.
+    pub fn layernorm(
+        &self,
+        gamma: &Tensor<B>,
+        beta: &Tensor<B>,
+        eps: f32,
+    ) -> Result<(Self, LayerNormStats<B>)> {
+        let (rows, cols) = rows_cols("layernorm", self)?;
+        for p in [gamma, beta] {
+            if p.dims() != [cols] {
+                return Err(Error::shape(
+                    "layernorm",
+                    format!("parameters must be [{cols}] for input {}, got {}", self.shape(), p.shape()),
+                ));
+            }
+        }
+        let spec = LayerNormSpec { rows, cols, eps };
+        let x = self.contiguous()?;
+        let mut y = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        let mut mean = Tensor::zeros(&self.backend, [rows], DType::F32)?;
+        let mut rstd = Tensor::zeros(&self.backend, [rows], DType::F32)?;
+        self.backend.layernorm(
+            &spec,
+            x.buffer()?,
+            gamma.contiguous()?.buffer()?,
+            beta.contiguous()?.buffer()?,
+            y.buffer_mut()?,
+            mean.buffer_mut()?,
+            rstd.buffer_mut()?,
+        )?;
+        Ok((y, LayerNormStats { mean, rstd }))
+    }
+
+    /// LayerNorm backward: returns `dx`; accumulates into `dgamma` and `dbeta`.
+    pub fn layernorm_backward(
+        &self,
+        dy: &Tensor<B>,
+        gamma: &Tensor<B>,
+        stats: &LayerNormStats<B>,
+        eps: f32,
+        dgamma: &mut Tensor<B>,
+        dbeta: &mut Tensor<B>,
+    ) -> Result<Self> {
+        same_shape("layernorm_backward", self, dy)?;
+        let (rows, cols) = rows_cols("layernorm_backward", self)?;
+        let spec = LayerNormSpec { rows, cols, eps };
+        let (x, dy) = (self.contiguous()?, dy.contiguous()?);
+        let mut dx = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        let backend = self.backend.clone();
+        backend.layernorm_backward(
+            &spec,
+            dy.buffer()?,
+            x.buffer()?,
+            gamma.contiguous()?.buffer()?,
+            stats.mean.buffer()?,
+            stats.rstd.buffer()?,
+            dx.buffer_mut()?,
+            dgamma.buffer_mut()?,
+            dbeta.buffer_mut()?,
+        )?;
+        Ok(dx)
+    }
+
+    /// GELU (tanh approximation, as GPT-2).
+    pub fn gelu(&self) -> Result<Self> {
+        let x = self.contiguous()?;
+        let mut y = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        self.backend.gelu(x.buffer()?, y.buffer_mut()?)?;
+        Ok(y)
+    }
+
+    /// `dy * gelu'(x)` with `x = self`.
+    pub fn gelu_backward(&self, dy: &Tensor<B>) -> Result<Self> {
+        same_shape("gelu_backward", self, dy)?;
+        let (x, dy) = (self.contiguous()?, dy.contiguous()?);
+        let mut dx = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        self.backend
+            .gelu_backward(x.buffer()?, dy.buffer()?, dx.buffer_mut()?)?;
+        Ok(dx)
+    }
+
+    /// Rows of `table` (`[rows, dim]`) selected by the ids in `self` (u32 or i32, any
+    /// shape); the result has shape `ids.shape + [dim]`.
+    pub fn embedding(&self, table: &Tensor<B>) -> Result<Self> {
+        if !matches!(self.dtype, DType::U32 | DType::I32) {
+            return Err(Error::DType { op: "embedding", expected: DType::U32, got: self.dtype });
+        }
+        if table.rank() != 2 {
+            return Err(Error::shape("embedding", format!("table must be [rows, dim], got {}", table.shape())));
+        }
+        let dim = table.dims()[1];
+        let mut dims = self.dims().to_vec();
+        dims.push(dim);
+        let ids = self.contiguous()?;
+        let mut out = Tensor::zeros(&self.backend, dims, table.dtype)?;
+        self.backend
+            .embedding(ids.buffer()?, table.contiguous()?.buffer()?, dim, out.buffer_mut()?)?;
+        Ok(out)
+    }
+
+    /// `dtable[ids[i]] += dout[i]` with `ids = self`.
+    pub fn embedding_backward(&self, dout: &Tensor<B>, dtable: &mut Tensor<B>) -> Result<()> {
+        if dtable.rank() != 2 {
+            return Err(Error::shape("embedding_backward", format!("table must be [rows, dim], got {}", dtable.shape())));
+        }
+        let dim = dtable.dims()[1];
+        if dout.elem_count() != self.elem_count() * dim {
+            return Err(Error::shape(
+                "embedding_backward",
+                format!("gradient {} does not match ids {} with dim {dim}", dout.shape(), self.shape()),
+            ));
+        }
+        let (ids, dout) = (self.contiguous()?, dout.contiguous()?);
+        let backend = self.backend.clone();
+        backend.embedding_backward(ids.buffer()?, dout.buffer()?, dim, dtable.buffer_mut()?)
+    }
+
+    /// Per-row cross-entropy (f32) of logits `self` (`[.., V]`) against i32 targets
+    /// with the leading shape; negative targets are ignored.
+    pub fn cross_entropy(&self, targets: &Tensor<B>) -> Result<Self> {
+        let (rows, vocab) = rows_cols("cross_entropy", self)?;
+        check_targets(self, targets, rows)?;
+        let (x, t) = (self.contiguous()?, targets.contiguous()?);
+        let loss_dtype = if self.dtype == DType::F64 { DType::F64 } else { DType::F32 };
+        let mut losses = Tensor::zeros(&self.backend, targets.shape().clone(), loss_dtype)?;
+        self.backend
+            .cross_entropy(x.buffer()?, t.buffer()?, vocab, losses.buffer_mut()?)?;
+        Ok(losses)
+    }
+
+    /// `dlogits = (softmax(logits) - onehot) * dlosses` with `logits = self`.
+    pub fn cross_entropy_backward(&self, targets: &Tensor<B>, dlosses: &Tensor<B>) -> Result<Self> {
+        let (rows, vocab) = rows_cols("cross_entropy_backward", self)?;
+        check_targets(self, targets, rows)?;
+        same_shape("cross_entropy_backward", targets, dlosses)?;
+        let (x, t, dl) = (self.contiguous()?, targets.contiguous()?, dlosses.contiguous()?);
+        let mut dx = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        self.backend.cross_entropy_backward(
+            x.buffer()?,
+            t.buffer()?,
+            dl.buffer()?,
+            vocab,
+            dx.buffer_mut()?,
+        )?;
+        Ok(dx)
+    }
+}
+
+fn check_targets<B: Backend>(logits: &Tensor<B>, targets: &Tensor<B>, rows: usize) -> Result<()> {
+    if targets.dtype() != DType::I32 {
+        return Err(Error::DType { op: "cross_entropy", expected: DType::I32, got: targets.dtype() });
+    }
+    if targets.elem_count() != rows || targets.dims() != &logits.dims()[..logits.rank() - 1] {
+        return Err(Error::shape(
+            "cross_entropy",
+            format!("targets {} do not match logits {}", targets.shape(), logits.shape()),
+        ));
+    }
+    Ok(())
+}
