@@ -74,8 +74,13 @@ pub trait Backend: Clone + 'static {
 
     /// Batched GEMM; see [`GemmSpec`]. A, B and C share one dtype; accumulation is f32
     /// (f64 for f64).
-    fn gemm(&self, spec: &GemmSpec, a: &Self::Buffer, b: &Self::Buffer, c: &mut Self::Buffer)
-    -> Result<()>;
+    fn gemm(
+        &self,
+        spec: &GemmSpec,
+        a: &Self::Buffer,
+        b: &Self::Buffer,
+        c: &mut Self::Buffer,
+    ) -> Result<()>;
 
     // ---- element-wise ---------------------------------------------------------------
 
@@ -153,8 +158,12 @@ pub trait Backend: Clone + 'static {
     /// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
     fn gelu(&self, x: &Self::Buffer, y: &mut Self::Buffer) -> Result<()>;
     /// `dx = dy * gelu'(x)`.
-    fn gelu_backward(&self, x: &Self::Buffer, dy: &Self::Buffer, dx: &mut Self::Buffer)
-    -> Result<()>;
+    fn gelu_backward(
+        &self,
+        x: &Self::Buffer,
+        dy: &Self::Buffer,
+        dx: &mut Self::Buffer,
+    ) -> Result<()>;
 
     /// `out[i, :] = table[ids[i], :]` for `ids` (u32 or i32) and a `[rows, dim]` table.
     /// An id out of range is an error (checked where the backend can; on a GPU the

@@ -78,7 +78,11 @@ impl std::str::FromStr for DType {
         DType::ALL
             .into_iter()
             .find(|d| d.as_str() == s)
-            .ok_or_else(|| crate::Error::Parse(format!("unknown dtype '{s}' (expected one of f16, bf16, f32, f64, i32, u32)")))
+            .ok_or_else(|| {
+                crate::Error::Parse(format!(
+                    "unknown dtype '{s}' (expected one of f16, bf16, f32, f64, i32, u32)"
+                ))
+            })
     }
 }
 

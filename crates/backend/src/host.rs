@@ -135,7 +135,7 @@ impl HostData {
     /// Builds from little-endian bytes; the length must be a multiple of the element size.
     pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Result<Self> {
         let es = dtype.size_in_bytes();
-        if bytes.len() % es != 0 {
+        if !bytes.len().is_multiple_of(es) {
             return Err(Error::invalid(
                 "HostData::from_bytes",
                 format!(

@@ -61,9 +61,18 @@ impl Shape {
     pub fn broadcast(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape> {
         let rank = a.rank().max(b.rank());
         let mut out = vec![0; rank];
+        #[allow(clippy::needless_range_loop)] // i indexes three arrays with offsets
         for i in 0..rank {
-            let da = if i < rank - a.rank() { 1 } else { a.0[i - (rank - a.rank())] };
-            let db = if i < rank - b.rank() { 1 } else { b.0[i - (rank - b.rank())] };
+            let da = if i < rank - a.rank() {
+                1
+            } else {
+                a.0[i - (rank - a.rank())]
+            };
+            let db = if i < rank - b.rank() {
+                1
+            } else {
+                b.0[i - (rank - b.rank())]
+            };
             out[i] = if da == db || db == 1 {
                 da
             } else if da == 1 {
@@ -176,6 +185,7 @@ impl Layout {
         }
         let pad = r - self.shape.rank();
         let mut strides = vec![0; r];
+        #[allow(clippy::needless_range_loop)]
         for i in 0..r {
             if i < pad {
                 continue;
@@ -202,7 +212,10 @@ impl Layout {
         if self.shape.rank() > MAX_RANK {
             return Err(Error::shape(
                 op,
-                format!("rank {} exceeds the maximum of {MAX_RANK}", self.shape.rank()),
+                format!(
+                    "rank {} exceeds the maximum of {MAX_RANK}",
+                    self.shape.rank()
+                ),
             ));
         }
         if self.strides.len() != self.shape.rank() {
@@ -268,7 +281,9 @@ mod tests {
         assert!(!l.is_contiguous());
         assert_eq!(l.offsets().collect::<Vec<_>>(), vec![0, 3, 1, 4, 2, 5]);
         assert_eq!(l.span(), 6);
-        let b = Layout::contiguous([3]).broadcast_to("t", &Shape::new([2, 3])).unwrap();
+        let b = Layout::contiguous([3])
+            .broadcast_to("t", &Shape::new([2, 3]))
+            .unwrap();
         assert_eq!(b.offsets().collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2]);
     }
 }

@@ -105,9 +105,15 @@ pub enum UnaryOp {
     Tanh,
     Sigmoid,
     /// `x * mul + add`.
-    Affine { mul: f32, add: f32 },
+    Affine {
+        mul: f32,
+        add: f32,
+    },
     /// `min(max(x, lo), hi)`.
-    Clamp { lo: f32, hi: f32 },
+    Clamp {
+        lo: f32,
+        hi: f32,
+    },
 }
 
 impl UnaryOp {

@@ -1,1 +1,135 @@
-fn main() {}
+//! The `brrr` command-line tool.
+
+use brrr::bench;
+use brrr::sample::{self, SampleArgs};
+use brrr::train::{self, TrainArgs};
+use brrr_backend::DType;
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod perf_cmd;
+
+#[derive(Parser)]
+#[command(
+    name = "brrr",
+    version,
+    about = "Deep-learning training on GPUs, understood and fast"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a small GPT on the shipped corpus (or --corpus FILE).
+    Train(TrainArgs),
+    /// Generate text from a trained run.
+    Sample(SampleArgs),
+    /// Benchmarks that print tables.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Place ops on a GPU's roofline: compute-, memory- or overhead-bound.
+    Roofline(perf_cmd::RooflineArgs),
+    /// Estimate training memory, time, or communication cost.
+    Estimate(perf_cmd::EstimateArgs),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// f32 GEMM throughput against this machine's peak.
+    Gemm(BenchGemmArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchGemmArgs {
+    #[arg(long, value_enum, default_value = "cpu")]
+    backend: train::BackendKind,
+    /// Square sizes to time.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![256, 512, 1024, 2048])]
+    sizes: Vec<usize>,
+    /// Timed repetitions per size (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Train(args) => run_train(&args),
+        Command::Sample(args) => sample::run(&args).map(|text| println!("{text}")),
+        Command::Bench(BenchCommand::Gemm(args)) => run_bench_gemm(&args),
+        Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
+        Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
+    let s = train::run(args)?;
+    println!("steps done:        {}", s.steps_done);
+    println!("final train loss:  {:.4} nats/token", s.final_loss);
+    if let Some(v) = s.final_val_loss {
+        println!(
+            "final val loss:    {v:.4} nats/token (unigram entropy of the corpus: {:.4})",
+            s.unigram_entropy
+        );
+    }
+    println!("throughput:        {:.0} tokens/s", s.tokens_per_s);
+    if let Some(mfu) = s.mfu {
+        println!(
+            "MFU:               {:.1}% of {:.0} GFLOP/s fp32 peak (brrr_perf::machine)",
+            mfu * 100.0,
+            s.peak_flops / 1e9
+        );
+    }
+    println!(
+        "wrote:             {}/{{config.toml, metrics.csv, loss.svg, checkpoint.safetensors}}",
+        s.out_dir.display()
+    );
+    Ok(())
+}
+
+fn run_bench_gemm(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
+    match args.backend {
+        train::BackendKind::Cpu => {}
+        other => {
+            return Err(brrr_backend::Error::NoDevice {
+                backend: other.name(),
+                reason: "not built into this binary yet".into(),
+            });
+        }
+    }
+    let backend = brrr_cpu::CpuBackend::new();
+    let peak = brrr_perf::machine::cpu_fp32_peak();
+    println!(
+        "backend: cpu ({})",
+        brrr_backend::Backend::info(&backend).device
+    );
+    println!("fp32 peak: {peak}");
+    println!();
+    println!(
+        "{:>6}  {:>10}  {:>9}  {:>7}",
+        "n", "time (ms)", "GFLOP/s", "% peak"
+    );
+    for r in bench::gemm(&backend, &args.sizes, DType::F32, args.reps)? {
+        println!(
+            "{:>6}  {:>10.3}  {:>9.1}  {:>6.1}%",
+            r.n,
+            r.seconds * 1e3,
+            r.gflops,
+            100.0 * r.gflops * 1e9 / peak.flops
+        );
+    }
+    Ok(())
+}
+
+fn other(e: Box<dyn std::error::Error>) -> brrr_backend::Error {
+    brrr_backend::Error::Parse(e.to_string())
+}

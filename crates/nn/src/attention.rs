@@ -38,15 +38,33 @@ impl<B: Backend> CausalSelfAttention<B> {
         dtype: DType,
         rng: &mut impl Rng,
     ) -> Result<Self> {
-        if n_head == 0 || n_embd % n_head != 0 {
+        if n_head == 0 || !n_embd.is_multiple_of(n_head) {
             return Err(Error::invalid(
                 "CausalSelfAttention",
                 format!("n_embd {n_embd} is not divisible by n_head {n_head}"),
             ));
         }
         Ok(CausalSelfAttention {
-            c_attn: Linear::new(backend, &format!("{name}.c_attn"), n_embd, 3 * n_embd, true, 0.02, dtype, rng)?,
-            c_proj: Linear::new(backend, &format!("{name}.c_proj"), n_embd, n_embd, true, proj_std, dtype, rng)?,
+            c_attn: Linear::new(
+                backend,
+                &format!("{name}.c_attn"),
+                n_embd,
+                3 * n_embd,
+                true,
+                0.02,
+                dtype,
+                rng,
+            )?,
+            c_proj: Linear::new(
+                backend,
+                &format!("{name}.c_proj"),
+                n_embd,
+                n_embd,
+                true,
+                proj_std,
+                dtype,
+                rng,
+            )?,
             n_head,
             saved: None,
         })
@@ -59,7 +77,10 @@ impl<B: Backend> CausalSelfAttention<B> {
     /// `[B, T, C] -> [B, T, C]`.
     pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
         if x.rank() != 3 {
-            return Err(Error::shape("CausalSelfAttention::forward", format!("expected [B, T, C], got {}", x.shape())));
+            return Err(Error::shape(
+                "CausalSelfAttention::forward",
+                format!("expected [B, T, C], got {}", x.shape()),
+            ));
         }
         let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
         let (h, d) = (self.n_head, self.head_dim());
@@ -71,17 +92,32 @@ impl<B: Backend> CausalSelfAttention<B> {
         let scale = 1.0 / (d as f32).sqrt();
         let att = q.matmul(&k.transpose(-1, -2)?)?.softmax(scale, true)?; // [BH, T, T]
         let y = att.matmul(&v)?; // [BH, T, D]
-        let y = y.reshape([b, h, t, d])?.permute(&[0, 2, 1, 3])?.reshape([b, t, c])?;
-        self.saved = Some(AttentionSaved { q, k, v, att, bt: (b, t) });
+        let y = y
+            .reshape([b, h, t, d])?
+            .permute(&[0, 2, 1, 3])?
+            .reshape([b, t, c])?;
+        self.saved = Some(AttentionSaved {
+            q,
+            k,
+            v,
+            att,
+            bt: (b, t),
+        });
         self.c_proj.forward(&y)
     }
 
     pub fn backward(&mut self, dout: &Tensor<B>) -> Result<Tensor<B>> {
-        let s = self.saved.take().ok_or_else(|| no_forward("CausalSelfAttention"))?;
+        let s = self
+            .saved
+            .take()
+            .ok_or_else(|| no_forward("CausalSelfAttention"))?;
         let (b, t) = s.bt;
         let (h, d) = (self.n_head, self.head_dim());
         let dy = self.c_proj.backward(dout)?; // [B, T, C]
-        let dy = dy.reshape([b, t, h, d])?.permute(&[0, 2, 1, 3])?.reshape([b * h, t, d])?;
+        let dy = dy
+            .reshape([b, t, h, d])?
+            .permute(&[0, 2, 1, 3])?
+            .reshape([b * h, t, d])?;
         let datt = dy.matmul(&s.v.transpose(-1, -2)?)?; // [BH, T, T]
         let dv = s.att.transpose(-1, -2)?.matmul(&dy)?; // [BH, T, D]
         let scale = 1.0 / (d as f32).sqrt();
@@ -92,8 +128,13 @@ impl<B: Backend> CausalSelfAttention<B> {
         // view the forward read them from.
         let mut dqkv = Tensor::zeros(dy.backend(), [b, t, 3, h, d], dy.dtype())?;
         for (i, g) in [dq, dk, dv].iter().enumerate() {
-            let view = dqkv.permute(&[2, 0, 3, 1, 4])?.narrow(0, i, 1)?.layout().clone();
-            g.reshape([1, b, h, t, d])?.copy_into_view(&mut dqkv, &view)?;
+            let view = dqkv
+                .permute(&[2, 0, 3, 1, 4])?
+                .narrow(0, i, 1)?
+                .layout()
+                .clone();
+            g.reshape([1, b, h, t, d])?
+                .copy_into_view(&mut dqkv, &view)?;
         }
         self.c_attn.backward(&dqkv.reshape([b, t, 3 * h * d])?)
     }

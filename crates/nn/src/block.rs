@@ -24,9 +24,24 @@ impl<B: Backend> Block<B> {
     ) -> Result<Self> {
         Ok(Block {
             ln_1: LayerNorm::new(backend, &format!("{name}.ln_1"), n_embd, dtype)?,
-            attn: CausalSelfAttention::new(backend, &format!("{name}.attn"), n_embd, n_head, proj_std, dtype, rng)?,
+            attn: CausalSelfAttention::new(
+                backend,
+                &format!("{name}.attn"),
+                n_embd,
+                n_head,
+                proj_std,
+                dtype,
+                rng,
+            )?,
             ln_2: LayerNorm::new(backend, &format!("{name}.ln_2"), n_embd, dtype)?,
-            mlp: Mlp::new(backend, &format!("{name}.mlp"), n_embd, proj_std, dtype, rng)?,
+            mlp: Mlp::new(
+                backend,
+                &format!("{name}.mlp"),
+                n_embd,
+                proj_std,
+                dtype,
+                rng,
+            )?,
         })
     }
 

@@ -37,7 +37,10 @@ impl<B: Backend> Embedding<B> {
     /// Scatter-adds `dout` into the rows that were read. Returns nothing: ids have no
     /// gradient.
     pub fn backward(&mut self, dout: &Tensor<B>) -> Result<()> {
-        let ids = self.saved_ids.take().ok_or_else(|| no_forward("Embedding"))?;
+        let ids = self
+            .saved_ids
+            .take()
+            .ok_or_else(|| no_forward("Embedding"))?;
         ids.embedding_backward(dout, &mut self.weight.grad)
     }
 }

@@ -35,8 +35,11 @@ impl GptConfig {
         if self.vocab_size == 0 || self.block_size == 0 || self.n_layer == 0 || self.n_head == 0 {
             return bad(format!("all sizes must be positive: {self:?}"));
         }
-        if self.n_embd == 0 || self.n_embd % self.n_head != 0 {
-            return bad(format!("n_embd {} must be a positive multiple of n_head {}", self.n_embd, self.n_head));
+        if self.n_embd == 0 || !self.n_embd.is_multiple_of(self.n_head) {
+            return bad(format!(
+                "n_embd {} must be a positive multiple of n_head {}",
+                self.n_embd, self.n_head
+            ));
         }
         Ok(())
     }
@@ -90,10 +93,27 @@ impl<B: Backend> Gpt<B> {
         let wte = Embedding::new(backend, "wte", config.vocab_size, c, 0.02, dtype, rng)?;
         let wpe = Embedding::new(backend, "wpe", config.block_size, c, 0.02, dtype, rng)?;
         let h = (0..config.n_layer)
-            .map(|i| Block::new(backend, &format!("h.{i}"), c, config.n_head, proj_std, dtype, rng))
+            .map(|i| {
+                Block::new(
+                    backend,
+                    &format!("h.{i}"),
+                    c,
+                    config.n_head,
+                    proj_std,
+                    dtype,
+                    rng,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         let ln_f = LayerNorm::new(backend, "ln_f", c, dtype)?;
-        Ok(Gpt { config, wte, wpe, h, ln_f, saved: None })
+        Ok(Gpt {
+            config,
+            wte,
+            wpe,
+            h,
+            ln_f,
+            saved: None,
+        })
     }
 
     pub fn dtype(&self) -> DType {
@@ -103,13 +123,19 @@ impl<B: Backend> Gpt<B> {
     /// Token ids `[B, T]` (u32) to logits `[B, T, V]`.
     pub fn forward(&mut self, ids: &Tensor<B>) -> Result<Tensor<B>> {
         if ids.rank() != 2 {
-            return Err(Error::shape("Gpt::forward", format!("ids must be [B, T], got {}", ids.shape())));
+            return Err(Error::shape(
+                "Gpt::forward",
+                format!("ids must be [B, T], got {}", ids.shape()),
+            ));
         }
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
         if t > self.config.block_size {
             return Err(Error::shape(
                 "Gpt::forward",
-                format!("sequence length {t} exceeds block_size {}", self.config.block_size),
+                format!(
+                    "sequence length {t} exceeds block_size {}",
+                    self.config.block_size
+                ),
             ));
         }
         let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
@@ -122,7 +148,12 @@ impl<B: Backend> Gpt<B> {
         let x_final = self.ln_f.forward(&x)?.reshape([b * t, c])?;
         // Tied head: logits = x · wteᵀ.
         let logits = x_final.matmul(&self.wte.weight.value.transpose(0, 1)?)?;
-        self.saved = Some(GptSaved { x_final, logits: None, targets: None, bt: (b, t) });
+        self.saved = Some(GptSaved {
+            x_final,
+            logits: None,
+            targets: None,
+            bt: (b, t),
+        });
         logits.reshape([b, t, self.config.vocab_size])
     }
 
@@ -144,16 +175,33 @@ impl<B: Backend> Gpt<B> {
         let saved = self.saved.take().ok_or_else(|| no_forward("Gpt"))?;
         let (logits, targets) = match (saved.logits, saved.targets) {
             (Some(l), Some(t)) => (l, t),
-            _ => return Err(Error::invalid("Gpt::backward", "call forward_loss before backward")),
+            _ => {
+                return Err(Error::invalid(
+                    "Gpt::backward",
+                    "call forward_loss before backward",
+                ));
+            }
         };
         let (b, t) = saved.bt;
         let (c, v) = (self.config.n_embd, self.config.vocab_size);
-        let loss_dtype = if self.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
+        let loss_dtype = if self.dtype() == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
         let dlosses = Tensor::full(logits.backend(), [b, t], loss_dtype, f64::from(dloss))?;
-        let dlogits = logits.cross_entropy_backward(&targets, &dlosses)?.reshape([b * t, v])?;
+        let dlogits = logits
+            .cross_entropy_backward(&targets, &dlosses)?
+            .reshape([b * t, v])?;
         drop(logits);
         // Tied head: dwte += dlogitsᵀ · x, dx = dlogits · wte.
-        Tensor::matmul_into(&mut self.wte.weight.grad, &dlogits.transpose(0, 1)?, &saved.x_final, 1.0, 1.0)?;
+        Tensor::matmul_into(
+            &mut self.wte.weight.grad,
+            &dlogits.transpose(0, 1)?,
+            &saved.x_final,
+            1.0,
+            1.0,
+        )?;
         let dx = dlogits.matmul(&self.wte.weight.value)?.reshape([b, t, c])?;
         let mut dx = self.ln_f.backward(&dx)?;
         for block in self.h.iter_mut().rev() {

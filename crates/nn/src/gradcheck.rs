@@ -29,7 +29,17 @@ pub fn numeric_grad(
 
 /// Largest `|a − n| / max(|a|, |n|, floor)` over the pairs: a relative error that does
 /// not blow up where both are near zero.
-pub fn max_rel_error(analytic: &[f64], numeric: &[f64], floor: f64) -> f64 {
+///
+/// The floor is `max(min_floor, 1e-3 · max_i |a_i|)`: an entry a thousand times
+/// smaller than the largest one is judged on the tensor's scale, because the finite
+/// difference's rounding noise (about `ε·|f| / h`) is absolute, not relative.
+pub fn max_rel_error(analytic: &[f64], numeric: &[f64], min_floor: f64) -> f64 {
+    let scale = analytic
+        .iter()
+        .chain(numeric)
+        .map(|x| x.abs())
+        .fold(0.0, f64::max);
+    let floor = min_floor.max(1e-3 * scale);
     analytic
         .iter()
         .zip(numeric)

@@ -14,8 +14,14 @@ pub struct LayerNorm<B: Backend> {
 impl<B: Backend> LayerNorm<B> {
     pub fn new(backend: &B, name: &str, dim: usize, dtype: DType) -> Result<Self> {
         Ok(LayerNorm {
-            gamma: Param::new(format!("{name}.weight"), Tensor::full(backend, [dim], dtype, 1.0)?)?,
-            beta: Param::new(format!("{name}.bias"), Tensor::zeros(backend, [dim], dtype)?)?,
+            gamma: Param::new(
+                format!("{name}.weight"),
+                Tensor::full(backend, [dim], dtype, 1.0)?,
+            )?,
+            beta: Param::new(
+                format!("{name}.bias"),
+                Tensor::zeros(backend, [dim], dtype)?,
+            )?,
             eps: 1e-5,
             saved: None,
         })

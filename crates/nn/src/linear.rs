@@ -77,13 +77,20 @@ impl<B: Backend> Linear<B> {
 
     /// `dW += dyᵀ x`, `db += Σ_rows dy`, returns `dx = dy W`.
     pub fn backward(&mut self, dy: &Tensor<B>) -> Result<Tensor<B>> {
-        let x2 = self.saved_input.take().ok_or_else(|| no_forward("Linear"))?;
+        let x2 = self
+            .saved_input
+            .take()
+            .ok_or_else(|| no_forward("Linear"))?;
         let out = self.out_features();
         let dy2 = dy.reshape([dy.elem_count() / out.max(1), out])?;
         if dy2.dims()[0] != x2.dims()[0] {
             return Err(Error::shape(
                 "Linear::backward",
-                format!("gradient {} does not match the saved input {}", dy.shape(), x2.shape()),
+                format!(
+                    "gradient {} does not match the saved input {}",
+                    dy.shape(),
+                    x2.shape()
+                ),
             ));
         }
         Tensor::matmul_into(&mut self.weight.grad, &dy2.transpose(0, 1)?, &x2, 1.0, 1.0)?;

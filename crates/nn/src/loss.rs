@@ -5,7 +5,10 @@ use brrr_tensor::Tensor;
 
 /// Mean cross-entropy of `[.., V]` logits against i32 targets, as a one-element
 /// tensor (stays on the device), and the per-position losses.
-pub fn cross_entropy<B: Backend>(logits: &Tensor<B>, targets: &Tensor<B>) -> Result<(Tensor<B>, Tensor<B>)> {
+pub fn cross_entropy<B: Backend>(
+    logits: &Tensor<B>,
+    targets: &Tensor<B>,
+) -> Result<(Tensor<B>, Tensor<B>)> {
     let losses = logits.cross_entropy(targets)?;
     Ok((losses.mean_all()?, losses))
 }

@@ -20,9 +20,27 @@ impl<B: Backend> Mlp<B> {
         rng: &mut impl Rng,
     ) -> Result<Self> {
         Ok(Mlp {
-            c_fc: Linear::new(backend, &format!("{name}.c_fc"), n_embd, 4 * n_embd, true, 0.02, dtype, rng)?,
+            c_fc: Linear::new(
+                backend,
+                &format!("{name}.c_fc"),
+                n_embd,
+                4 * n_embd,
+                true,
+                0.02,
+                dtype,
+                rng,
+            )?,
             gelu: Gelu::new(),
-            c_proj: Linear::new(backend, &format!("{name}.c_proj"), 4 * n_embd, n_embd, true, proj_std, dtype, rng)?,
+            c_proj: Linear::new(
+                backend,
+                &format!("{name}.c_proj"),
+                4 * n_embd,
+                n_embd,
+                true,
+                proj_std,
+                dtype,
+                rng,
+            )?,
         })
     }
 

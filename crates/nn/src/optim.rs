@@ -14,7 +14,12 @@ pub struct AdamWConfig {
 
 impl Default for AdamWConfig {
     fn default() -> Self {
-        AdamWConfig { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 }
+        AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+        }
     }
 }
 
@@ -33,7 +38,11 @@ pub struct AdamW<B: Backend> {
 
 impl<B: Backend> AdamW<B> {
     pub fn new(config: AdamWConfig) -> Self {
-        AdamW { config, step: 0, moments: Vec::new() }
+        AdamW {
+            config,
+            step: 0,
+            moments: Vec::new(),
+        }
     }
 
     /// One update of every parameter with learning rate `lr`; `grad_scale` multiplies
@@ -48,7 +57,11 @@ impl<B: Backend> AdamW<B> {
         if self.moments.len() != params.len() {
             return Err(Error::invalid(
                 "AdamW::step",
-                format!("optimizer holds state for {} parameters, got {}", self.moments.len(), params.len()),
+                format!(
+                    "optimizer holds state for {} parameters, got {}",
+                    self.moments.len(),
+                    params.len()
+                ),
             ));
         }
         self.step += 1;
@@ -56,7 +69,12 @@ impl<B: Backend> AdamW<B> {
             if m.shape() != p.value.shape() {
                 return Err(Error::shape(
                     "AdamW::step",
-                    format!("{}: state {} vs parameter {}", p.name, m.shape(), p.value.shape()),
+                    format!(
+                        "{}: state {} vs parameter {}",
+                        p.name,
+                        m.shape(),
+                        p.value.shape()
+                    ),
                 ));
             }
             let hp = AdamWParams {
@@ -64,13 +82,25 @@ impl<B: Backend> AdamW<B> {
                 beta1: self.config.beta1,
                 beta2: self.config.beta2,
                 eps: self.config.eps,
-                weight_decay: if p.value.rank() >= 2 { self.config.weight_decay } else { 0.0 },
+                weight_decay: if p.value.rank() >= 2 {
+                    self.config.weight_decay
+                } else {
+                    0.0
+                },
                 step: self.step,
                 grad_scale,
             };
             let backend = p.value.backend().clone();
             let grad = p.grad.contiguous()?;
-            backend.adamw(&hp, p.value.buffer_mut()?, grad.buffer()?, m.buffer_mut()?, v.buffer_mut()?, None, None)?;
+            backend.adamw(
+                &hp,
+                p.value.buffer_mut()?,
+                grad.buffer()?,
+                m.buffer_mut()?,
+                v.buffer_mut()?,
+                None,
+                None,
+            )?;
         }
         Ok(())
     }
@@ -100,7 +130,10 @@ pub fn grad_norm<B: Backend>(params: &[&Param<B>]) -> Result<f64> {
 #[cfg(not(target_arch = "wasm32"))]
 pub fn clip_grad_norm<B: Backend>(params: &[&Param<B>], max_norm: f64) -> Result<(f64, f32)> {
     if max_norm.is_nan() || max_norm <= 0.0 {
-        return Err(Error::invalid("clip_grad_norm", format!("max_norm must be positive, got {max_norm}")));
+        return Err(Error::invalid(
+            "clip_grad_norm",
+            format!("max_norm must be positive, got {max_norm}"),
+        ));
     }
     let norm = grad_norm(params)?;
     Ok((norm, (max_norm / (norm + 1e-6)).min(1.0) as f32))

@@ -31,12 +31,20 @@ mod tests {
 
     #[test]
     fn warmup_peak_and_floor() {
-        let s = CosineSchedule { max_lr: 1.0, min_lr: 0.1, warmup_steps: 10, total_steps: 110 };
+        let s = CosineSchedule {
+            max_lr: 1.0,
+            min_lr: 0.1,
+            warmup_steps: 10,
+            total_steps: 110,
+        };
         assert!((s.lr(0) - 0.1).abs() < 1e-12);
         assert!((s.lr(9) - 1.0).abs() < 1e-12);
         assert!((s.lr(10) - 1.0).abs() < 1e-12);
         assert!((s.lr(60) - 0.55).abs() < 1e-12, "halfway is the midpoint");
         assert!((s.lr(200) - 0.1).abs() < 1e-12);
-        assert!((1..200).all(|i| i <= 10 || s.lr(i) <= s.lr(i - 1)), "decays monotonically");
+        assert!(
+            (1..200).all(|i| i <= 10 || s.lr(i) <= s.lr(i - 1)),
+            "decays monotonically"
+        );
     }
 }

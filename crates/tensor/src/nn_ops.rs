@@ -33,10 +33,18 @@ impl<B: Backend> Tensor<B> {
         if causal && (self.rank() < 2 || self.dims()[self.rank() - 2] != cols) {
             return Err(Error::shape(
                 "softmax",
-                format!("causal softmax needs square [.., T, T] scores, got {}", self.shape()),
+                format!(
+                    "causal softmax needs square [.., T, T] scores, got {}",
+                    self.shape()
+                ),
             ));
         }
-        let spec = SoftmaxSpec { rows, cols, scale, causal };
+        let spec = SoftmaxSpec {
+            rows,
+            cols,
+            scale,
+            causal,
+        };
         let x = self.contiguous()?;
         let mut y = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
         self.backend.softmax(&spec, x.buffer()?, y.buffer_mut()?)?;
@@ -48,7 +56,12 @@ impl<B: Backend> Tensor<B> {
     pub fn softmax_backward(&self, dy: &Tensor<B>, scale: f32) -> Result<Self> {
         same_shape("softmax_backward", self, dy)?;
         let (rows, cols) = rows_cols("softmax_backward", self)?;
-        let spec = SoftmaxSpec { rows, cols, scale, causal: false };
+        let spec = SoftmaxSpec {
+            rows,
+            cols,
+            scale,
+            causal: false,
+        };
         let (y, dy) = (self.contiguous()?, dy.contiguous()?);
         let mut dx = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
         self.backend
@@ -68,7 +81,11 @@ impl<B: Backend> Tensor<B> {
             if p.dims() != [cols] {
                 return Err(Error::shape(
                     "layernorm",
-                    format!("parameters must be [{cols}] for input {}, got {}", self.shape(), p.shape()),
+                    format!(
+                        "parameters must be [{cols}] for input {}, got {}",
+                        self.shape(),
+                        p.shape()
+                    ),
                 ));
             }
         }
@@ -141,31 +158,49 @@ impl<B: Backend> Tensor<B> {
     /// shape); the result has shape `ids.shape + [dim]`.
     pub fn embedding(&self, table: &Tensor<B>) -> Result<Self> {
         if !matches!(self.dtype, DType::U32 | DType::I32) {
-            return Err(Error::DType { op: "embedding", expected: DType::U32, got: self.dtype });
+            return Err(Error::DType {
+                op: "embedding",
+                expected: DType::U32,
+                got: self.dtype,
+            });
         }
         if table.rank() != 2 {
-            return Err(Error::shape("embedding", format!("table must be [rows, dim], got {}", table.shape())));
+            return Err(Error::shape(
+                "embedding",
+                format!("table must be [rows, dim], got {}", table.shape()),
+            ));
         }
         let dim = table.dims()[1];
         let mut dims = self.dims().to_vec();
         dims.push(dim);
         let ids = self.contiguous()?;
         let mut out = Tensor::zeros(&self.backend, dims, table.dtype)?;
-        self.backend
-            .embedding(ids.buffer()?, table.contiguous()?.buffer()?, dim, out.buffer_mut()?)?;
+        self.backend.embedding(
+            ids.buffer()?,
+            table.contiguous()?.buffer()?,
+            dim,
+            out.buffer_mut()?,
+        )?;
         Ok(out)
     }
 
     /// `dtable[ids[i]] += dout[i]` with `ids = self`.
     pub fn embedding_backward(&self, dout: &Tensor<B>, dtable: &mut Tensor<B>) -> Result<()> {
         if dtable.rank() != 2 {
-            return Err(Error::shape("embedding_backward", format!("table must be [rows, dim], got {}", dtable.shape())));
+            return Err(Error::shape(
+                "embedding_backward",
+                format!("table must be [rows, dim], got {}", dtable.shape()),
+            ));
         }
         let dim = dtable.dims()[1];
         if dout.elem_count() != self.elem_count() * dim {
             return Err(Error::shape(
                 "embedding_backward",
-                format!("gradient {} does not match ids {} with dim {dim}", dout.shape(), self.shape()),
+                format!(
+                    "gradient {} does not match ids {} with dim {dim}",
+                    dout.shape(),
+                    self.shape()
+                ),
             ));
         }
         let (ids, dout) = (self.contiguous()?, dout.contiguous()?);
@@ -179,7 +214,11 @@ impl<B: Backend> Tensor<B> {
         let (rows, vocab) = rows_cols("cross_entropy", self)?;
         check_targets(self, targets, rows)?;
         let (x, t) = (self.contiguous()?, targets.contiguous()?);
-        let loss_dtype = if self.dtype == DType::F64 { DType::F64 } else { DType::F32 };
+        let loss_dtype = if self.dtype == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
         let mut losses = Tensor::zeros(&self.backend, targets.shape().clone(), loss_dtype)?;
         self.backend
             .cross_entropy(x.buffer()?, t.buffer()?, vocab, losses.buffer_mut()?)?;
@@ -191,7 +230,11 @@ impl<B: Backend> Tensor<B> {
         let (rows, vocab) = rows_cols("cross_entropy_backward", self)?;
         check_targets(self, targets, rows)?;
         same_shape("cross_entropy_backward", targets, dlosses)?;
-        let (x, t, dl) = (self.contiguous()?, targets.contiguous()?, dlosses.contiguous()?);
+        let (x, t, dl) = (
+            self.contiguous()?,
+            targets.contiguous()?,
+            dlosses.contiguous()?,
+        );
         let mut dx = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
         self.backend.cross_entropy_backward(
             x.buffer()?,
@@ -206,12 +249,20 @@ impl<B: Backend> Tensor<B> {
 
 fn check_targets<B: Backend>(logits: &Tensor<B>, targets: &Tensor<B>, rows: usize) -> Result<()> {
     if targets.dtype() != DType::I32 {
-        return Err(Error::DType { op: "cross_entropy", expected: DType::I32, got: targets.dtype() });
+        return Err(Error::DType {
+            op: "cross_entropy",
+            expected: DType::I32,
+            got: targets.dtype(),
+        });
     }
     if targets.elem_count() != rows || targets.dims() != &logits.dims()[..logits.rank() - 1] {
         return Err(Error::shape(
             "cross_entropy",
-            format!("targets {} do not match logits {}", targets.shape(), logits.shape()),
+            format!(
+                "targets {} do not match logits {}",
+                targets.shape(),
+                logits.shape()
+            ),
         ));
     }
     Ok(())

@@ -178,7 +178,13 @@ impl<B: Backend> Tensor<B> {
 
     /// `out = alpha * a @ b + beta * out`, writing into an existing dense tensor.
     /// With `beta = 1` this accumulates (how parameter gradients add up).
-    pub fn matmul_into(out: &mut Tensor<B>, a: &Tensor<B>, b: &Tensor<B>, alpha: f32, beta: f32) -> Result<()> {
+    pub fn matmul_into(
+        out: &mut Tensor<B>,
+        a: &Tensor<B>,
+        b: &Tensor<B>,
+        alpha: f32,
+        beta: f32,
+    ) -> Result<()> {
         a.same_dtype("matmul", b)?;
         a.same_dtype("matmul", out)?;
         let (batch_dims, m, n) = matmul_out_dims(a, b)?;
@@ -187,7 +193,13 @@ impl<B: Backend> Tensor<B> {
         if out.dims() != want.as_slice() {
             return Err(Error::shape(
                 "matmul",
-                format!("output is {} but {} @ {} is {:?}", out.shape(), a.shape(), b.shape(), want),
+                format!(
+                    "output is {} but {} @ {} is {:?}",
+                    out.shape(),
+                    a.shape(),
+                    b.shape(),
+                    want
+                ),
             ));
         }
         let batch: usize = batch_dims.iter().product();
@@ -228,7 +240,11 @@ fn matmul_out_dims<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<(Vec<usiz
     if a.rank() < 2 || b.rank() < 2 {
         return Err(Error::shape(
             "matmul",
-            format!("operands need rank >= 2, got {} and {}", a.shape(), b.shape()),
+            format!(
+                "operands need rank >= 2, got {} and {}",
+                a.shape(),
+                b.shape()
+            ),
         ));
     }
     let (ad, bd) = (a.dims(), b.dims());
@@ -269,7 +285,11 @@ fn gemm_operand<B: Backend>(t: &Tensor<B>, batch: usize) -> Result<(Tensor<B>, b
         true
     };
     if t.layout.offset == 0 && (row_major || col_major) && batch_ok(mat) {
-        let stride = if r == 2 { if batch > 1 { 0 } else { mat } } else { mat };
+        let stride = if r == 2 {
+            if batch > 1 { 0 } else { mat }
+        } else {
+            mat
+        };
         return Ok((t.clone(), col_major, stride));
     }
     let dense = t.deep_clone()?;

@@ -115,7 +115,9 @@ impl<B: Backend> Tensor<B> {
         let shape = shape.into();
         let normal = Normal::new(mean, std)
             .map_err(|e| Error::invalid("Tensor::randn", format!("std {std}: {e}")))?;
-        let v: Vec<f64> = (0..shape.elem_count()).map(|_| normal.sample(rng)).collect();
+        let v: Vec<f64> = (0..shape.elem_count())
+            .map(|_| normal.sample(rng))
+            .collect();
         Self::from_f64(backend, &v, shape, dtype)
     }
 
@@ -278,10 +280,17 @@ impl<B: Backend> Tensor<B> {
     pub fn permute(&self, perm: &[usize]) -> Result<Self> {
         let r = self.rank();
         let mut seen = vec![false; r];
-        if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
+        if perm.len() != r
+            || perm
+                .iter()
+                .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
+        {
             return Err(Error::shape(
                 "permute",
-                format!("{perm:?} is not a permutation of the {r} dimensions of {}", self.shape()),
+                format!(
+                    "{perm:?} is not a permutation of the {r} dimensions of {}",
+                    self.shape()
+                ),
             ));
         }
         let dims: Vec<usize> = perm.iter().map(|&p| self.dims()[p]).collect();
@@ -347,7 +356,11 @@ impl<B: Backend> Tensor<B> {
         if dst_layout.shape != *self.shape() {
             return Err(Error::shape(
                 "copy_into_view",
-                format!("source {} vs destination view {}", self.shape(), dst_layout.shape),
+                format!(
+                    "source {} vs destination view {}",
+                    self.shape(),
+                    dst_layout.shape
+                ),
             ));
         }
         if dst.dtype != self.dtype {
@@ -361,7 +374,10 @@ impl<B: Backend> Tensor<B> {
         dst_layout.validate("copy_into_view")?;
         let dst_span = dst_layout.span();
         let dst_buf = Arc::get_mut(&mut dst.buf).ok_or_else(|| {
-            Error::invalid("copy_into_view", "destination buffer is shared with another tensor")
+            Error::invalid(
+                "copy_into_view",
+                "destination buffer is shared with another tensor",
+            )
         })?;
         Error::check_len("copy_into_view", dst_span, dst.backend.len(dst_buf))?;
         self.backend
@@ -375,7 +391,10 @@ impl<B: Backend> Tensor<B> {
             .ok_or_else(|| Error::invalid("cat", "no tensors to concatenate"))?;
         let r = first.rank();
         if dim >= r {
-            return Err(Error::shape("cat", format!("dim {dim} out of range for rank {r}")));
+            return Err(Error::shape(
+                "cat",
+                format!("dim {dim} out of range for rank {r}"),
+            ));
         }
         let mut total = 0;
         for p in parts {
@@ -401,7 +420,10 @@ impl<B: Backend> Tensor<B> {
         let mut out = Tensor::zeros(&first.backend, dims, first.dtype)?;
         let mut start = 0;
         for p in parts {
-            let view = out.narrow(dim as isize, start, p.dims()[dim])?.layout.clone();
+            let view = out
+                .narrow(dim as isize, start, p.dims()[dim])?
+                .layout
+                .clone();
             p.copy_into_view(&mut out, &view)?;
             start += p.dims()[dim];
         }

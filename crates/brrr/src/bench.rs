@@ -1,0 +1,62 @@
+//! `brrr bench`: benchmark programs that print tables.
+//!
+//! Timings are the median of several repetitions after a warm-up, and each table
+//! states its baseline (the machine's peak, measured or computed, in the same run).
+//! These are measurements for reading, never assertions: machines are shared and noisy.
+
+use brrr_backend::{Backend, DType, GemmSpec, HostData, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
+
+/// One GEMM measurement.
+#[derive(Clone, Debug)]
+pub struct GemmRow {
+    pub n: usize,
+    pub seconds: f64,
+    pub gflops: f64,
+}
+
+fn random(dtype: DType, len: usize, rng: &mut impl Rng) -> HostData {
+    let v: Vec<f64> = (0..len).map(|_| rng.random_range(-1.0..1.0)).collect();
+    HostData::from_f64(dtype, &v)
+}
+
+/// Times `n × n × n` GEMMs of `dtype` through the backend trait: median over `reps`
+/// runs (each ending in a synchronize), after one warm-up.
+pub fn gemm<B: Backend>(
+    backend: &B,
+    sizes: &[usize],
+    dtype: DType,
+    reps: usize,
+) -> Result<Vec<GemmRow>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let a = backend.upload(&random(dtype, n * n, &mut rng))?;
+        let b = backend.upload(&random(dtype, n * n, &mut rng))?;
+        let mut c = backend.zeros(dtype, n * n)?;
+        let spec = GemmSpec::new(n, n, n);
+        backend.gemm(&spec, &a, &b, &mut c)?;
+        brrr_backend::block_on(backend.synchronize())?;
+        // Enough repetitions for ~0.2 s of work at small sizes, at least `reps`.
+        let inner = (2e8 / spec.flops() as f64).ceil().clamp(1.0, 64.0) as usize;
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps.max(1) {
+            let t0 = Instant::now();
+            for _ in 0..inner {
+                backend.gemm(&spec, &a, &b, &mut c)?;
+            }
+            brrr_backend::block_on(backend.synchronize())?;
+            times.push(t0.elapsed().as_secs_f64() / inner as f64);
+        }
+        times.sort_by(f64::total_cmp);
+        let seconds = times[times.len() / 2];
+        rows.push(GemmRow {
+            n,
+            seconds,
+            gflops: spec.flops() as f64 / seconds / 1e9,
+        });
+    }
+    Ok(rows)
+}

@@ -1,0 +1,28 @@
+//! # brrr
+//!
+//! The `brrr` command-line tool and a facade over the workspace's crates, so that one
+//! dependency brings everything:
+//!
+//! - `backend` — `DType`, `Shape`, `Error` and the `Backend` trait;
+//! - `cpu` — the reference backend;
+//! - `tensor` — `Tensor<B>`;
+//! - `nn` — layers, the GPT, AdamW;
+//! - `perf` — rooflines and estimators.
+//!
+//! The modules below are the training program's parts: the corpus and batches
+//! ([`data`]), metrics and the loss picture ([`metrics`]), checkpoints ([`ckpt`]) written
+//! atomically ([`atomic`]), and the training loop ([`train`]).
+
+pub use brrr_backend as backend;
+pub use brrr_cpu as cpu;
+pub use brrr_nn as nn;
+pub use brrr_perf as perf;
+pub use brrr_tensor as tensor;
+
+pub mod atomic;
+pub mod bench;
+pub mod ckpt;
+pub mod data;
+pub mod metrics;
+pub mod sample;
+pub mod train;

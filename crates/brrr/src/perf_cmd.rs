@@ -1,0 +1,423 @@
+//! `brrr roofline` and `brrr estimate {memory,time,comms}`: flag parsing over brrr-perf.
+//!
+//! Everything computed or rendered lives in `brrr_perf::report`; this module only turns
+//! flags into its inputs and prints text (default), JSON (`--json`) or an SVG (`--plot FILE`).
+
+use brrr_perf::memory::{
+    Optimizer, PipelineSchedule, Precision, Recompute, TrainingSetup, TransformerConfig,
+    estimate_memory,
+};
+use brrr_perf::report::{self, CommsInputs, Report, TimeInputs};
+use brrr_perf::roofline::parse_op;
+use brrr_perf::specs::{self, DType, Unit};
+use brrr_perf::table::parse_quantity;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+type CmdResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Flags of `brrr roofline`.
+#[derive(Args, Debug, Clone)]
+pub struct RooflineArgs {
+    /// GPU id or alias (a100, h100, b200, v100, l4, rtx-4090, this-machine, ...; see --list).
+    #[arg(long, default_value = "a100")]
+    pub gpu: String,
+    /// List every GPU in the spec table and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Compute dtype: fp32, tf32, bf16, fp16, fp8, int8, fp4, fp64.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// Force the execution unit (tensor or vector); default: tensor cores for matmuls.
+    #[arg(long)]
+    pub unit: Option<String>,
+    /// An op to place on the roofline (repeatable): gemm:M,N,K | gemm:B,M,N,K |
+    /// elementwise:N[,FLOPS_PER_ELEM[,INPUTS[,OUTPUTS]]] | chain:N,OPS[,fused] |
+    /// softmax:ROWS,COLS | layernorm:ROWS,COLS | attention:B,H,S,D[,causal][,unfused].
+    #[arg(long = "op", value_name = "SPEC")]
+    pub ops: Vec<String>,
+    /// Measured time in microseconds of the op at the same position (repeatable).
+    #[arg(long = "measured-us", value_name = "US")]
+    pub measured_us: Vec<f64>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the roofline with the ops on it as SVG.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+/// Flags of `brrr estimate`.
+#[derive(Args, Debug, Clone)]
+pub struct EstimateArgs {
+    /// What to estimate.
+    #[command(subcommand)]
+    pub command: EstimateCommand,
+}
+
+/// `brrr estimate` subcommands.
+#[derive(Subcommand, Debug, Clone)]
+pub enum EstimateCommand {
+    /// Per-GPU training memory: weights, gradients, optimizer, activations (ZeRO, TP/SP/PP).
+    Memory(MemoryArgs),
+    /// Training FLOPs, time-to-train at an MFU, and MFU/HFU from a measured step.
+    Time(TimeArgs),
+    /// Collective costs (alpha-beta, bus bandwidth) and DP/TP/EP compute-vs-comms limits.
+    Comms(CommsArgs),
+}
+
+/// A transformer, by preset and/or explicit sizes (explicit sizes override the preset).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ModelArgs {
+    /// Preset: gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-125m, gpt3-1.3b, gpt3-6.7b,
+    /// gpt3-175b, megatron-1.7b, megatron-7.5b, megatron-145b, mt-nlg-530b, megatron-1t.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Transformer layers.
+    #[arg(long)]
+    pub layers: Option<u64>,
+    /// Hidden size.
+    #[arg(long)]
+    pub hidden: Option<u64>,
+    /// Attention heads.
+    #[arg(long)]
+    pub heads: Option<u64>,
+    /// Sequence length [default with explicit sizes: 2048].
+    #[arg(long)]
+    pub seq_len: Option<u64>,
+    /// Vocabulary size [default with explicit sizes: 50257].
+    #[arg(long)]
+    pub vocab: Option<u64>,
+    /// MLP hidden size [default: 4 × hidden].
+    #[arg(long)]
+    pub ffn: Option<u64>,
+    /// Untied output projection (adds V·h parameters).
+    #[arg(long)]
+    pub untied: bool,
+}
+
+impl ModelArgs {
+    /// The configured model, or `None` if neither a preset nor layers/hidden/heads was given.
+    pub fn resolve(&self) -> Result<Option<TransformerConfig>, Box<dyn std::error::Error>> {
+        let mut cfg = match (&self.model, self.layers, self.hidden, self.heads) {
+            (Some(name), ..) => TransformerConfig::preset(name)?,
+            (None, Some(l), Some(h), Some(a)) => TransformerConfig::gpt(l, h, a, 2048, 50257),
+            (None, None, None, None) => return Ok(None),
+            _ => {
+                return Err("give --model PRESET, or all of --layers, --hidden and --heads".into());
+            }
+        };
+        if let Some(l) = self.layers {
+            cfg.layers = l;
+        }
+        if let Some(h) = self.hidden {
+            cfg.hidden = h;
+            cfg.ffn_hidden = 4 * h;
+        }
+        if let Some(a) = self.heads {
+            cfg.heads = a;
+        }
+        if let Some(s) = self.seq_len {
+            cfg.seq_len = s;
+        }
+        if let Some(v) = self.vocab {
+            cfg.vocab = v;
+        }
+        if let Some(f) = self.ffn {
+            cfg.ffn_hidden = f;
+        }
+        cfg.tied_embeddings = !self.untied;
+        cfg.validate()?;
+        Ok(Some(cfg))
+    }
+}
+
+/// Flags of `brrr estimate memory`.
+#[derive(Args, Debug, Clone)]
+pub struct MemoryArgs {
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Micro-batch size in sequences.
+    #[arg(long, default_value_t = 1)]
+    pub micro_batch: u64,
+    /// Micro-batches per optimizer step (gradient accumulation; the pipeline's m).
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: u64,
+    /// Data-parallel degree.
+    #[arg(long, default_value_t = 1)]
+    pub dp: u64,
+    /// Tensor-parallel degree.
+    #[arg(long, default_value_t = 1)]
+    pub tp: u64,
+    /// Pipeline-parallel degree.
+    #[arg(long, default_value_t = 1)]
+    pub pp: u64,
+    /// Sequence parallelism (with tensor parallelism).
+    #[arg(long)]
+    pub sp: bool,
+    /// ZeRO stage 0-3 (sharding over the data-parallel ranks).
+    #[arg(long, default_value_t = 0)]
+    pub zero: u8,
+    /// Activation recomputation: none, selective, full.
+    #[arg(long, default_value = "none")]
+    pub recompute: String,
+    /// Optimizer: adam, sgd-momentum, sgd, adam8bit.
+    #[arg(long, default_value = "adam")]
+    pub optimizer: String,
+    /// Precision: mixed (16-bit weights/grads + fp32 master) or fp32.
+    #[arg(long, default_value = "mixed")]
+    pub precision: String,
+    /// Pipeline schedule: 1f1b, gpipe, or interleaved:V (V chunks per GPU).
+    #[arg(long, default_value = "1f1b")]
+    pub schedule: String,
+    /// Compare against this GPU's memory.
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the breakdown as an SVG bar.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+/// Flags of `brrr estimate time`.
+#[derive(Args, Debug, Clone)]
+pub struct TimeArgs {
+    /// The model (for the attention term, Megatron's formula and HFU); or give --params.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Parameters N (e.g. 175e9, 175B); default: counted from the model.
+    #[arg(long, value_parser = quantity)]
+    pub params: Option<f64>,
+    /// Training tokens D (e.g. 300e9, 300B).
+    #[arg(long, value_parser = quantity)]
+    pub tokens: f64,
+    /// GPU.
+    #[arg(long, default_value = "a100")]
+    pub gpu: String,
+    /// Compute dtype (its matmul peak is the MFU denominator).
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// GPUs in the cluster.
+    #[arg(long, default_value_t = 1)]
+    pub gpus: u64,
+    /// Assumed model FLOPs utilisation for the time-to-train, in (0, 1].
+    #[arg(long, default_value_t = 0.4)]
+    pub mfu: f64,
+    /// Measured seconds per optimizer step (with --batch-tokens) for measured MFU/HFU.
+    #[arg(long)]
+    pub step_time: Option<f64>,
+    /// Tokens per optimizer step (global batch × sequence length).
+    #[arg(long, value_parser = quantity)]
+    pub batch_tokens: Option<f64>,
+    /// Measured cluster throughput in tokens/s (instead of --step-time/--batch-tokens).
+    #[arg(long, value_parser = quantity)]
+    pub tokens_per_sec: Option<f64>,
+    /// Recomputation in the measured run, for HFU: none, selective, full.
+    #[arg(long, default_value = "none")]
+    pub recompute: String,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `brrr estimate comms`.
+#[derive(Args, Debug, Clone)]
+pub struct CommsArgs {
+    /// GPU (its NVLink/PCIe and network bandwidths are used).
+    #[arg(long, default_value = "h100")]
+    pub gpu: String,
+    /// Ranks in the collective.
+    #[arg(long, default_value_t = 8)]
+    pub gpus: u64,
+    /// Message size in bytes (e.g. 1e9, 1GB, 256MiB); default: bf16 gradients of --params.
+    #[arg(long, value_parser = quantity)]
+    pub bytes: Option<f64>,
+    /// Parameters whose bf16 gradients are the message (2 bytes each).
+    #[arg(long, value_parser = quantity)]
+    pub params: Option<f64>,
+    /// Compute dtype for the peak C.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// Model preset for d_model, d_ff and params.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Model width D.
+    #[arg(long)]
+    pub d_model: Option<f64>,
+    /// MLP width F.
+    #[arg(long)]
+    pub d_ff: Option<f64>,
+    /// Tokens per GPU per step, to judge data parallelism.
+    #[arg(long, value_parser = quantity)]
+    pub tokens_per_gpu: Option<f64>,
+    /// Mixture of experts: number of experts E (with --top-k).
+    #[arg(long)]
+    pub experts: Option<u64>,
+    /// Mixture of experts: experts per token k.
+    #[arg(long)]
+    pub top_k: Option<u64>,
+    /// Per-message latency α in microseconds (default 2 intra-node, 5 inter-node).
+    #[arg(long)]
+    pub alpha_us: Option<f64>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn quantity(s: &str) -> Result<f64, String> {
+    parse_quantity(s).map_err(|e| e.to_string())
+}
+
+fn print(report: &Report, json: bool) {
+    if json {
+        println!("{}", report.to_json_string());
+    } else {
+        print!("{report}");
+    }
+}
+
+fn write_plot(path: &PathBuf, svg: &str, json: bool) -> CmdResult {
+    brrr_perf::plot::write_svg(path, svg)?;
+    if !json {
+        println!("\nwrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs `brrr roofline`.
+pub fn run_roofline(args: &RooflineArgs) -> CmdResult {
+    if args.list {
+        print(&report::gpu_list(&specs::gpus()), args.json);
+        return Ok(());
+    }
+    let gpu = specs::gpu(&args.gpu)?;
+    let dtype = DType::parse(&args.dtype)?;
+    let unit = args.unit.as_deref().map(Unit::parse).transpose()?;
+    let ops = args
+        .ops
+        .iter()
+        .map(|s| parse_op(s, dtype))
+        .collect::<Result<Vec<_>, _>>()?;
+    let measured: Vec<Option<f64>> = args.measured_us.iter().map(|us| Some(us * 1e-6)).collect();
+    let analysis = report::roofline_analysis(&gpu, dtype, unit, &ops, &measured)?;
+    if ops.is_empty() {
+        print(&report::gpu_detail(&gpu), args.json);
+    } else {
+        print(&analysis.report(), args.json);
+    }
+    if let Some(path) = &args.plot {
+        write_plot(path, &analysis.svg()?, args.json)?;
+    }
+    Ok(())
+}
+
+/// Runs `brrr estimate memory|time|comms`.
+pub fn run_estimate(args: &EstimateArgs) -> CmdResult {
+    match &args.command {
+        EstimateCommand::Memory(a) => run_memory(a),
+        EstimateCommand::Time(a) => run_time(a),
+        EstimateCommand::Comms(a) => run_comms(a),
+    }
+}
+
+fn parse_schedule(s: &str) -> Result<PipelineSchedule, Box<dyn std::error::Error>> {
+    let s = s.trim().to_ascii_lowercase();
+    Ok(match s.as_str() {
+        "1f1b" => PipelineSchedule::OneFOneB,
+        "gpipe" => PipelineSchedule::GPipe,
+        _ => match s.strip_prefix("interleaved:").map(str::parse::<u64>) {
+            Some(Ok(chunks)) => PipelineSchedule::Interleaved { chunks },
+            _ => {
+                return Err(format!("unknown schedule '{s}': 1f1b, gpipe or interleaved:V").into());
+            }
+        },
+    })
+}
+
+fn run_memory(a: &MemoryArgs) -> CmdResult {
+    let cfg = a
+        .model
+        .resolve()?
+        .ok_or("estimate memory needs a model: --model PRESET or --layers/--hidden/--heads")?;
+    let setup = TrainingSetup {
+        dp: a.dp,
+        tp: a.tp,
+        pp: a.pp,
+        sequence_parallel: a.sp,
+        micro_batch: a.micro_batch,
+        grad_accum: a.grad_accum,
+        precision: Precision::parse(&a.precision)?,
+        optimizer: Optimizer::parse(&a.optimizer)?,
+        zero_stage: a.zero,
+        recompute: Recompute::parse(&a.recompute)?,
+        schedule: parse_schedule(&a.schedule)?,
+    };
+    let m = estimate_memory(&cfg, &setup)?;
+    let gpu = a.gpu.as_deref().map(specs::gpu).transpose()?;
+    print(&report::memory_report(&m, gpu.as_ref()), a.json);
+    if let Some(path) = &a.plot {
+        write_plot(path, &report::memory_svg(&m, gpu.as_ref())?, a.json)?;
+    }
+    Ok(())
+}
+
+fn run_time(a: &TimeArgs) -> CmdResult {
+    let model = a.model.resolve()?;
+    let params = match (a.params, &model) {
+        (Some(p), _) => p,
+        (None, Some(c)) => c.params(),
+        (None, None) => {
+            return Err("estimate time needs --params N or a model (--model PRESET)".into());
+        }
+    };
+    let inputs = TimeInputs {
+        params,
+        tokens: a.tokens,
+        model,
+        gpu: specs::gpu(&a.gpu)?,
+        dtype: DType::parse(&a.dtype)?,
+        gpus: a.gpus,
+        mfu: a.mfu,
+        step_time_s: a.step_time,
+        tokens_per_step: a.batch_tokens,
+        tokens_per_s: a.tokens_per_sec,
+        recompute: Recompute::parse(&a.recompute)?,
+    };
+    print(&report::time_report(&inputs)?, a.json);
+    Ok(())
+}
+
+fn run_comms(a: &CommsArgs) -> CmdResult {
+    let preset = a
+        .model
+        .as_deref()
+        .map(TransformerConfig::preset)
+        .transpose()?;
+    let params = a.params.or(preset.as_ref().map(TransformerConfig::params));
+    let bytes = match (a.bytes, params) {
+        (Some(b), _) => b,
+        (None, Some(p)) => 2.0 * p,
+        (None, None) => 1e9,
+    };
+    let moe = match (a.experts, a.top_k) {
+        (Some(e), Some(k)) => Some((e, k)),
+        (None, None) => None,
+        _ => return Err("give both --experts and --top-k".into()),
+    };
+    let inputs = CommsInputs {
+        gpu: specs::gpu(&a.gpu)?,
+        gpus: a.gpus,
+        bytes,
+        dtype: DType::parse(&a.dtype)?,
+        d_model: a.d_model.or(preset.as_ref().map(|c| c.hidden as f64)),
+        d_ff: a.d_ff.or(preset.as_ref().map(|c| c.ffn_hidden as f64)),
+        tokens_per_gpu: a.tokens_per_gpu,
+        moe,
+        alpha_s: a.alpha_us.map(|us| us * 1e-6),
+    };
+    print(&report::comms_report(&inputs)?, a.json);
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! `brrr sample`: text from a trained run.
+
+use crate::ckpt;
+use crate::data::ByteTokenizer;
+use crate::train::{CHECKPOINT_FILE, load_weights, read_config};
+use brrr_backend::{DType, Error, Result};
+use brrr_cpu::CpuBackend;
+use brrr_nn::Gpt;
+use brrr_tensor::Tensor;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::path::PathBuf;
+
+/// Flags of `brrr sample`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SampleArgs {
+    /// A run directory written by `brrr train`.
+    pub dir: PathBuf,
+    /// Text to continue.
+    #[arg(long, default_value = "\n")]
+    pub prompt: String,
+    /// Tokens (bytes) to generate.
+    #[arg(long, default_value_t = 400)]
+    pub tokens: usize,
+    /// Softmax temperature; lower is more conservative. 0 picks the most likely token.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Sample only among the k most likely tokens (0 = all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Generates text; returns the prompt followed by the continuation.
+pub fn run(args: &SampleArgs) -> Result<String> {
+    if !(args.temperature >= 0.0 && args.temperature.is_finite()) {
+        return Err(Error::invalid(
+            "sample",
+            format!("--temperature must be >= 0, got {}", args.temperature),
+        ));
+    }
+    let cfg = read_config(&args.dir)?;
+    let ck = ckpt::load(args.dir.join(CHECKPOINT_FILE))?;
+    let backend = CpuBackend::new();
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let mut model = Gpt::new(&backend, cfg.model.clone(), DType::F32, &mut rng)?;
+    load_weights(&ck, &mut model)?;
+    let tok = ByteTokenizer;
+    let mut ids = tok.encode(&args.prompt);
+    if ids.is_empty() {
+        ids.push(u32::from(b'\n'));
+    }
+    let prompt_len = ids.len();
+    for _ in 0..args.tokens {
+        let ctx = &ids[ids.len().saturating_sub(cfg.model.block_size)..];
+        let x = Tensor::from_u32(&backend, ctx, [1, ctx.len()])?;
+        let logits = model.forward(&x)?;
+        model.clear_saved();
+        let v = cfg.model.vocab_size;
+        let all = logits.to_vec_f32()?;
+        // Only the byte range is meaningful; padded vocabulary rows are never targets.
+        let last = &all[(ctx.len() - 1) * v..(ctx.len() - 1) * v + ByteTokenizer::VOCAB_SIZE];
+        ids.push(pick(last, args.temperature, args.top_k, &mut rng) as u32);
+    }
+    let mut text = tok.decode(&ids[..prompt_len]);
+    text.push_str(&tok.decode(&ids[prompt_len..]));
+    Ok(text)
+}
+
+/// Samples an index from `softmax(logits / temperature)` restricted to the top `k`.
+pub fn pick(logits: &[f32], temperature: f32, top_k: usize, rng: &mut impl Rng) -> usize {
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    if temperature == 0.0 {
+        return order[0];
+    }
+    let k = if top_k == 0 {
+        logits.len()
+    } else {
+        top_k.min(logits.len())
+    };
+    let max = logits[order[0]];
+    let weights: Vec<f64> = order[..k]
+        .iter()
+        .map(|&i| f64::from((logits[i] - max) / temperature).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut r = rng.random_range(0.0..total);
+    for (w, &i) in weights.iter().zip(&order) {
+        if r < *w {
+            return i;
+        }
+        r -= w;
+    }
+    order[k - 1]
+}

@@ -1,0 +1,157 @@
+//! Embedding lookup and its scatter-add backward.
+
+use crate::check;
+use crate::par;
+use crate::scalar::{self, Float};
+use brrr_backend::{Error, HostData, Result};
+
+/// Checks every id against the table (before anything is written, so a bad id leaves
+/// the output untouched) and returns them as indices.
+fn ids(op: &'static str, ids: &HostData, rows: usize) -> Result<Vec<usize>> {
+    let bad = |pos: usize, id: i64| {
+        Error::invalid(
+            op,
+            format!("id {id} at position {pos} is out of range for a table of {rows} rows"),
+        )
+    };
+    match ids {
+        HostData::U32(v) => v
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                if (id as usize) < rows {
+                    Ok(id as usize)
+                } else {
+                    Err(bad(i, i64::from(id)))
+                }
+            })
+            .collect(),
+        HostData::I32(v) => v
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| match usize::try_from(id) {
+                Ok(u) if u < rows => Ok(u),
+                _ => Err(bad(i, i64::from(id))),
+            })
+            .collect(),
+        other => Err(Error::DType {
+            op,
+            expected: brrr_backend::DType::U32,
+            got: other.dtype(),
+        }),
+    }
+}
+
+/// Rows of a `[rows, dim]` table held in a buffer of `len` elements.
+fn table_rows(op: &'static str, what: &str, len: usize, dim: usize) -> Result<usize> {
+    if dim == 0 {
+        return Err(Error::invalid(op, "dim = 0"));
+    }
+    if !len.is_multiple_of(dim) {
+        return Err(Error::shape(
+            op,
+            format!("{what} has {len} elements, not a whole number of rows of dim {dim}"),
+        ));
+    }
+    Ok(len / dim)
+}
+
+pub(crate) fn embedding(
+    ids_buf: &HostData,
+    table: &HostData,
+    dim: usize,
+    out: &mut HostData,
+) -> Result<()> {
+    const OP: &str = "embedding";
+    let rows = table_rows(OP, "table", table.len(), dim)?;
+    let ids = ids(OP, ids_buf, rows)?;
+    let n = check::mul(OP, ids.len(), dim)?;
+    check::len(OP, out, n)?;
+    match (table, &mut *out) {
+        (HostData::F16(t), HostData::F16(o)) => gather_rows(&ids, t, dim, &mut o[..n]),
+        (HostData::BF16(t), HostData::BF16(o)) => gather_rows(&ids, t, dim, &mut o[..n]),
+        (HostData::F32(t), HostData::F32(o)) => gather_rows(&ids, t, dim, &mut o[..n]),
+        (HostData::F64(t), HostData::F64(o)) => gather_rows(&ids, t, dim, &mut o[..n]),
+        (t, o) => return Err(check::dtype_error(OP, &[o, t])),
+    }
+    Ok(())
+}
+
+fn gather_rows<T: Copy + Send + Sync>(ids: &[usize], table: &[T], dim: usize, out: &mut [T]) {
+    if out.is_empty() {
+        return;
+    }
+    let per_task = par::rows_per_task(dim);
+    par::run(par::chunks(out, per_task * dim), |t, out| {
+        for (j, o) in out.chunks_mut(dim).enumerate() {
+            let id = ids[t * per_task + j];
+            o.copy_from_slice(&table[id * dim..(id + 1) * dim]);
+        }
+    });
+}
+
+pub(crate) fn embedding_backward(
+    ids_buf: &HostData,
+    dout: &HostData,
+    dim: usize,
+    dtable: &mut HostData,
+) -> Result<()> {
+    const OP: &str = "embedding_backward";
+    let rows = table_rows(OP, "dtable", dtable.len(), dim)?;
+    let ids = ids(OP, ids_buf, rows)?;
+    let n = check::mul(OP, ids.len(), dim)?;
+    check::len(OP, dout, n)?;
+    match (dout, &mut *dtable) {
+        (HostData::F16(d), HostData::F16(t)) => scatter_add(&ids, &d[..n], dim, t),
+        (HostData::BF16(d), HostData::BF16(t)) => scatter_add(&ids, &d[..n], dim, t),
+        (HostData::F32(d), HostData::F32(t)) => scatter_add(&ids, &d[..n], dim, t),
+        (HostData::F64(d), HostData::F64(t)) => scatter_add(&ids, &d[..n], dim, t),
+        (d, t) => return Err(check::dtype_error(OP, &[t, d])),
+    }
+    Ok(())
+}
+
+/// `dtable[ids[i]] += dout[i]`, deterministically: positions are grouped by id with a
+/// counting sort (stable, so each row adds its contributions in position order), and
+/// each table row is owned by one task, which sums in the compute type and rounds
+/// once. A GPU does this with atomics, in whatever order they land.
+fn scatter_add<T: Float>(ids: &[usize], dout: &[T], dim: usize, dtable: &mut [T]) {
+    if ids.is_empty() {
+        return;
+    }
+    let rows = dtable.len() / dim;
+    // starts[r]..starts[r + 1] indexes `order` for the positions holding id r.
+    let mut starts = vec![0usize; rows + 1];
+    for &id in ids {
+        starts[id + 1] += 1;
+    }
+    for r in 0..rows {
+        starts[r + 1] += starts[r];
+    }
+    let mut next = starts.clone();
+    let mut order = vec![0usize; ids.len()];
+    for (pos, &id) in ids.iter().enumerate() {
+        order[next[id]] = pos;
+        next[id] += 1;
+    }
+    // Tasks of table rows; work is one pass over each touched row per occurrence.
+    let per_task = par::rows_per_task(dim * ids.len().div_ceil(rows).max(1));
+    par::run(par::chunks(dtable, per_task * dim), |t, dtable| {
+        par::simd(|| {
+            let (mut acc, mut sd) = (Vec::new(), Vec::new());
+            for (j, row) in dtable.chunks_mut(dim).enumerate() {
+                let r = t * per_task + j;
+                let positions = &order[starts[r]..starts[r + 1]];
+                if positions.is_empty() {
+                    continue;
+                }
+                scalar::update_with(row, &mut acc, |acc| {
+                    for &pos in positions {
+                        let d = scalar::load(&dout[pos * dim..(pos + 1) * dim], &mut sd);
+                        acc.iter_mut().zip(d).for_each(|(a, &v)| *a += v);
+                    }
+                });
+            }
+        });
+    });
+}

@@ -1,0 +1,147 @@
+use super::{ODD, assert_close, cpu, eps_compute, input, read, reference, rng, round_tol};
+use brrr_backend::{Backend, DType, GemmSpec, HostData};
+
+/// Runs `spec` on random A, B, C of `dtype` and compares with the f64 reference.
+fn check(case: &str, dtype: DType, spec: GemmSpec, seed: u64) {
+    let mut r = rng(seed);
+    let (la, lb, lc) = spec.required_lens();
+    let (a, ab) = input(&mut r, dtype, la, -1.0, 1.0);
+    let (b, bb) = input(&mut r, dtype, lb, -1.0, 1.0);
+    let (c, mut cb) = input(&mut r, dtype, lc, -1.0, 1.0);
+    cpu().gemm(&spec, &ab, &bb, &mut cb).unwrap();
+    let (want, mag) = reference::gemm(&spec, &a, &b, &c);
+    let ec = eps_compute(dtype);
+    let k = spec.k as f64;
+    assert_close(
+        &format!("{case} {dtype} {spec:?}"),
+        &read(&cb),
+        &want,
+        |i| round_tol(dtype, want[i]) + 2.0 * (k + 2.0) * ec * mag[i],
+    );
+}
+
+#[test]
+fn shapes_transposes_alpha_beta_every_dtype() {
+    let mut seed = 0;
+    for dtype in DType::FLOATS {
+        for (m, n, k) in [
+            (1, 1, 1),
+            (7, 33, 65),
+            (65, 7, 33),
+            (33, 65, 1),
+            (130, 33, 7),
+            (1, 65, 33),
+        ] {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                for (alpha, beta) in [(1.0, 0.0), (0.5, 1.0), (-1.5, 0.25)] {
+                    seed += 1;
+                    let spec = GemmSpec::new(m, n, k)
+                        .trans_a(ta)
+                        .trans_b(tb)
+                        .alpha(alpha)
+                        .beta(beta);
+                    check("single", dtype, spec, seed);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn batched_with_shared_and_gapped_operands() {
+    for (i, dtype) in DType::FLOATS.into_iter().enumerate() {
+        let s = i as u64 * 10;
+        // Densely packed batch.
+        check(
+            "packed",
+            dtype,
+            GemmSpec::batched(5, 7, 33, 17).beta(0.5),
+            s + 1,
+        );
+        // stride 0: one weight shared by the whole batch, transposed.
+        let mut spec = GemmSpec::batched(4, 33, 7, 65).trans_b(true);
+        spec.stride_b = 0;
+        check("shared B", dtype, spec, s + 2);
+        let mut spec = GemmSpec::batched(3, 7, 7, 33).trans_a(true);
+        spec.stride_a = 0;
+        check("shared A", dtype, spec, s + 3);
+        // C shared by the batch (stride 0) with beta = 1: the products add up in order.
+        let mut spec = GemmSpec::batched(6, 7, 5, 9).beta(1.0);
+        spec.stride_c = 0;
+        check("shared C", dtype, spec, s + 4);
+        // Gaps between matrices: only the m×n blocks change (the reference leaves the
+        // gaps as they were too, so `check` compares them).
+        let mut spec = GemmSpec::batched(3, 5, 7, 9).alpha(2.0);
+        spec.stride_a = 50;
+        spec.stride_b = 70;
+        spec.stride_c = 40;
+        check("gapped", dtype, spec, s + 5);
+    }
+}
+
+#[test]
+fn sizes_that_take_the_threaded_paths() {
+    // One product big enough for gemm's own threading, and a batch of small ones that
+    // is spread one matrix per task.
+    check(
+        "big",
+        DType::F32,
+        GemmSpec::new(257, 129, 300).trans_b(true),
+        91,
+    );
+    check(
+        "big",
+        DType::BF16,
+        GemmSpec::new(129, 257, 200).trans_a(true).beta(1.0),
+        92,
+    );
+    check(
+        "many small",
+        DType::F32,
+        GemmSpec::batched(37, 33, 31, 17),
+        93,
+    );
+    check(
+        "many small",
+        DType::F16,
+        GemmSpec::batched(37, 33, 31, 17).trans_a(true),
+        94,
+    );
+    check(
+        "many small",
+        DType::F64,
+        GemmSpec::batched(37, 33, 31, 17).trans_b(true),
+        95,
+    );
+}
+
+#[test]
+fn beta_zero_ignores_nan_in_c_and_k_zero_scales_c() {
+    for dtype in DType::FLOATS {
+        let spec = GemmSpec::new(3, 4, 5);
+        let a = cpu()
+            .upload(&HostData::from_f64(dtype, &[1.0; 15]))
+            .unwrap();
+        let b = cpu()
+            .upload(&HostData::from_f64(dtype, &[2.0; 20]))
+            .unwrap();
+        let mut c = cpu()
+            .upload(&HostData::from_f64(dtype, &[f64::NAN; 12]))
+            .unwrap();
+        cpu().gemm(&spec, &a, &b, &mut c).unwrap();
+        assert_eq!(read(&c), vec![10.0; 12], "{dtype}");
+
+        let spec = GemmSpec::new(2, 3, 0).beta(0.5);
+        let e = cpu().zeros(dtype, 0).unwrap();
+        let mut c = cpu().upload(&HostData::from_f64(dtype, &[2.0; 6])).unwrap();
+        cpu().gemm(&spec, &e, &e, &mut c).unwrap();
+        assert_eq!(read(&c), vec![1.0; 6], "{dtype}");
+    }
+}
+
+#[test]
+fn odd_square_sizes() {
+    for (i, &n) in ODD.iter().enumerate() {
+        check("square", DType::F32, GemmSpec::new(n, n, n), 200 + i as u64);
+    }
+}

@@ -1,0 +1,378 @@
+//! "This machine": the CPU's theoretical FP32 peak and a quick memory-bandwidth probe.
+//!
+//! The peak is the textbook product
+//!
+//! ```text
+//! FLOP/s = cores × f32 SIMD lanes × 2 (an FMA is a multiply and an add) × FMA units per core × clock
+//! ```
+//!
+//! It is a *ceiling*, like a GPU's datasheet number: real GEMMs reach 70–90% of it, and
+//! everything else much less. The inputs are detected where the platform lets us and assumed
+//! (and labelled as assumed) where it does not.
+
+use serde::Serialize;
+use std::fmt;
+
+/// The theoretical FP32 peak of the CPU we run on, with every factor of the formula.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CpuPeak {
+    /// CPU model name (`/proc/cpuinfo` "model name"), or a placeholder where unknown.
+    pub model: String,
+    /// Hardware threads available to this process (`std::thread::available_parallelism`).
+    ///
+    /// With SMT (hyper-threading) on, two threads share one core's FMA units, so this
+    /// *overstates* the peak by up to 2× on such machines; the OS does not tell us reliably
+    /// which threads are siblings inside containers, so we count what we may use.
+    pub cores: usize,
+    /// f32 lanes per SIMD register: 16 with AVX-512F, 8 with AVX2, 4 otherwise (SSE/NEON/
+    /// wasm simd128), 1 on wasm32 without simd128.
+    pub simd_f32_lanes: u32,
+    /// The instruction set the lane count came from.
+    pub simd_isa: &'static str,
+    /// Vector FMA instructions issued per core per cycle.
+    ///
+    /// Assumption: 2 for AVX-512/AVX2 server cores (Intel Skylake-SP Gold/Platinum and later,
+    /// AMD Zen 2/3 for 256-bit, Zen 5 for 512-bit), with one exception we can detect: AMD Zen 4
+    /// (cpu family 25) executes a 512-bit FMA as two halves on its two 256-bit pipes, so it
+    /// counts as 1 unit at 16 lanes. Some Intel Xeon Silver/Bronze parts have a single 512-bit
+    /// FMA unit; we cannot tell them apart from `cpuid` flags, so they are overstated 2×.
+    pub fma_units_per_core: u32,
+    /// Clock in GHz used for the peak.
+    pub clock_ghz: f64,
+    /// Where the clock came from (sysfs max frequency, `/proc/cpuinfo` "cpu MHz", or assumed).
+    pub clock_source: &'static str,
+    /// The resulting peak in FLOP/s.
+    pub flops: f64,
+}
+
+impl CpuPeak {
+    /// Builds a peak from its factors, computing `flops = cores × lanes × 2 × fma_units × clock`.
+    pub fn from_parts(
+        model: impl Into<String>,
+        cores: usize,
+        simd_f32_lanes: u32,
+        simd_isa: &'static str,
+        fma_units_per_core: u32,
+        clock_ghz: f64,
+        clock_source: &'static str,
+    ) -> Self {
+        let flops = cores as f64
+            * f64::from(simd_f32_lanes)
+            * 2.0
+            * f64::from(fma_units_per_core)
+            * clock_ghz
+            * 1e9;
+        Self {
+            model: model.into(),
+            cores,
+            simd_f32_lanes,
+            simd_isa,
+            fma_units_per_core,
+            clock_ghz,
+            clock_source,
+            flops,
+        }
+    }
+}
+
+impl fmt::Display for CpuPeak {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} cores × {} f32 lanes ({}) × 2 flop/FMA × {} FMA units × {:.2} GHz ({}) = {:.1} GFLOP/s fp32",
+            self.model,
+            self.cores,
+            self.simd_f32_lanes,
+            self.simd_isa,
+            self.fma_units_per_core,
+            self.clock_ghz,
+            self.clock_source,
+            self.flops / 1e9
+        )
+    }
+}
+
+/// The clock we assume where none can be read (wasm32, sandboxes): a typical 3 GHz.
+pub const ASSUMED_CLOCK_GHZ: f64 = 3.0;
+
+/// Detects this CPU's theoretical FP32 peak (see [`CpuPeak`] for each factor's source).
+///
+/// Formula: `cores × lanes × 2 × fma_units × clock_GHz × 1e9` FLOP/s.
+/// Clock: `/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq` (kHz; the maximum boost
+/// the kernel knows) if present, otherwise the largest "cpu MHz" over the cores in
+/// `/proc/cpuinfo` (the *current* clock, which in VMs is usually the base clock, so the peak
+/// is then conservative), otherwise [`ASSUMED_CLOCK_GHZ`].
+pub fn cpu_fp32_peak() -> CpuPeak {
+    let cores = available_threads();
+    let (lanes, isa) = simd_lanes();
+    let info = read_cpuinfo();
+    let model = info
+        .as_deref()
+        .and_then(|s| cpuinfo_field(s, "model name").next())
+        .map(str::to_string)
+        .unwrap_or_else(|| default_model_name().to_string());
+    let fma_units = fma_units(lanes, info.as_deref());
+    let (clock_ghz, clock_source) = clock_ghz(info.as_deref());
+    CpuPeak::from_parts(model, cores, lanes, isa, fma_units, clock_ghz, clock_source)
+}
+
+fn available_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+fn default_model_name() -> &'static str {
+    if cfg!(target_arch = "wasm32") {
+        "WebAssembly host CPU"
+    } else {
+        "unknown CPU"
+    }
+}
+
+/// f32 lanes of the widest SIMD unit we can use.
+fn simd_lanes() -> (u32, &'static str) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return (16, "AVX-512F");
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return (8, "AVX2");
+        }
+        (4, "SSE")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // NEON is mandatory on AArch64: 128-bit registers. (SVE may be wider, but few
+        // compilers auto-vectorise for it and its width is implementation-defined.)
+        (4, "NEON")
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        if cfg!(target_feature = "simd128") {
+            (4, "wasm simd128")
+        } else {
+            (1, "wasm scalar")
+        }
+    }
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "wasm32"
+    )))]
+    {
+        (4, "assumed 128-bit SIMD")
+    }
+}
+
+/// FMA issue width per core; see [`CpuPeak::fma_units_per_core`] for the assumption.
+fn fma_units(lanes: u32, cpuinfo: Option<&str>) -> u32 {
+    let vendor = cpuinfo.and_then(|s| cpuinfo_field(s, "vendor_id").next());
+    let family = cpuinfo
+        .and_then(|s| cpuinfo_field(s, "cpu family").next())
+        .and_then(|f| f.parse::<u32>().ok());
+    match (lanes, vendor, family) {
+        // AMD Zen 4 (family 0x19 = 25) double-pumps 512-bit ops on two 256-bit FMA pipes.
+        (16, Some("AuthenticAMD"), Some(25)) => 1,
+        (16 | 8, _, _) => 2,
+        // SSE-era x86, NEON cores and unknown platforms: assume two 128-bit FMA pipes
+        // (true for e.g. Cortex-A76 and later); scalar wasm: one.
+        (4, _, _) => 2,
+        _ => 1,
+    }
+}
+
+fn clock_ghz(cpuinfo: Option<&str>) -> (f64, &'static str) {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        if let Ok(s) =
+            std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+            && let Ok(khz) = s.trim().parse::<f64>()
+            && khz > 0.0
+        {
+            return (khz / 1e6, "cpufreq max");
+        }
+    }
+    if let Some(mhz) = cpuinfo.and_then(max_cpu_mhz) {
+        return (mhz / 1e3, "/proc/cpuinfo cpu MHz");
+    }
+    (ASSUMED_CLOCK_GHZ, "assumed")
+}
+
+fn read_cpuinfo() -> Option<String> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        std::fs::read_to_string("/proc/cpuinfo").ok()
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        None
+    }
+}
+
+/// The values of `key` in each processor block of `/proc/cpuinfo` text.
+fn cpuinfo_field<'a>(text: &'a str, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    text.lines().filter_map(move |line| {
+        let (k, v) = line.split_once(':')?;
+        (k.trim() == key).then(|| v.trim())
+    })
+}
+
+/// Largest "cpu MHz" over all processors in `/proc/cpuinfo` text.
+fn max_cpu_mhz(text: &str) -> Option<f64> {
+    cpuinfo_field(text, "cpu MHz")
+        .filter_map(|v| v.parse::<f64>().ok())
+        .filter(|v| *v > 0.0)
+        .reduce(f64::max)
+}
+
+/// Total physical memory in bytes (`MemTotal` in `/proc/meminfo`), where readable.
+pub fn total_memory_bytes() -> Option<u64> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kib = cpuinfo_field(&text, "MemTotal")
+            .next()?
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()?;
+        Some(kib * 1024)
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        None
+    }
+}
+
+/// Elements per array in the default bandwidth probe: 2^23 f64 = 64 MiB per array, 192 MiB
+/// for the three arrays of the triad, far beyond any CPU's last-level cache so we time DRAM.
+pub const PROBE_ELEMENTS: usize = 1 << 23;
+
+/// Measures sustainable memory bandwidth in bytes/s with a STREAM-style triad
+/// `a[i] = b[i] + s·c[i]` over [`PROBE_ELEMENTS`] f64 per array, split over all available
+/// threads, best of 5 repetitions.
+///
+/// Bytes counted per element: 24 (read b, read c, write a), STREAM's convention (McCalpin,
+/// "STREAM: Sustainable Memory Bandwidth in High Performance Computers"); the write-allocate
+/// read of `a` that many CPUs also do is not counted, so this is a slight underestimate of
+/// raw traffic but comparable with published STREAM numbers.
+///
+/// On wasm32 there is no clock in `std` (`Instant::now` panics), so this returns `f64::NAN`;
+/// use [`measure_cpu_bandwidth_with_clock`] with `performance.now()` there.
+pub fn measure_cpu_bandwidth() -> f64 {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let t0 = std::time::Instant::now();
+        measure_cpu_bandwidth_with_clock(PROBE_ELEMENTS, 5, move || t0.elapsed().as_secs_f64())
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        f64::NAN
+    }
+}
+
+/// The triad probe of [`measure_cpu_bandwidth`] with a caller-supplied clock (`now()` returns
+/// seconds from any fixed origin), `elements` f64 per array and `reps` timed repetitions
+/// (best of). Returns bytes/s (`24 × elements / best_seconds`), or NaN if the clock never
+/// advanced or `elements`/`reps` is zero.
+pub fn measure_cpu_bandwidth_with_clock(
+    elements: usize,
+    reps: usize,
+    mut now: impl FnMut() -> f64,
+) -> f64 {
+    if elements == 0 || reps == 0 {
+        return f64::NAN;
+    }
+    let threads = available_threads().min(elements);
+    let mut a = vec![0.0f64; elements];
+    let b = vec![1.0f64; elements];
+    let c = vec![2.0f64; elements];
+    let scalar = 3.0f64;
+    let chunk = elements.div_ceil(threads);
+    let mut best = f64::INFINITY;
+    // One untimed pass first so every page is faulted in before we time anything.
+    for rep in 0..=reps {
+        let start = now();
+        triad(&mut a, &b, &c, scalar, chunk, threads);
+        let elapsed = now() - start;
+        if rep > 0 && elapsed > 0.0 {
+            best = best.min(elapsed);
+        }
+    }
+    // Keep the result observable so the loop cannot be optimised away.
+    std::hint::black_box(&a);
+    if best.is_finite() {
+        24.0 * elements as f64 / best
+    } else {
+        f64::NAN
+    }
+}
+
+fn triad(a: &mut [f64], b: &[f64], c: &[f64], s: f64, chunk: usize, threads: usize) {
+    let kernel = |a: &mut [f64], b: &[f64], c: &[f64]| {
+        for ((x, y), z) in a.iter_mut().zip(b).zip(c) {
+            *x = y + s * z;
+        }
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    if threads > 1 {
+        std::thread::scope(|scope| {
+            for ((a, b), c) in a
+                .chunks_mut(chunk)
+                .zip(b.chunks(chunk))
+                .zip(c.chunks(chunk))
+            {
+                scope.spawn(move || kernel(a, b, c));
+            }
+        });
+        return;
+    }
+    let _ = (chunk, threads);
+    kernel(a, b, c);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formula_multiplies_all_factors() {
+        // 2 cores × 16 lanes × 2 × 2 FMA units × 2.5 GHz = 320 GFLOP/s.
+        let p = CpuPeak::from_parts("x", 2, 16, "AVX-512F", 2, 2.5, "test");
+        assert!((p.flops - 320e9).abs() < 1.0);
+        let s = p.to_string();
+        assert!(s.contains("2 cores × 16 f32 lanes"), "{s}");
+        assert!(s.contains("320.0 GFLOP/s"), "{s}");
+    }
+
+    #[test]
+    fn detects_something_sensible() {
+        let p = cpu_fp32_peak();
+        assert!(p.cores >= 1);
+        assert!([1, 4, 8, 16].contains(&p.simd_f32_lanes));
+        assert!(p.clock_ghz > 0.1 && p.clock_ghz < 10.0, "{p}");
+        assert!(p.flops > 0.0);
+    }
+
+    #[test]
+    fn parses_cpuinfo() {
+        let text = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\ncpu MHz\t\t: 2000.5\n\nprocessor\t: 1\ncpu MHz\t\t: 3100.0\n";
+        assert_eq!(max_cpu_mhz(text), Some(3100.0));
+        // Zen 4 double-pumps AVX-512.
+        assert_eq!(fma_units(16, Some(text)), 1);
+        assert_eq!(fma_units(8, Some(text)), 2);
+        assert_eq!(fma_units(16, None), 2);
+    }
+
+    #[test]
+    fn bandwidth_probe_runs_small() {
+        let t0 = std::time::Instant::now();
+        let bw = measure_cpu_bandwidth_with_clock(1 << 16, 2, move || t0.elapsed().as_secs_f64());
+        assert!(bw.is_nan() || bw > 1e8, "{bw}");
+        assert!(measure_cpu_bandwidth_with_clock(0, 2, || 0.0).is_nan());
+        // A clock that never advances gives NaN, not infinity.
+        assert!(measure_cpu_bandwidth_with_clock(16, 2, || 1.0).is_nan());
+    }
+}

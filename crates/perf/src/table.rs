@@ -1,0 +1,265 @@
+//! Plain-text tables and human-readable units for the CLI and the book.
+
+use std::fmt;
+
+/// Column alignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Pad on the right.
+    Left,
+    /// Pad on the left (numbers).
+    Right,
+}
+
+/// A text table: a header row and rows of cells, columns sized to fit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    headers: Vec<String>,
+    align: Vec<Align>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these headers; the first column is left-aligned, the rest right-aligned.
+    pub fn new<S: Into<String>>(headers: impl IntoIterator<Item = S>) -> Self {
+        let headers: Vec<String> = headers.into_iter().map(Into::into).collect();
+        let align = (0..headers.len())
+            .map(|i| if i == 0 { Align::Left } else { Align::Right })
+            .collect();
+        Self {
+            headers,
+            align,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Sets the alignment of every column (extra entries ignored, missing ones unchanged).
+    pub fn with_align(mut self, align: &[Align]) -> Self {
+        for (a, b) in self.align.iter_mut().zip(align) {
+            *a = *b;
+        }
+        self
+    }
+
+    /// Appends a row; shorter rows are padded with empty cells, longer ones truncated.
+    pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) -> &mut Self {
+        let mut r: Vec<String> = cells.into_iter().map(Into::into).collect();
+        r.resize(self.headers.len(), String::new());
+        self.rows.push(r);
+        self
+    }
+
+    /// Number of rows (excluding the header).
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether the table has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+impl fmt::Display for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let width = |s: &str| s.chars().count();
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| width(h)).collect();
+        for r in &self.rows {
+            for (w, c) in widths.iter_mut().zip(r) {
+                *w = (*w).max(width(c));
+            }
+        }
+        let line = |f: &mut fmt::Formatter<'_>, cells: &[String]| -> fmt::Result {
+            let mut out = String::new();
+            for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+                if i > 0 {
+                    out.push_str("  ");
+                }
+                let pad = " ".repeat(w - width(c));
+                match self.align[i] {
+                    Align::Left => {
+                        out.push_str(c);
+                        out.push_str(&pad);
+                    }
+                    Align::Right => {
+                        out.push_str(&pad);
+                        out.push_str(c);
+                    }
+                }
+            }
+            writeln!(f, "{}", out.trim_end())
+        };
+        line(f, &self.headers)?;
+        let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+        line(f, &rule)?;
+        for r in &self.rows {
+            line(f, r)?;
+        }
+        Ok(())
+    }
+}
+
+fn si(value: f64, unit: &str, prefixes: &[(f64, &str)]) -> String {
+    if !value.is_finite() {
+        return format!("{value} {unit}");
+    }
+    let abs = value.abs();
+    for &(scale, prefix) in prefixes {
+        if abs >= scale {
+            return format!("{} {prefix}{unit}", sig3(value / scale));
+        }
+    }
+    format!("{} {unit}", sig3(value))
+}
+
+/// Three significant figures without trailing zeros beyond them (`312`, `2.04`, `0.125`).
+pub fn sig3(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let digits = x.abs().log10().floor() as i32;
+    let decimals = (2 - digits).max(0) as usize;
+    format!("{x:.decimals$}")
+}
+
+const DECIMAL: &[(f64, &str)] = &[
+    (1e18, "E"),
+    (1e15, "P"),
+    (1e12, "T"),
+    (1e9, "G"),
+    (1e6, "M"),
+    (1e3, "k"),
+];
+
+/// Bytes in decimal units, as datasheets use them (`80 GB`, `2.04 TB`).
+pub fn bytes(b: f64) -> String {
+    si(b, "B", DECIMAL)
+}
+
+/// FLOP/s (`312 TFLOP/s`).
+pub fn flops_per_s(f: f64) -> String {
+    si(f, "FLOP/s", DECIMAL)
+}
+
+/// A FLOP count (`3.15e23 FLOP` style for huge counts, SI below 1e18).
+pub fn flops(f: f64) -> String {
+    if f.abs() >= 1e21 {
+        format!("{f:.3e} FLOP")
+    } else {
+        si(f, "FLOP", DECIMAL)
+    }
+}
+
+/// Bytes/s (`2.04 TB/s`).
+pub fn bandwidth(b: f64) -> String {
+    si(b, "B/s", DECIMAL)
+}
+
+/// A plain count (parameters, tokens) with the prefixes people use for them: `124 M`,
+/// `175 B`, `15.0 T`, `2.20 k`.
+pub fn count(c: f64) -> String {
+    const COUNT: &[(f64, &str)] = &[(1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")];
+    si(c, "", COUNT).trim_end().to_string()
+}
+
+/// A duration: µs, ms, s, min, h or days, whichever reads best.
+pub fn duration(s: f64) -> String {
+    if !s.is_finite() {
+        return format!("{s} s");
+    }
+    let a = s.abs();
+    if a < 1e-3 {
+        format!("{} µs", sig3(s * 1e6))
+    } else if a < 1.0 {
+        format!("{} ms", sig3(s * 1e3))
+    } else if a < 120.0 {
+        format!("{} s", sig3(s))
+    } else if a < 7200.0 {
+        format!("{} min", sig3(s / 60.0))
+    } else if a < 2.0 * 86400.0 {
+        format!("{} h", sig3(s / 3600.0))
+    } else {
+        format!("{} days", sig3(s / 86400.0))
+    }
+}
+
+/// A fraction as a percentage (`45.2%`).
+pub fn percent(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+/// Parses a quantity with an optional SI suffix, for CLI flags: `175e9`, `175B` or `175G`
+/// (billion), `300B`, `1.5T`, `8k`, `4M`; for byte sizes also `1GB`, `512MB`, `1GiB`,
+/// `64KiB`. A lone `B` means billion (parameters, tokens), not bytes. `_` separators allowed.
+pub fn parse_quantity(s: &str) -> crate::Result<f64> {
+    let bad = || {
+        crate::PerfError::Invalid(format!(
+            "'{s}' is not a quantity (e.g. 175e9, 175B, 1.5T, 8k, 1GiB)"
+        ))
+    };
+    let t = s.trim().replace('_', "");
+    if let Ok(v) = t.parse::<f64>() {
+        return if v.is_finite() { Ok(v) } else { Err(bad()) };
+    }
+    let split = t
+        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+        .ok_or_else(bad)?;
+    let (num, suffix) = t.split_at(split);
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    let scale = match suffix {
+        "k" | "K" | "kB" | "KB" => 1e3,
+        "M" | "MB" => 1e6,
+        "B" | "G" | "GB" | "bn" => 1e9,
+        "T" | "TB" => 1e12,
+        "P" | "PB" => 1e15,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "TiB" => 1024f64.powi(4),
+        _ => return Err(bad()),
+    };
+    Ok(v * scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_units() {
+        assert_eq!(flops_per_s(312e12), "312 TFLOP/s");
+        assert_eq!(bandwidth(2039e9), "2.04 TB/s");
+        assert_eq!(bytes(80e9), "80.0 GB");
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(duration(440e-6), "440 µs");
+        assert_eq!(duration(34.0 * 86400.0), "34.0 days");
+        assert_eq!(flops(3.15e23), "3.150e23 FLOP");
+        assert_eq!(percent(0.4525), "45.2%");
+        assert_eq!(count(124_439_808.0), "124 M");
+    }
+
+    #[test]
+    fn parses_quantities() {
+        assert_eq!(parse_quantity("175e9").unwrap(), 175e9);
+        assert_eq!(parse_quantity("175B").unwrap(), 175e9);
+        assert_eq!(parse_quantity("1.5T").unwrap(), 1.5e12);
+        assert_eq!(parse_quantity("8k").unwrap(), 8e3);
+        assert_eq!(parse_quantity("1GB").unwrap(), 1e9);
+        assert_eq!(parse_quantity("1GiB").unwrap(), 1073741824.0);
+        assert_eq!(parse_quantity("1_000").unwrap(), 1000.0);
+        assert!(parse_quantity("lots").is_err());
+        assert!(parse_quantity("5X").is_err());
+        assert!(parse_quantity("inf").is_err());
+    }
+
+    #[test]
+    fn aligns_columns() {
+        let mut t = Table::new(["op", "time"]);
+        t.row(["gemm", "1 ms"]).row(["softmax", "10 µs"]);
+        let s = t.to_string();
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[0], "op        time");
+        assert_eq!(lines[2], "gemm      1 ms");
+        assert_eq!(lines[3], "softmax  10 µs");
+    }
+}
