@@ -16,6 +16,7 @@ use crate::metrics::{self, MetricsWriter, Row};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_cpu::CpuBackend;
 use brrr_nn::{AdamW, AdamWConfig, CosineSchedule, Gpt, GptConfig, Module, clip_grad_norm};
+use brrr_perf::trace::Tracer;
 use brrr_tensor::Tensor;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
@@ -120,6 +121,9 @@ pub struct TrainArgs {
     /// Print no progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Write a Chrome trace (open it in Perfetto) of every step's phases to this file.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
 }
 
 /// What a run is, as written to `config.toml`.
@@ -368,32 +372,42 @@ pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
 
     let pb = progress_bar(args.quiet, start_step, cfg.steps);
     let info = backend.info();
-    pb.println(format!(
-        "brrr train: {} parameters on {} ({}), {} steps of {} tokens, corpus {} ({} bytes, unigram entropy {:.3} nats)",
-        model.num_params(),
-        info.name,
-        info.device,
-        cfg.steps,
-        cfg.tokens_per_step(),
-        corpus.path().display(),
-        corpus.len(),
-        entropy
-    ));
+    say(
+        &pb,
+        args.quiet,
+        format!(
+            "brrr train: {} parameters on {} ({}), {} steps of {} tokens, corpus {} ({} bytes, unigram entropy {:.3} nats)",
+            model.num_params(),
+            info.name,
+            info.device,
+            cfg.steps,
+            cfg.tokens_per_step(),
+            corpus.path().display(),
+            corpus.len(),
+            entropy
+        ),
+    );
 
+    let tracer = if args.trace.is_some() {
+        Tracer::new()
+    } else {
+        Tracer::disabled()
+    };
     let mut last = (f32::NAN, None);
     let mut timed_tokens = 0usize;
     let mut timed_secs = 0.0f64;
     for step in start_step..stop_at {
+        let _step_span = tracer.span("step");
         let t0 = Instant::now();
         let lr = schedule.lr(step);
         model.zero_grad()?;
         let mut loss_sum = 0.0f64;
         for _ in 0..cfg.grad_accum {
-            let batch = batcher.next_batch();
-            let (ids, targets) = upload(&backend, &batch)?;
-            let losses = model.forward_loss(&ids, &targets)?;
-            loss_sum += losses.mean_all()?.to_scalar_f64()?;
-            model.backward(dloss)?;
+            let (ids, targets) =
+                tracer.in_span("data", || upload(&backend, &batcher.next_batch()))?;
+            let losses = tracer.in_span("forward", || model.forward_loss(&ids, &targets))?;
+            loss_sum += tracer.in_span("read loss", || losses.mean_all()?.to_scalar_f64())?;
+            tracer.in_span("backward", || model.backward(dloss))?;
         }
         let loss = (loss_sum / cfg.grad_accum as f64) as f32;
         if !loss.is_finite() {
@@ -402,8 +416,10 @@ pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
                 format!("loss became {loss} at step {}; lower --lr", step + 1),
             ));
         }
-        let (norm, coef) = clip_grad_norm(&model.params(), cfg.grad_clip)?;
-        opt.step(model.params_mut(), lr as f32, coef)?;
+        let (norm, coef) = tracer.in_span("grad norm", || {
+            clip_grad_norm(&model.params(), cfg.grad_clip)
+        })?;
+        tracer.in_span("adamw", || opt.step(model.params_mut(), lr as f32, coef))?;
         let secs = t0.elapsed().as_secs_f64();
         let tokens_per_s = cfg.tokens_per_step() as f64 / secs;
         if step > start_step {
@@ -412,7 +428,9 @@ pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
             timed_secs += secs;
         }
         let done = step + 1;
-        let eval_now = done % cfg.eval_every == 0 || done == stop_at;
+        // Evaluation depends only on the step (not on where this process stops), so an
+        // interrupted and resumed run writes the same metrics as an uninterrupted one.
+        let eval_now = done % cfg.eval_every == 0 || done == cfg.steps;
         let val_loss = if eval_now {
             Some(evaluate(&backend, &mut model, &val)?)
         } else {
@@ -430,12 +448,27 @@ pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
         pb.set_position(done);
         pb.set_message(format!("loss {loss:.4}  {tokens_per_s:.0} tok/s"));
         if let Some(v) = val_loss {
-            pb.println(format!("step {done:>6}  loss {loss:.4}  val {v:.4}  lr {lr:.2e}  |g| {norm:.3}  {tokens_per_s:.0} tok/s"));
-            save_checkpoint(&out_dir, done, &cfg, &corpus, &batcher, &model, &opt)?;
+            say(
+                &pb,
+                args.quiet,
+                format!(
+                    "step {done:>6}  loss {loss:.4}  val {v:.4}  lr {lr:.2e}  |g| {norm:.3}  {tokens_per_s:.0} tok/s"
+                ),
+            );
+        }
+        if val_loss.is_some() || done == stop_at {
+            tracer.in_span("checkpoint", || {
+                save_checkpoint(&out_dir, done, &cfg, &corpus, &batcher, &model, &opt)
+            })?;
             metrics::plot_csv_svg(&metrics_path, out_dir.join(PLOT_FILE))?;
         }
     }
     pb.finish_and_clear();
+    if let Some(path) = &args.trace {
+        tracer
+            .write_chrome_trace(path)
+            .map_err(|e| Error::file(path, e.to_string()))?;
+    }
     let tps = if timed_secs > 0.0 {
         timed_tokens as f64 / timed_secs
     } else {
@@ -618,4 +651,17 @@ fn tensor_from<B: Backend>(
         ));
     }
     Tensor::from_host(backend, data, shape.clone())
+}
+
+/// Prints above the progress bar, or as a plain line when there is no terminal to
+/// draw one on (a log file, CI).
+fn say(pb: &ProgressBar, quiet: bool, msg: String) {
+    if quiet {
+        return;
+    }
+    if pb.is_hidden() {
+        eprintln!("{msg}");
+    } else {
+        pb.println(msg);
+    }
 }

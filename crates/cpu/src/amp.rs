@@ -39,19 +39,27 @@ pub(crate) fn unscale_check_finite(
 fn unscale<T: Float>(g: &mut [T], inv_scale: f32) -> bool {
     let s = T::C::from_f32(inv_scale);
     par::map(par::chunks(g, TASK), |_, g| {
-        par::simd(|| {
-            let mut scratch = Vec::new();
-            let bad = scalar::update_with(g, &mut scratch, |g| {
-                let mut bad = false;
-                for x in g.iter_mut() {
-                    *x *= s;
-                    bad |= !x.is_finite();
-                }
-                bad
-            });
-            // f16 can overflow when the (finite) f32 product is rounded back.
-            bad || (T::as_compute(g).is_none() && g.iter().any(|x| !x.load().is_finite()))
-        })
+        par::simd(
+            #[inline(always)]
+            || {
+                let mut scratch = Vec::new();
+                let bad = scalar::update_with(
+                    g,
+                    &mut scratch,
+                    #[inline(always)]
+                    |g| {
+                        let mut bad = false;
+                        for x in g.iter_mut() {
+                            *x *= s;
+                            bad |= !x.is_finite();
+                        }
+                        bad
+                    },
+                );
+                // f16 can overflow when the (finite) f32 product is rounded back.
+                bad || (T::as_compute(g).is_none() && g.iter().any(|x| !x.load().is_finite()))
+            },
+        )
     })
     .into_iter()
     .any(|b| b)

@@ -35,24 +35,89 @@ pub(crate) fn unary(op: UnaryOp, x: &HostData, out: &mut HostData) -> Result<()>
 fn unary_typed<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) {
     let one = T::C::ONE;
     match op {
-        UnaryOp::Neg => map1(x, out, |v| -v),
-        UnaryOp::Exp => map1(x, out, |v| v.exp()),
-        UnaryOp::Log => map1(x, out, |v| v.ln()),
-        UnaryOp::Sqrt => map1(x, out, |v| v.sqrt()),
-        UnaryOp::Rsqrt => map1(x, out, move |v| one / v.sqrt()),
-        UnaryOp::Abs => map1(x, out, |v| v.abs()),
-        UnaryOp::Square => map1(x, out, |v| v * v),
-        UnaryOp::Recip => map1(x, out, move |v| one / v),
-        UnaryOp::Relu => map1(x, out, |v| v.max(T::C::ZERO)),
-        UnaryOp::Tanh => map1(x, out, |v| v.tanh()),
-        UnaryOp::Sigmoid => map1(x, out, move |v| one / (one + (-v).exp())),
+        UnaryOp::Neg => map1(
+            x,
+            out,
+            #[inline(always)]
+            |v| -v,
+        ),
+        UnaryOp::Exp => map1(
+            x,
+            out,
+            #[inline(always)]
+            |v| v.exp(),
+        ),
+        UnaryOp::Log => map1(
+            x,
+            out,
+            #[inline(always)]
+            |v| v.ln(),
+        ),
+        UnaryOp::Sqrt => map1(
+            x,
+            out,
+            #[inline(always)]
+            |v| v.sqrt(),
+        ),
+        UnaryOp::Rsqrt => map1(
+            x,
+            out,
+            #[inline(always)]
+            move |v| one / v.sqrt(),
+        ),
+        UnaryOp::Abs => map1(
+            x,
+            out,
+            #[inline(always)]
+            |v| v.abs(),
+        ),
+        UnaryOp::Square => map1(
+            x,
+            out,
+            #[inline(always)]
+            |v| v * v,
+        ),
+        UnaryOp::Recip => map1(
+            x,
+            out,
+            #[inline(always)]
+            move |v| one / v,
+        ),
+        UnaryOp::Relu => map1(
+            x,
+            out,
+            #[inline(always)]
+            |v| v.max(T::C::ZERO),
+        ),
+        UnaryOp::Tanh => map1(
+            x,
+            out,
+            #[inline(always)]
+            |v| v.tanh(),
+        ),
+        UnaryOp::Sigmoid => map1(
+            x,
+            out,
+            #[inline(always)]
+            move |v| one / (one + (-v).exp()),
+        ),
         UnaryOp::Affine { mul, add } => {
             let (mul, add) = (T::C::from_f32(mul), T::C::from_f32(add));
-            map1(x, out, move |v| v * mul + add)
+            map1(
+                x,
+                out,
+                #[inline(always)]
+                move |v| v * mul + add,
+            )
         }
         UnaryOp::Clamp { lo, hi } => {
             let (lo, hi) = (T::C::from_f32(lo), T::C::from_f32(hi));
-            map1(x, out, move |v| v.max(lo).min(hi))
+            map1(
+                x,
+                out,
+                #[inline(always)]
+                move |v| v.max(lo).min(hi),
+            )
         }
     }
 }
@@ -61,17 +126,25 @@ fn unary_typed<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) {
 pub(crate) fn map1<T: Float>(x: &[T], out: &mut [T], f: impl Fn(T::C) -> T::C + Sync + Send) {
     par::run(par::chunks(out, TASK), |t, out| {
         let x = &x[t * TASK..t * TASK + out.len()];
-        par::simd(|| {
-            let (mut sx, mut so) = (Vec::new(), Vec::new());
-            for (xb, ob) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
-                let xs = scalar::load(xb, &mut sx);
-                scalar::store_with(ob, &mut so, |os| {
-                    for (o, &v) in os.iter_mut().zip(xs) {
-                        *o = f(v);
-                    }
-                });
-            }
-        });
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut sx, mut so) = (Vec::new(), Vec::new());
+                for (xb, ob) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+                    let xs = scalar::load(xb, &mut sx);
+                    scalar::store_with(
+                        ob,
+                        &mut so,
+                        #[inline(always)]
+                        |os| {
+                            for (o, &v) in os.iter_mut().zip(xs) {
+                                *o = f(v);
+                            }
+                        },
+                    );
+                }
+            },
+        );
     });
 }
 
@@ -85,22 +158,30 @@ pub(crate) fn map2<T: Float>(
     par::run(par::chunks(out, TASK), |t, out| {
         let range = t * TASK..t * TASK + out.len();
         let (a, b) = (&a[range.clone()], &b[range]);
-        par::simd(|| {
-            let (mut sa, mut sb, mut so) = (Vec::new(), Vec::new(), Vec::new());
-            for ((ab, bb), ob) in a
-                .chunks(BLOCK)
-                .zip(b.chunks(BLOCK))
-                .zip(out.chunks_mut(BLOCK))
-            {
-                let xa = scalar::load(ab, &mut sa);
-                let xb = scalar::load(bb, &mut sb);
-                scalar::store_with(ob, &mut so, |os| {
-                    for ((o, &u), &v) in os.iter_mut().zip(xa).zip(xb) {
-                        *o = f(u, v);
-                    }
-                });
-            }
-        });
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut sa, mut sb, mut so) = (Vec::new(), Vec::new(), Vec::new());
+                for ((ab, bb), ob) in a
+                    .chunks(BLOCK)
+                    .zip(b.chunks(BLOCK))
+                    .zip(out.chunks_mut(BLOCK))
+                {
+                    let xa = scalar::load(ab, &mut sa);
+                    let xb = scalar::load(bb, &mut sb);
+                    scalar::store_with(
+                        ob,
+                        &mut so,
+                        #[inline(always)]
+                        |os| {
+                            for ((o, &u), &v) in os.iter_mut().zip(xa).zip(xb) {
+                                *o = f(u, v);
+                            }
+                        },
+                    );
+                }
+            },
+        );
     });
 }
 
@@ -138,12 +219,60 @@ pub(crate) fn binary(
 
 fn binary_typed<T: Float>(op: BinaryOp, a: &[T], al: &Layout, b: &[T], bl: &Layout, out: &mut [T]) {
     match op {
-        BinaryOp::Add => broadcast2(a, al, b, bl, out, |x, y| x + y),
-        BinaryOp::Sub => broadcast2(a, al, b, bl, out, |x, y| x - y),
-        BinaryOp::Mul => broadcast2(a, al, b, bl, out, |x, y| x * y),
-        BinaryOp::Div => broadcast2(a, al, b, bl, out, |x, y| x / y),
-        BinaryOp::Max => broadcast2(a, al, b, bl, out, |x, y| x.max(y)),
-        BinaryOp::Min => broadcast2(a, al, b, bl, out, |x, y| x.min(y)),
+        BinaryOp::Add => broadcast2(
+            a,
+            al,
+            b,
+            bl,
+            out,
+            #[inline(always)]
+            |x, y| x + y,
+        ),
+        BinaryOp::Sub => broadcast2(
+            a,
+            al,
+            b,
+            bl,
+            out,
+            #[inline(always)]
+            |x, y| x - y,
+        ),
+        BinaryOp::Mul => broadcast2(
+            a,
+            al,
+            b,
+            bl,
+            out,
+            #[inline(always)]
+            |x, y| x * y,
+        ),
+        BinaryOp::Div => broadcast2(
+            a,
+            al,
+            b,
+            bl,
+            out,
+            #[inline(always)]
+            |x, y| x / y,
+        ),
+        BinaryOp::Max => broadcast2(
+            a,
+            al,
+            b,
+            bl,
+            out,
+            #[inline(always)]
+            |x, y| x.max(y),
+        ),
+        BinaryOp::Min => broadcast2(
+            a,
+            al,
+            b,
+            bl,
+            out,
+            #[inline(always)]
+            |x, y| x.min(y),
+        ),
     }
 }
 
@@ -162,24 +291,33 @@ fn broadcast2<T: Float>(
     let walk = Walk::new([al, bl]);
     par::run(par::chunks(out, TASK), |t, out| {
         let start = t * TASK;
-        par::simd(|| {
-            let (mut sa, mut sb, mut so) = (Vec::new(), Vec::new(), Vec::new());
-            walk.runs(
-                start,
-                start + out.len(),
-                BLOCK,
-                |pos, [oa, ob], [da, db], len| {
-                    let xa = gather(a, oa, da, len, &mut sa);
-                    let xb = gather(b, ob, db, len, &mut sb);
-                    let o = &mut out[pos - start..pos - start + len];
-                    scalar::store_with(o, &mut so, |os| {
-                        for ((o, &u), &v) in os.iter_mut().zip(xa).zip(xb) {
-                            *o = f(u, v);
-                        }
-                    });
-                },
-            );
-        });
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut sa, mut sb, mut so) = (Vec::new(), Vec::new(), Vec::new());
+                walk.runs(
+                    start,
+                    start + out.len(),
+                    BLOCK,
+                    #[inline(always)]
+                    |pos, [oa, ob], [da, db], len| {
+                        let xa = gather(a, oa, da, len, &mut sa);
+                        let xb = gather(b, ob, db, len, &mut sb);
+                        let o = &mut out[pos - start..pos - start + len];
+                        scalar::store_with(
+                            o,
+                            &mut so,
+                            #[inline(always)]
+                            |os| {
+                                for ((o, &u), &v) in os.iter_mut().zip(xa).zip(xb) {
+                                    *o = f(u, v);
+                                }
+                            },
+                        );
+                    },
+                );
+            },
+        );
     });
 }
 
@@ -222,16 +360,24 @@ fn axpy_typed<T: Float>(alpha: f32, x: &[T], y: &mut [T]) {
     let alpha = T::C::from_f32(alpha);
     par::run(par::chunks(y, TASK), |t, y| {
         let x = &x[t * TASK..t * TASK + y.len()];
-        par::simd(|| {
-            let (mut sx, mut sy) = (Vec::new(), Vec::new());
-            for (xb, yb) in x.chunks(BLOCK).zip(y.chunks_mut(BLOCK)) {
-                let xs = scalar::load(xb, &mut sx);
-                scalar::update_with(yb, &mut sy, |ys| {
-                    for (y, &v) in ys.iter_mut().zip(xs) {
-                        *y += alpha * v;
-                    }
-                });
-            }
-        });
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut sx, mut sy) = (Vec::new(), Vec::new());
+                for (xb, yb) in x.chunks(BLOCK).zip(y.chunks_mut(BLOCK)) {
+                    let xs = scalar::load(xb, &mut sx);
+                    scalar::update_with(
+                        yb,
+                        &mut sy,
+                        #[inline(always)]
+                        |ys| {
+                            for (y, &v) in ys.iter_mut().zip(xs) {
+                                *y += alpha * v;
+                            }
+                        },
+                    );
+                }
+            },
+        );
     });
 }

@@ -1,4 +1,4 @@
-//! Batched GEMM through the [`gemm`](https://crates.io/crates/gemm) crate.
+//! Batched GEMM through the `gemm` crate.
 //!
 //! # Why this crate, and why `x86-v4`
 //!

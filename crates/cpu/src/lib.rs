@@ -5,7 +5,7 @@
 //! backends are tested against it, and it is what most readers train on, so it is also
 //! fast:
 //!
-//! - GEMM goes through the [`gemm`](https://crates.io/crates/gemm) crate with its
+//! - GEMM goes through the `gemm` crate with its
 //!   AVX-512 kernels enabled (measurements in `src/gemm.rs`); transposes are strides,
 //!   never copies.
 //! - Row-wise kernels (softmax, LayerNorm, cross-entropy) and element-wise ones run on

@@ -93,17 +93,20 @@ fn step_typed<T: Float>(k: &Consts, w: &mut [T], g: &[T], m: &mut [f32], v: &mut
         .collect();
     par::run(tasks, |t, ((w, m), v)| {
         let g = &g[t * TASK..t * TASK + w.len()];
-        par::simd(|| {
-            for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
-                let g = g.load() * gs;
-                let mt = b1 * T::C::from_f32(*m) + one_b1 * g;
-                let vt = b2 * T::C::from_f32(*v) + one_b2 * g * g;
-                let (mhat, vhat) = (mt * inv_bc1, vt * inv_bc2);
-                let p = w.load();
-                *w = T::store(p - lr * (mhat / (vhat.sqrt() + eps) + wd * p));
-                *m = mt.to_f64() as f32;
-                *v = vt.to_f64() as f32;
-            }
-        });
+        par::simd(
+            #[inline(always)]
+            || {
+                for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+                    let g = g.load() * gs;
+                    let mt = b1 * T::C::from_f32(*m) + one_b1 * g;
+                    let vt = b2 * T::C::from_f32(*v) + one_b2 * g * g;
+                    let (mhat, vhat) = (mt * inv_bc1, vt * inv_bc2);
+                    let p = w.load();
+                    *w = T::store(p - lr * (mhat / (vhat.sqrt() + eps) + wd * p));
+                    *m = mt.to_f64() as f32;
+                    *v = vt.to_f64() as f32;
+                }
+            },
+        );
     });
 }

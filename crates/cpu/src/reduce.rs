@@ -60,16 +60,24 @@ fn reduce_typed<T: Float>(op: ReduceOp, x: &[T], d: Dims, out: &mut [T]) {
     if d.inner == 1 {
         let per_task = par::rows_per_task(d.n);
         par::run(par::chunks(out, per_task), |t, out| {
-            par::simd(|| {
-                let (mut sx, mut so) = (Vec::new(), Vec::new());
-                scalar::store_with(out, &mut so, |out| {
-                    for (j, o) in out.iter_mut().enumerate() {
-                        let row = t * per_task + j;
-                        let xs = scalar::load(&x[row * d.n..(row + 1) * d.n], &mut sx);
-                        *o = reduce_row(op, xs);
-                    }
-                });
-            });
+            par::simd(
+                #[inline(always)]
+                || {
+                    let (mut sx, mut so) = (Vec::new(), Vec::new());
+                    scalar::store_with(
+                        out,
+                        &mut so,
+                        #[inline(always)]
+                        |out| {
+                            for (j, o) in out.iter_mut().enumerate() {
+                                let row = t * per_task + j;
+                                let xs = scalar::load(&x[row * d.n..(row + 1) * d.n], &mut sx);
+                                *o = reduce_row(op, xs);
+                            }
+                        },
+                    );
+                },
+            );
         });
         return;
     }
@@ -78,34 +86,50 @@ fn reduce_typed<T: Float>(op: ReduceOp, x: &[T], d: Dims, out: &mut [T]) {
     let width = (par::MIN_TASK_WORK / d.n).max(256);
     par::run(par::chunks(out, width), |t, out| {
         let start = t * width;
-        par::simd(|| {
-            let (mut sx, mut acc) = (Vec::new(), Vec::new());
-            let mut pos = start;
-            let end = start + out.len();
-            while pos < end {
-                let (o, i0) = (pos / d.inner, pos % d.inner);
-                let len = (d.inner - i0).min(end - pos);
-                let at = |r: usize| (o * d.n + r) * d.inner + i0;
-                acc.clear();
-                acc.extend_from_slice(scalar::load(&x[at(0)..at(0) + len], &mut sx));
-                for r in 1..d.n {
-                    let xs = scalar::load(&x[at(r)..at(r) + len], &mut sx);
-                    match op {
-                        ReduceOp::Sum | ReduceOp::Mean => {
-                            acc.iter_mut().zip(xs).for_each(|(a, &v)| *a += v)
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut sx, mut acc) = (Vec::new(), Vec::new());
+                let mut pos = start;
+                let end = start + out.len();
+                while pos < end {
+                    let (o, i0) = (pos / d.inner, pos % d.inner);
+                    let len = (d.inner - i0).min(end - pos);
+                    let at = |r: usize| (o * d.n + r) * d.inner + i0;
+                    acc.clear();
+                    acc.extend_from_slice(scalar::load(&x[at(0)..at(0) + len], &mut sx));
+                    for r in 1..d.n {
+                        let xs = scalar::load(&x[at(r)..at(r) + len], &mut sx);
+                        // One loop per op (not a match per element), so each vectorises.
+                        match op {
+                            ReduceOp::Sum | ReduceOp::Mean => {
+                                for (a, &v) in acc.iter_mut().zip(xs) {
+                                    *a += v;
+                                }
+                            }
+                            ReduceOp::Max => {
+                                for (a, &v) in acc.iter_mut().zip(xs) {
+                                    *a = a.max(v);
+                                }
+                            }
+                            ReduceOp::Min => {
+                                for (a, &v) in acc.iter_mut().zip(xs) {
+                                    *a = a.min(v);
+                                }
+                            }
                         }
-                        ReduceOp::Max => acc.iter_mut().zip(xs).for_each(|(a, &v)| *a = a.max(v)),
-                        ReduceOp::Min => acc.iter_mut().zip(xs).for_each(|(a, &v)| *a = a.min(v)),
                     }
+                    if op == ReduceOp::Mean {
+                        let n = T::C::from_usize(d.n);
+                        for a in acc.iter_mut() {
+                            *a = *a / n;
+                        }
+                    }
+                    T::store_slice(&acc, &mut out[pos - start..pos - start + len]);
+                    pos += len;
                 }
-                if op == ReduceOp::Mean {
-                    let n = T::C::from_usize(d.n);
-                    acc.iter_mut().for_each(|a| *a = *a / n);
-                }
-                T::store_slice(&acc, &mut out[pos - start..pos - start + len]);
-                pos += len;
-            }
-        });
+            },
+        );
     });
 }
 
@@ -115,15 +139,30 @@ fn reduce_row<C: Real>(op: ReduceOp, xs: &[C]) -> C {
     match op {
         ReduceOp::Sum => sum(xs),
         ReduceOp::Mean => sum(xs) / C::from_usize(xs.len()),
-        ReduceOp::Max => fold8(xs, xs[0], |a, b| a.max(b)),
-        ReduceOp::Min => fold8(xs, xs[0], |a, b| a.min(b)),
+        ReduceOp::Max => fold8(
+            xs,
+            xs[0],
+            #[inline(always)]
+            |a, b| a.max(b),
+        ),
+        ReduceOp::Min => fold8(
+            xs,
+            xs[0],
+            #[inline(always)]
+            |a, b| a.min(b),
+        ),
     }
 }
 
 /// Sum with 8 independent accumulators (vectorises; error grows like n/8, not n).
 #[inline(always)]
 pub(crate) fn sum<C: Real>(xs: &[C]) -> C {
-    fold8(xs, C::ZERO, |a, b| a + b)
+    fold8(
+        xs,
+        C::ZERO,
+        #[inline(always)]
+        |a, b| a + b,
+    )
 }
 
 #[inline(always)]
@@ -145,7 +184,12 @@ fn fold8<C: Real>(xs: &[C], init: C, f: impl Fn(C, C) -> C) -> C {
 /// Largest element (maxNum: NaNs are skipped); `-inf` for an empty slice.
 #[inline(always)]
 pub(crate) fn max<C: Real>(xs: &[C]) -> C {
-    fold8(xs, C::NEG_INFINITY, |a, b| a.max(b))
+    fold8(
+        xs,
+        C::NEG_INFINITY,
+        #[inline(always)]
+        |a, b| a.max(b),
+    )
 }
 
 /// `Σ a[i]·b[i]` with 8 partial sums.

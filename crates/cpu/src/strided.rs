@@ -60,6 +60,9 @@ impl<const N: usize> Walk<N> {
     /// (row-major) positions `start..end` of the view: `len` elements starting at flat
     /// position `pos`, where operand `k`'s elements are at `offsets[k] + i * strides[k]`.
     /// Runs are at most `max_run` long and never cross the innermost dimension.
+    /// (`inline(always)` so that, called inside the SIMD dispatch, `f` is compiled for
+    /// the dispatched instruction set too.)
+    #[inline(always)]
     pub(crate) fn runs(
         &self,
         start: usize,

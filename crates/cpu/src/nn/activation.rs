@@ -40,7 +40,12 @@ pub(crate) fn gelu(x: &HostData, y: &mut HostData) -> Result<()> {
 }
 
 fn forward<T: Float>(x: &[T], y: &mut [T]) {
-    map1(x, y, |v| v * parts(v).0);
+    map1(
+        x,
+        y,
+        #[inline(always)]
+        |v| v * parts(v).0,
+    );
 }
 
 pub(crate) fn gelu_backward(x: &HostData, dy: &HostData, dx: &mut HostData) -> Result<()> {
@@ -61,9 +66,15 @@ pub(crate) fn gelu_backward(x: &HostData, dy: &HostData, dx: &mut HostData) -> R
 }
 
 fn backward<T: Float>(x: &[T], dy: &[T], dx: &mut [T]) {
-    map2(x, dy, dx, |v, g| {
-        let (s, du) = parts(v);
-        let two = T::C::ONE + T::C::ONE;
-        g * (s + two * v * s * (T::C::ONE - s) * du)
-    });
+    map2(
+        x,
+        dy,
+        dx,
+        #[inline(always)]
+        |v, g| {
+            let (s, du) = parts(v);
+            let two = T::C::ONE + T::C::ONE;
+            g * (s + two * v * s * (T::C::ONE - s) * du)
+        },
+    );
 }

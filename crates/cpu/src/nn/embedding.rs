@@ -137,21 +137,31 @@ fn scatter_add<T: Float>(ids: &[usize], dout: &[T], dim: usize, dtable: &mut [T]
     // Tasks of table rows; work is one pass over each touched row per occurrence.
     let per_task = par::rows_per_task(dim * ids.len().div_ceil(rows).max(1));
     par::run(par::chunks(dtable, per_task * dim), |t, dtable| {
-        par::simd(|| {
-            let (mut acc, mut sd) = (Vec::new(), Vec::new());
-            for (j, row) in dtable.chunks_mut(dim).enumerate() {
-                let r = t * per_task + j;
-                let positions = &order[starts[r]..starts[r + 1]];
-                if positions.is_empty() {
-                    continue;
-                }
-                scalar::update_with(row, &mut acc, |acc| {
-                    for &pos in positions {
-                        let d = scalar::load(&dout[pos * dim..(pos + 1) * dim], &mut sd);
-                        acc.iter_mut().zip(d).for_each(|(a, &v)| *a += v);
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut acc, mut sd) = (Vec::new(), Vec::new());
+                for (j, row) in dtable.chunks_mut(dim).enumerate() {
+                    let r = t * per_task + j;
+                    let positions = &order[starts[r]..starts[r + 1]];
+                    if positions.is_empty() {
+                        continue;
                     }
-                });
-            }
-        });
+                    scalar::update_with(
+                        row,
+                        &mut acc,
+                        #[inline(always)]
+                        |acc| {
+                            for &pos in positions {
+                                let d = scalar::load(&dout[pos * dim..(pos + 1) * dim], &mut sd);
+                                for (a, &v) in acc.iter_mut().zip(d) {
+                                    *a += v;
+                                }
+                            }
+                        },
+                    );
+                }
+            },
+        );
     });
 }

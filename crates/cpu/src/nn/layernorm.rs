@@ -114,20 +114,28 @@ fn forward<T: Float>(
         .zip(par::chunks(&mut stats, per_task))
         .collect();
     par::run(tasks, |t, (y, stats)| {
-        par::simd(|| {
-            let (mut sx, mut sy) = (Vec::new(), Vec::new());
-            for (j, (yr, st)) in y.chunks_mut(cols).zip(stats.iter_mut()).enumerate() {
-                let r = t * per_task + j;
-                let xr = scalar::load(&x[r * cols..(r + 1) * cols], &mut sx);
-                scalar::store_with(yr, &mut sy, |yr| {
-                    let (m, s) = row_stats(xr, eps, yr);
-                    for ((o, &gv), &bv) in yr.iter_mut().zip(&g).zip(&b) {
-                        *o = *o * s * gv + bv;
-                    }
-                    *st = [m.to_f64() as f32, s.to_f64() as f32];
-                });
-            }
-        });
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut sx, mut sy) = (Vec::new(), Vec::new());
+                for (j, (yr, st)) in y.chunks_mut(cols).zip(stats.iter_mut()).enumerate() {
+                    let r = t * per_task + j;
+                    let xr = scalar::load(&x[r * cols..(r + 1) * cols], &mut sx);
+                    scalar::store_with(
+                        yr,
+                        &mut sy,
+                        #[inline(always)]
+                        |yr| {
+                            let (m, s) = row_stats(xr, eps, yr);
+                            for ((o, &gv), &bv) in yr.iter_mut().zip(&g).zip(&b) {
+                                *o = *o * s * gv + bv;
+                            }
+                            *st = [m.to_f64() as f32, s.to_f64() as f32];
+                        },
+                    );
+                }
+            },
+        );
     });
     for ((st, m), s) in stats.iter().zip(mean.iter_mut()).zip(rstd.iter_mut()) {
         [*m, *s] = *st;
@@ -267,44 +275,53 @@ fn backward<T: Float>(
     // Each task returns its partial dgamma and dbeta; they are added in task order
     // below, so the result does not depend on the thread count.
     let partials = par::map(par::chunks(dx, per_task * cols), |t, dx| {
-        par::simd(|| {
-            let mut dg = vec![T::C::ZERO; cols];
-            let mut db = vec![T::C::ZERO; cols];
-            let (mut sx, mut sdy, mut sdx) = (Vec::new(), Vec::new(), Vec::new());
-            let mut norm = vec![T::C::ZERO; cols];
-            let mut gdy = vec![T::C::ZERO; cols];
-            for (j, dxr) in dx.chunks_mut(cols).enumerate() {
-                let r = t * per_task + j;
-                let xr = scalar::load(&x[r * cols..(r + 1) * cols], &mut sx);
-                let dyr = scalar::load(&dy[r * cols..(r + 1) * cols], &mut sdy);
-                let (m, s) = if T::F32_STATS {
-                    (T::C::from_f32(stats.mean[r]), T::C::from_f32(stats.rstd[r]))
-                } else {
-                    row_stats(xr, eps, &mut norm)
-                };
-                for (((nv, gv), &xv), (&dv, &gm)) in norm
-                    .iter_mut()
-                    .zip(gdy.iter_mut())
-                    .zip(xr)
-                    .zip(dyr.iter().zip(&g))
-                {
-                    *nv = (xv - m) * s;
-                    *gv = dv * gm;
-                }
-                let mean_g = sum(&gdy) * inv_n;
-                let mean_gn = dot(&gdy, &norm) * inv_n;
-                scalar::store_with(dxr, &mut sdx, |dxr| {
-                    for ((o, &gv), &nv) in dxr.iter_mut().zip(&gdy).zip(&norm) {
-                        *o = (gv - mean_g - nv * mean_gn) * s;
+        par::simd(
+            #[inline(always)]
+            || {
+                let mut dg = vec![T::C::ZERO; cols];
+                let mut db = vec![T::C::ZERO; cols];
+                let (mut sx, mut sdy, mut sdx) = (Vec::new(), Vec::new(), Vec::new());
+                let mut norm = vec![T::C::ZERO; cols];
+                let mut gdy = vec![T::C::ZERO; cols];
+                for (j, dxr) in dx.chunks_mut(cols).enumerate() {
+                    let r = t * per_task + j;
+                    let xr = scalar::load(&x[r * cols..(r + 1) * cols], &mut sx);
+                    let dyr = scalar::load(&dy[r * cols..(r + 1) * cols], &mut sdy);
+                    let (m, s) = if T::F32_STATS {
+                        (T::C::from_f32(stats.mean[r]), T::C::from_f32(stats.rstd[r]))
+                    } else {
+                        row_stats(xr, eps, &mut norm)
+                    };
+                    for (((nv, gv), &xv), (&dv, &gm)) in norm
+                        .iter_mut()
+                        .zip(gdy.iter_mut())
+                        .zip(xr)
+                        .zip(dyr.iter().zip(&g))
+                    {
+                        *nv = (xv - m) * s;
+                        *gv = dv * gm;
                     }
-                });
-                for (((a, b), &dv), &nv) in dg.iter_mut().zip(db.iter_mut()).zip(dyr).zip(&norm) {
-                    *a += dv * nv;
-                    *b += dv;
+                    let mean_g = sum(&gdy) * inv_n;
+                    let mean_gn = dot(&gdy, &norm) * inv_n;
+                    scalar::store_with(
+                        dxr,
+                        &mut sdx,
+                        #[inline(always)]
+                        |dxr| {
+                            for ((o, &gv), &nv) in dxr.iter_mut().zip(&gdy).zip(&norm) {
+                                *o = (gv - mean_g - nv * mean_gn) * s;
+                            }
+                        },
+                    );
+                    for (((a, b), &dv), &nv) in dg.iter_mut().zip(db.iter_mut()).zip(dyr).zip(&norm)
+                    {
+                        *a += dv * nv;
+                        *b += dv;
+                    }
                 }
-            }
-            (dg, db)
-        })
+                (dg, db)
+            },
+        )
     });
     let (mut dg, mut db) = (vec![T::C::ZERO; cols], vec![T::C::ZERO; cols]);
     for (pg, pb) in partials {
@@ -313,10 +330,16 @@ fn backward<T: Float>(
     }
     // Accumulate (+=) into the parameter gradients, rounding once for f16/bf16.
     let mut scratch = Vec::new();
-    scalar::update_with(dgamma, &mut scratch, |d| {
-        d.iter_mut().zip(&dg).for_each(|(a, &v)| *a += v)
-    });
-    scalar::update_with(dbeta, &mut scratch, |d| {
-        d.iter_mut().zip(&db).for_each(|(a, &v)| *a += v)
-    });
+    scalar::update_with(
+        dgamma,
+        &mut scratch,
+        #[inline(always)]
+        |d| d.iter_mut().zip(&dg).for_each(|(a, &v)| *a += v),
+    );
+    scalar::update_with(
+        dbeta,
+        &mut scratch,
+        #[inline(always)]
+        |d| d.iter_mut().zip(&db).for_each(|(a, &v)| *a += v),
+    );
 }

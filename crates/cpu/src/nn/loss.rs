@@ -91,23 +91,26 @@ fn forward<T: Float, L: Float>(z: &[T], targets: &[i32], vocab: usize, losses: &
     }
     let per_task = par::rows_per_task(vocab * WORK_PER_ELEM);
     par::run(par::chunks(losses, per_task), |t, losses| {
-        par::simd(|| {
-            let (mut sz, mut e) = (Vec::new(), vec![T::C::ZERO; vocab]);
-            for (j, l) in losses.iter_mut().enumerate() {
-                let r = t * per_task + j;
-                let loss = match usize::try_from(targets[r]) {
-                    Ok(tgt) => {
-                        let zr = scalar::load(&z[r * vocab..(r + 1) * vocab], &mut sz);
-                        let (m, lse) = shifted_lse(zr, &mut e);
-                        // lse + m − z_t, with the shift subtracted first (both are large
-                        // for large logits; their difference is what matters).
-                        lse + (m - zr[tgt])
-                    }
-                    Err(_) => T::C::ZERO, // negative target: ignored (padding)
-                };
-                *l = L::store(L::C::from_f64(loss.to_f64()));
-            }
-        });
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut sz, mut e) = (Vec::new(), vec![T::C::ZERO; vocab]);
+                for (j, l) in losses.iter_mut().enumerate() {
+                    let r = t * per_task + j;
+                    let loss = match usize::try_from(targets[r]) {
+                        Ok(tgt) => {
+                            let zr = scalar::load(&z[r * vocab..(r + 1) * vocab], &mut sz);
+                            let (m, lse) = shifted_lse(zr, &mut e);
+                            // lse + m − z_t, with the shift subtracted first (both are large
+                            // for large logits; their difference is what matters).
+                            lse + (m - zr[tgt])
+                        }
+                        Err(_) => T::C::ZERO, // negative target: ignored (padding)
+                    };
+                    *l = L::store(L::C::from_f64(loss.to_f64()));
+                }
+            },
+        );
     });
 }
 
@@ -160,29 +163,37 @@ fn backward<T: Float>(z: &[T], targets: &[i32], dl: &[f64], vocab: usize, dz: &m
     }
     let per_task = par::rows_per_task(vocab * WORK_PER_ELEM);
     par::run(par::chunks(dz, per_task * vocab), |t, dz| {
-        par::simd(|| {
-            let (mut sz, mut sd) = (Vec::new(), Vec::new());
-            for (j, dzr) in dz.chunks_mut(vocab).enumerate() {
-                let r = t * per_task + j;
-                let Ok(tgt) = usize::try_from(targets[r]) else {
-                    dzr.fill(T::store(T::C::ZERO)); // ignored row
-                    continue;
-                };
-                let zr = scalar::load(&z[r * vocab..(r + 1) * vocab], &mut sz);
-                let g = T::C::from_f64(dl[r]);
-                scalar::store_with(dzr, &mut sd, |out| {
-                    let m = max(zr);
-                    for (o, &v) in out.iter_mut().zip(zr) {
-                        *o = (v - m).exp();
-                    }
-                    // softmax = exp(z − m) / Σ exp(z − m); fold dloss into the factor.
-                    let f = g / sum(out);
-                    for o in out.iter_mut() {
-                        *o *= f;
-                    }
-                    out[tgt] -= g;
-                });
-            }
-        });
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut sz, mut sd) = (Vec::new(), Vec::new());
+                for (j, dzr) in dz.chunks_mut(vocab).enumerate() {
+                    let r = t * per_task + j;
+                    let Ok(tgt) = usize::try_from(targets[r]) else {
+                        dzr.fill(T::store(T::C::ZERO)); // ignored row
+                        continue;
+                    };
+                    let zr = scalar::load(&z[r * vocab..(r + 1) * vocab], &mut sz);
+                    let g = T::C::from_f64(dl[r]);
+                    scalar::store_with(
+                        dzr,
+                        &mut sd,
+                        #[inline(always)]
+                        |out| {
+                            let m = max(zr);
+                            for (o, &v) in out.iter_mut().zip(zr) {
+                                *o = (v - m).exp();
+                            }
+                            // softmax = exp(z − m) / Σ exp(z − m); fold dloss into the factor.
+                            let f = g / sum(out);
+                            for o in out.iter_mut() {
+                                *o *= f;
+                            }
+                            out[tgt] -= g;
+                        },
+                    );
+                }
+            },
+        );
     });
 }

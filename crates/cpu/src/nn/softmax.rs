@@ -43,31 +43,39 @@ fn forward<T: Float>(spec: &SoftmaxSpec, x: &[T], y: &mut [T]) {
     let per_task = par::rows_per_task(cols * WORK_PER_ELEM);
     let scale = T::C::from_f32(spec.scale);
     par::run(par::chunks(y, per_task * cols), |t, y| {
-        par::simd(|| {
-            let (mut sx, mut sy) = (Vec::new(), Vec::new());
-            for (j, yr) in y.chunks_mut(cols).enumerate() {
-                let r = t * per_task + j;
-                let xr = scalar::load(&x[r * cols..(r + 1) * cols], &mut sx);
-                let v = visible(spec, r);
-                scalar::store_with(yr, &mut sy, |yr| {
-                    let (zv, masked) = yr.split_at_mut(v);
-                    // Subtracting the row maximum keeps exp() from overflowing without
-                    // changing the result (softmax is shift-invariant).
-                    for (z, &xv) in zv.iter_mut().zip(&xr[..v]) {
-                        *z = scale * xv;
-                    }
-                    let m = max(zv);
-                    for z in zv.iter_mut() {
-                        *z = (*z - m).exp();
-                    }
-                    let inv = T::C::ONE / sum(zv);
-                    for z in zv.iter_mut() {
-                        *z *= inv;
-                    }
-                    masked.fill(T::C::ZERO);
-                });
-            }
-        });
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut sx, mut sy) = (Vec::new(), Vec::new());
+                for (j, yr) in y.chunks_mut(cols).enumerate() {
+                    let r = t * per_task + j;
+                    let xr = scalar::load(&x[r * cols..(r + 1) * cols], &mut sx);
+                    let v = visible(spec, r);
+                    scalar::store_with(
+                        yr,
+                        &mut sy,
+                        #[inline(always)]
+                        |yr| {
+                            let (zv, masked) = yr.split_at_mut(v);
+                            // Subtracting the row maximum keeps exp() from overflowing without
+                            // changing the result (softmax is shift-invariant).
+                            for (z, &xv) in zv.iter_mut().zip(&xr[..v]) {
+                                *z = scale * xv;
+                            }
+                            let m = max(zv);
+                            for z in zv.iter_mut() {
+                                *z = (*z - m).exp();
+                            }
+                            let inv = T::C::ONE / sum(zv);
+                            for z in zv.iter_mut() {
+                                *z *= inv;
+                            }
+                            masked.fill(T::C::ZERO);
+                        },
+                    );
+                }
+            },
+        );
     });
 }
 
@@ -110,22 +118,30 @@ fn backward<T: Float>(spec: &SoftmaxSpec, y: &[T], dy: &[T], dx: &mut [T]) {
     let per_task = par::rows_per_task(cols * 4);
     let scale = T::C::from_f32(spec.scale);
     par::run(par::chunks(dx, per_task * cols), |t, dx| {
-        par::simd(|| {
-            let (mut sy, mut sdy, mut sdx) = (Vec::new(), Vec::new(), Vec::new());
-            for (j, dxr) in dx.chunks_mut(cols).enumerate() {
-                let r = t * per_task + j;
-                let v = visible(spec, r);
-                let yr = scalar::load(&y[r * cols..r * cols + v], &mut sy);
-                let dyr = scalar::load(&dy[r * cols..r * cols + v], &mut sdy);
-                let d = dot(yr, dyr);
-                scalar::store_with(dxr, &mut sdx, |dxr| {
-                    let (dv, masked) = dxr.split_at_mut(v);
-                    for ((o, &yv), &g) in dv.iter_mut().zip(yr).zip(dyr) {
-                        *o = scale * yv * (g - d);
-                    }
-                    masked.fill(T::C::ZERO);
-                });
-            }
-        });
+        par::simd(
+            #[inline(always)]
+            || {
+                let (mut sy, mut sdy, mut sdx) = (Vec::new(), Vec::new(), Vec::new());
+                for (j, dxr) in dx.chunks_mut(cols).enumerate() {
+                    let r = t * per_task + j;
+                    let v = visible(spec, r);
+                    let yr = scalar::load(&y[r * cols..r * cols + v], &mut sy);
+                    let dyr = scalar::load(&dy[r * cols..r * cols + v], &mut sdy);
+                    let d = dot(yr, dyr);
+                    scalar::store_with(
+                        dxr,
+                        &mut sdx,
+                        #[inline(always)]
+                        |dxr| {
+                            let (dv, masked) = dxr.split_at_mut(v);
+                            for ((o, &yv), &g) in dv.iter_mut().zip(yr).zip(dyr) {
+                                *o = scale * yv * (g - d);
+                            }
+                            masked.fill(T::C::ZERO);
+                        },
+                    );
+                }
+            },
+        );
     });
 }
