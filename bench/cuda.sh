@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# bench/cuda.sh — the CUDA benchmark of brrr, in one go, on a machine with an NVIDIA GPU.
+#
+#   bench/cuda.sh              # everything
+#   STEPS=50 BATCH=16 bench/cuda.sh
+#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train
+#
+# 1. conformance: the op-by-op suite on CUDA against brrr-cpu (cuBLAS and every own GEMM
+#    kernel), then the GPU-only tests of brrr-cuda (streams, events, allocator, OOM).
+# 2. gemm: TFLOP/s at 4096^3 in f32, TF32 and bf16 for cuBLAS, cuBLASLt and brrr's own
+#    kernels v1-v4, then PyTorch's torch.matmul on the same GPU.
+# 3. bandwidth: GB/s of element-wise, softmax, LayerNorm, cross-entropy and cast kernels
+#    next to a measured device-to-device copy, then the same ops in PyTorch.
+# 4. train: the GPT-2 small (124M) preset on synthetic tokens with `brrr train`, then the
+#    equivalent PyTorch model (bench/torch_reference.py): tokens/s and MFU for both.
+#
+# Needs: cargo, an NVIDIA driver, a CUDA toolkit's NVRTC and cuBLAS (12.x or 13.x), and for
+# the PyTorch rows python3 with torch. Everything is written to $OUT (default
+# target/bench-cuda) as well as printed. A part that fails is reported at the end and
+# makes the script exit non-zero; the other parts still run.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+OUT=${OUT:-target/bench-cuda}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+SIZE=${SIZE:-4096}
+STEPS=${STEPS:-30}
+BATCH=${BATCH:-8}
+SEQ=${SEQ:-1024}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT"
+export BRRR_REQUIRE_CUDA=1 # absence of the GPU is a failure here, not a skip
+parts=("$@")
+[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train)
+want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
+failed=()
+step() { # step NAME CMD... : runs CMD, tees output to $OUT/NAME.log, records failure
+    local name=$1
+    shift
+    echo
+    echo "==== $name: $*"
+    if "$@" 2>&1 | tee "$OUT/$name.log"; then
+        return 0
+    fi
+    echo "==== $name FAILED (log: $OUT/$name.log)"
+    failed+=("$name")
+    return 1
+}
+
+# ---- CUDA libraries ---------------------------------------------------------------------
+# brrr-cuda loads libcuda, libnvrtc, libcublas and libcublasLt at run time through
+# cudarc, which asks the dynamic loader for `libNAME.so`, `libNAME.so.12`, ... A CUDA 13
+# toolkit names them `.so.13`, and its lib64 is not always on the loader path. Link
+# whatever is installed into one directory under the unversioned names (plus NVRTC's
+# builtins, which libnvrtc loads by name) and put it first on LD_LIBRARY_PATH.
+find_lib() { # find_lib NAME (e.g. libcublas.so): prints the newest match
+    local name=$1 d f
+    for d in "${CUDA_HOME:-}/lib64" "${CUDA_PATH:-}/lib64" /usr/local/cuda/lib64 \
+        /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/targets/sbsa-linux/lib \
+        /usr/local/cuda-*/lib64 /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64; do
+        [[ -d $d ]] || continue
+        f=$(ls -1 "$d/$name" "$d/$name".[0-9]* 2>/dev/null | sort -V | tail -n 1)
+        if [[ -n $f ]]; then
+            echo "$f"
+            return 0
+        fi
+    done
+    ldconfig -p 2>/dev/null | awk -v n="$name" '$1 ~ "^"n {print $NF}' | sort -V | tail -n 1
+}
+if want libs; then
+    libdir="$OUT/cuda-libs"
+    mkdir -p "$libdir"
+    echo "==== libs: linking CUDA libraries into $libdir"
+    for lib in libnvrtc.so libcublas.so libcublasLt.so; do
+        f=$(find_lib "$lib")
+        if [[ -z $f ]]; then
+            echo "  $lib: not found (install the CUDA toolkit, or set CUDA_HOME)"
+            continue
+        fi
+        echo "  $lib -> $f"
+        ln -sf "$f" "$libdir/$lib"
+        if [[ $lib == libnvrtc.so ]]; then
+            for b in "$(dirname "$f")"/libnvrtc-builtins.so*; do
+                [[ -e $b ]] && ln -sf "$b" "$libdir/$(basename "$b")"
+            done
+        fi
+        export LD_LIBRARY_PATH="$libdir:$(dirname "$f")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    done
+fi
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null || echo "nvidia-smi not available"
+
+# ---- 1. conformance and GPU tests ---------------------------------------------------------
+if want conformance; then
+    step conformance cargo test --release -p brrr-conformance --test cuda -- --nocapture --test-threads=1
+fi
+if want tests; then
+    step cuda-tests cargo test --release -p brrr-cuda -- --nocapture --test-threads=1
+fi
+
+# ---- 2. GEMM ----------------------------------------------------------------------------------
+if want gemm; then
+    step gemm-brrr cargo run --release -q -p brrr-cuda --example cuda_bench -- gemm "$SIZE"
+    if $PYTHON -c "import torch" 2>/dev/null; then
+        step gemm-torch $PYTHON bench/torch_reference.py gemm --size "$SIZE" --json "$OUT/torch-gemm.json"
+    else
+        echo "==== gemm-torch: skipped (python3 has no torch)"
+    fi
+fi
+
+# ---- 3. bandwidth -------------------------------------------------------------------------
+if want bandwidth; then
+    step bandwidth-brrr cargo run --release -q -p brrr-cuda --example cuda_bench -- bandwidth
+    if $PYTHON -c "import torch" 2>/dev/null; then
+        step bandwidth-torch $PYTHON bench/torch_reference.py bandwidth --json "$OUT/torch-bandwidth.json"
+    fi
+fi
+
+# ---- 4. training the 124M preset -------------------------------------------------------------
+if want train; then
+    step train-brrr cargo run --release -q -p brrr -- train --backend cuda --preset gpt2-124m --synthetic \
+        --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ"
+    if $PYTHON -c "import torch" 2>/dev/null; then
+        # f32 is what brrr trains in today; bf16 autocast and torch.compile show what
+        # PyTorch reaches with the usual settings.
+        step train-torch-f32 $PYTHON bench/torch_reference.py train --steps "$STEPS" --batch "$BATCH" \
+            --seq "$SEQ" --dtype f32 --json "$OUT/torch-train-f32.json"
+        step train-torch-bf16 $PYTHON bench/torch_reference.py train --steps "$STEPS" --batch "$BATCH" \
+            --seq "$SEQ" --dtype bf16 --json "$OUT/torch-train-bf16.json"
+        step train-torch-bf16-compile $PYTHON bench/torch_reference.py train --steps "$STEPS" --batch "$BATCH" \
+            --seq "$SEQ" --dtype bf16 --compile --attention sdpa --json "$OUT/torch-train-bf16-compile.json"
+    fi
+fi
+
+echo
+if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "bench/cuda.sh: FAILED parts: ${failed[*]} (logs in $OUT)"
+    exit 1
+fi
+echo "bench/cuda.sh: done (logs in $OUT)"

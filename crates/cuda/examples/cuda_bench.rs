@@ -1,0 +1,116 @@
+//! Prints the CUDA backend's benchmark tables (the data comes from `brrr_cuda::bench`).
+//!
+//! ```text
+//! cargo run --release -p brrr-cuda --example cuda_bench -- gemm [SIZE]
+//! cargo run --release -p brrr-cuda --example cuda_bench -- bandwidth [ELEMS]
+//! cargo run --release -p brrr-cuda --example cuda_bench -- all
+//! ```
+//!
+//! Add `--emulated` to run on the CPU emulator of the kernels (tiny sizes only: it is
+//! slow, and its numbers mean nothing; it checks that the program works).
+
+use brrr_cuda::CudaBackend;
+use brrr_cuda::bench::{BandwidthBench, BenchRow, GemmBench};
+
+fn print(title: &str, rows: &[BenchRow]) {
+    println!("\n{title}");
+    println!(
+        "{:<28} {:<6} {:<18} {:>11} {:>16}  {:>7}  note",
+        "name", "dtype", "size", "seconds", "rate", "of base"
+    );
+    for r in rows {
+        let frac = r
+            .fraction_of_baseline
+            .map(|f| format!("{:6.1}%", f * 100.0))
+            .unwrap_or_default();
+        println!(
+            "{:<28} {:<6} {:<18} {:>11.6} {:>8.2} {:<7}  {:>7}  {}",
+            r.name,
+            if r.note.contains("tf32") {
+                "tf32".to_string()
+            } else {
+                r.dtype.to_string()
+            },
+            r.size,
+            r.seconds,
+            r.rate.value(),
+            r.rate.unit(),
+            frac,
+            r.note
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let emulated = args.iter().any(|a| a == "--emulated");
+    let pos: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let what = pos.first().map(|s| s.as_str()).unwrap_or("all");
+    let number = pos.get(1).and_then(|s| s.parse::<usize>().ok());
+    let cuda = if emulated {
+        CudaBackend::emulated()
+    } else {
+        CudaBackend::new(0)
+    };
+    let cuda = match cuda {
+        Ok(c) => c,
+        Err(e) => {
+            // Absent hardware is a skip, unless the caller requires the GPU.
+            let required =
+                std::env::var("BRRR_REQUIRE_CUDA").is_ok_and(|v| !v.is_empty() && v != "0");
+            eprintln!("cuda: skipped ({e})");
+            std::process::exit(if emulated || required { 1 } else { 0 });
+        }
+    };
+    println!("device: {}", brrr_backend::Backend::info(&cuda).device);
+    let run = || -> brrr_backend::Result<()> {
+        if what == "gemm" || what == "all" {
+            let mut cfg = GemmBench::default();
+            if let Some(n) = number.filter(|_| what == "gemm") {
+                cfg.n = n;
+            }
+            if emulated {
+                cfg.n = cfg.n.min(64);
+                cfg.reps = 1;
+                cfg.warmup = 0;
+            }
+            let rows = brrr_cuda::bench::gemm(&cuda, &cfg)?;
+            print(
+                &format!(
+                    "GEMM {n}x{n}x{n}, brrr-cuda (fraction of cuBLAS in the same dtype)",
+                    n = cfg.n
+                ),
+                &rows,
+            );
+        }
+        if what == "bandwidth" || what == "all" {
+            let mut cfg = BandwidthBench::default();
+            if let Some(n) = number.filter(|_| what == "bandwidth") {
+                cfg.elems = n;
+            }
+            if emulated {
+                cfg = BandwidthBench {
+                    elems: 768 * 8,
+                    softmax_cols: 64,
+                    vocab: 512,
+                    reps: 1,
+                    warmup: 0,
+                    ..cfg
+                };
+            }
+            let rows = brrr_cuda::bench::bandwidth(&cuda, &cfg)?;
+            print(
+                "Memory bandwidth, brrr-cuda (fraction of the device-to-device copy)",
+                &rows,
+            );
+            let up =
+                brrr_cuda::bench::upload(&cuda, if emulated { 1 << 20 } else { 256 << 20 }, 3)?;
+            print("Host to device", &[up]);
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        eprintln!("cuda_bench: {e}");
+        std::process::exit(1);
+    }
+}

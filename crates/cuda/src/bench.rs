@@ -1,0 +1,422 @@
+//! Benchmarks of the CUDA backend as data: rows of (name, dtype, size, seconds, rate).
+//! Nothing here prints; `brrr bench` and `bench/cuda.sh` turn rows into tables.
+//!
+//! Times are device times between CUDA events around each repetition (so host overhead
+//! between launches is not counted), the median over the repetitions after warm-up.
+//!
+//! - [`gemm`]: TFLOP/s (`2 n^3` flops) of cuBLAS, cuBLASLt and brrr's own kernels v1-v4
+//!   for f32, TF32 and bf16, the issue's `4096^3` by default.
+//! - [`bandwidth`]: GB/s of the memory-bound kernels (element-wise, softmax, LayerNorm,
+//!   cross-entropy, casts) next to a device-to-device copy, the practical ceiling. Bytes
+//!   are the minimum traffic: every input read once, every output written once.
+
+use crate::{CudaBackend, CudaBuffer, GemmImpl};
+use brrr_backend::{
+    Backend, BinaryOp, DType, GemmSpec, HostData, LayerNormSpec, Layout, Result, SoftmaxSpec,
+    UnaryOp,
+};
+
+/// What a row measures.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Rate {
+    /// 10^12 floating-point operations per second.
+    TflopS(f64),
+    /// 10^9 bytes per second.
+    GbS(f64),
+}
+
+impl Rate {
+    pub fn value(self) -> f64 {
+        match self {
+            Rate::TflopS(v) | Rate::GbS(v) => v,
+        }
+    }
+    pub fn unit(self) -> &'static str {
+        match self {
+            Rate::TflopS(_) => "TFLOP/s",
+            Rate::GbS(_) => "GB/s",
+        }
+    }
+}
+
+/// One measurement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchRow {
+    /// Implementation or kernel: `cublas`, `v4-tensor-core`, `copy d2d`, `softmax`, ...
+    pub name: String,
+    /// Data type; `tf32` rows are f32 data with TF32 tensor-core math (see `note`).
+    pub dtype: DType,
+    /// Problem size in words: `4096x4096x4096`, `64Mi elements`, `8192x768`.
+    pub size: String,
+    /// Median seconds per repetition.
+    pub seconds: f64,
+    pub rate: Rate,
+    /// The rate divided by the baseline row's (the copy for bandwidth rows, cuBLAS of the
+    /// same dtype for GEMM rows), when there is one.
+    pub fraction_of_baseline: Option<f64>,
+    /// Anything a reader must know: `tf32`, `ran v3 (v4 not eligible)`, ...
+    pub note: String,
+}
+
+/// Settings of [`gemm`].
+#[derive(Clone, Debug)]
+pub struct GemmBench {
+    /// m = n = k.
+    pub n: usize,
+    /// Implementations to time; own kernels that do not support a dtype are skipped.
+    pub impls: Vec<GemmImpl>,
+    /// (dtype, tf32): f32 without and with TF32, bf16, ...
+    pub dtypes: Vec<(DType, bool)>,
+    pub warmup: usize,
+    pub reps: usize,
+    /// Stop repeating a row after this much device time (the naive kernel is slow).
+    pub max_seconds_per_row: f64,
+}
+
+impl Default for GemmBench {
+    fn default() -> Self {
+        GemmBench {
+            n: 4096,
+            impls: GemmImpl::ALL.to_vec(),
+            dtypes: vec![
+                (DType::F32, false),
+                (DType::F32, true),
+                (DType::BF16, false),
+            ],
+            warmup: 2,
+            reps: 10,
+            max_seconds_per_row: 3.0,
+        }
+    }
+}
+
+/// Deterministic pseudo-random values in [-1, 1): a fast LCG, so that filling 4096^2
+/// matrices costs little host time. Random data keeps the tensor cores' power (and clock)
+/// realistic, which all-zero inputs would not.
+fn pseudo_random(dtype: DType, len: usize, seed: u64) -> HostData {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let v: Vec<f64> = (0..len)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect();
+    HostData::from_f64(dtype, &v)
+}
+
+/// Times `f` (which enqueues one repetition): `warmup` untimed runs, then up to `reps`
+/// timed ones (fewer if `max_seconds` of device time is exceeded); the median.
+fn time_reps(
+    cuda: &CudaBackend,
+    warmup: usize,
+    reps: usize,
+    max_seconds: f64,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    cuda.synchronize_blocking()?;
+    let mut times = Vec::with_capacity(reps);
+    let mut total = 0.0;
+    for _ in 0..reps.max(1) {
+        let t = cuda.time(&mut f)?;
+        times.push(t);
+        total += t;
+        if total > max_seconds {
+            break;
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+fn own_supports(which: GemmImpl, dtype: DType) -> bool {
+    match which {
+        GemmImpl::V4TensorCore => matches!(dtype, DType::F16 | DType::BF16),
+        _ => true,
+    }
+}
+
+/// GEMM throughput: one row per (dtype, implementation). cuBLAS rows come first for each
+/// dtype and are the baseline of the others.
+pub fn gemm(cuda: &CudaBackend, cfg: &GemmBench) -> Result<Vec<BenchRow>> {
+    let n = cfg.n;
+    let spec = GemmSpec::new(n, n, n);
+    let flops = spec.flops() as f64;
+    let tf32_before = cuda.allow_tf32();
+    let mut rows = Vec::new();
+    for &(dtype, tf32) in &cfg.dtypes {
+        let a = cuda.upload(&pseudo_random(dtype, n * n, 1))?;
+        let b = cuda.upload(&pseudo_random(dtype, n * n, 2))?;
+        let mut c = cuda.zeros(dtype, n * n)?;
+        cuda.set_allow_tf32(tf32);
+        let mut baseline = None;
+        let mut impls = cfg.impls.clone();
+        impls.sort_by_key(|g| *g != GemmImpl::Cublas);
+        for &which in &impls {
+            // TF32 is a cuBLAS math mode; the own kernels compute f32 exactly, so they
+            // appear in the f32 rows only.
+            if tf32 && !matches!(which, GemmImpl::Cublas | GemmImpl::CublasLt) {
+                continue;
+            }
+            if !own_supports(which, dtype) {
+                continue;
+            }
+            let mut ran = which;
+            let result = time_reps(cuda, cfg.warmup, cfg.reps, cfg.max_seconds_per_row, || {
+                ran = cuda.gemm_with(which, &spec, &a, &b, &mut c)?;
+                Ok(())
+            });
+            let seconds = match result {
+                Ok(s) => s,
+                Err(e) => {
+                    cuda.set_allow_tf32(tf32_before);
+                    return Err(e);
+                }
+            };
+            let tflops = flops / seconds / 1e12;
+            if which == GemmImpl::Cublas {
+                baseline = Some(tflops);
+            }
+            let mut note = Vec::new();
+            if tf32 {
+                note.push("tf32".to_string());
+            }
+            if ran != which {
+                note.push(format!("ran {ran}"));
+            }
+            rows.push(BenchRow {
+                name: which.name().to_string(),
+                dtype,
+                size: format!("{n}x{n}x{n}"),
+                seconds,
+                rate: Rate::TflopS(tflops),
+                fraction_of_baseline: baseline.map(|b| tflops / b),
+                note: note.join(", "),
+            });
+        }
+    }
+    cuda.set_allow_tf32(tf32_before);
+    Ok(rows)
+}
+
+/// Settings of [`bandwidth`].
+#[derive(Clone, Debug)]
+pub struct BandwidthBench {
+    /// Elements per buffer for the element-wise kernels (64 Mi by default: 256 MiB of
+    /// f32, far beyond any cache).
+    pub elems: usize,
+    /// Row length of the row-wise kernels (softmax, LayerNorm): the GPT-2 small shapes.
+    pub softmax_cols: usize,
+    pub layernorm_cols: usize,
+    /// Vocabulary of the cross-entropy row (GPT-2's padded 50304).
+    pub vocab: usize,
+    pub dtypes: Vec<DType>,
+    pub warmup: usize,
+    pub reps: usize,
+}
+
+impl Default for BandwidthBench {
+    fn default() -> Self {
+        BandwidthBench {
+            elems: 64 << 20,
+            softmax_cols: 1024,
+            layernorm_cols: 768,
+            vocab: 50304,
+            dtypes: vec![DType::F32, DType::BF16],
+            warmup: 3,
+            reps: 20,
+        }
+    }
+}
+
+fn elems_name(n: usize) -> String {
+    if n.is_multiple_of(1 << 20) {
+        format!("{}Mi elements", n >> 20)
+    } else {
+        format!("{n} elements")
+    }
+}
+
+/// Memory bandwidth of the memory-bound kernels, and of a device-to-device copy as the
+/// baseline (first row).
+pub fn bandwidth(cuda: &CudaBackend, cfg: &BandwidthBench) -> Result<Vec<BenchRow>> {
+    let mut rows: Vec<BenchRow> = Vec::new();
+    let n = cfg.elems;
+    let push = |rows: &mut Vec<BenchRow>,
+                name: &str,
+                dtype: DType,
+                size: String,
+                seconds: f64,
+                bytes: f64| {
+        let gbs = bytes / seconds / 1e9;
+        let base = rows.first().map(|r| r.rate.value());
+        rows.push(BenchRow {
+            name: name.to_string(),
+            dtype,
+            size,
+            seconds,
+            rate: Rate::GbS(gbs),
+            fraction_of_baseline: base.map(|b| gbs / b),
+            note: String::new(),
+        });
+    };
+    let time = |f: &mut dyn FnMut() -> Result<()>| time_reps(cuda, cfg.warmup, cfg.reps, 5.0, f);
+
+    // Baseline: cuMemcpyDtoD of n f32 (read n*4 bytes, write n*4 bytes).
+    {
+        let src = cuda.zeros(DType::F32, n)?;
+        let mut dst = cuda.zeros(DType::F32, n)?;
+        let l = Layout::contiguous([n]);
+        let s = time(&mut || cuda.copy_strided(&src, &l, &mut dst, &l))?;
+        push(
+            &mut rows,
+            "copy d2d",
+            DType::F32,
+            elems_name(n),
+            s,
+            8.0 * n as f64,
+        );
+    }
+    for &dt in &cfg.dtypes {
+        let es = dt.size_in_bytes() as f64;
+        let nf = n as f64;
+        let x = cuda.upload(&pseudo_random(dt, n, 3))?;
+        let y = cuda.upload(&pseudo_random(dt, n, 4))?;
+        let mut out: CudaBuffer = cuda.zeros(dt, n)?;
+        let l = Layout::contiguous([n]);
+        let s = time(&mut || cuda.binary(BinaryOp::Add, &x, &l, &y, &l, &mut out))?;
+        push(
+            &mut rows,
+            "add (a + b)",
+            dt,
+            elems_name(n),
+            s,
+            3.0 * nf * es,
+        );
+        let s = time(&mut || cuda.unary(UnaryOp::Exp, &x, &mut out))?;
+        push(&mut rows, "exp", dt, elems_name(n), s, 2.0 * nf * es);
+        let s = time(&mut || cuda.axpy(0.5, &x, &mut out))?;
+        push(&mut rows, "axpy", dt, elems_name(n), s, 3.0 * nf * es);
+        let s = time(&mut || cuda.gelu(&x, &mut out))?;
+        push(&mut rows, "gelu", dt, elems_name(n), s, 2.0 * nf * es);
+        // A broadcast: bias add over rows of 768.
+        let cols = cfg.layernorm_cols;
+        let rws = n / cols;
+        let bias = cuda.upload(&pseudo_random(dt, cols, 5))?;
+        let shape = brrr_backend::Shape::new([rws, cols]);
+        let lb = Layout::contiguous([cols]).broadcast_to("bench", &shape)?;
+        let la = Layout::contiguous([rws, cols]);
+        let s = time(&mut || cuda.binary(BinaryOp::Add, &x, &la, &bias, &lb, &mut out))?;
+        push(
+            &mut rows,
+            "bias add (broadcast)",
+            dt,
+            format!("{rws}x{cols}"),
+            s,
+            2.0 * (rws * cols) as f64 * es,
+        );
+        // Cast to the other 16/32-bit type.
+        let other = if dt == DType::F32 {
+            DType::BF16
+        } else {
+            DType::F32
+        };
+        let mut cast_out = cuda.zeros(other, n)?;
+        let s = time(&mut || cuda.cast(&x, &mut cast_out))?;
+        push(
+            &mut rows,
+            &format!("cast to {other}"),
+            dt,
+            elems_name(n),
+            s,
+            nf * (es + other.size_in_bytes() as f64),
+        );
+        drop(cast_out);
+        // Softmax over attention-score rows.
+        let sc = cfg.softmax_cols;
+        let spec = SoftmaxSpec {
+            rows: n / sc,
+            cols: sc,
+            scale: 0.125,
+            causal: true,
+        };
+        let s = time(&mut || cuda.softmax(&spec, &x, &mut out))?;
+        push(
+            &mut rows,
+            "softmax (causal)",
+            dt,
+            format!("{}x{sc}", n / sc),
+            s,
+            2.0 * (spec.rows * sc) as f64 * es,
+        );
+        // LayerNorm.
+        let lspec = LayerNormSpec {
+            rows: rws,
+            cols,
+            eps: 1e-5,
+        };
+        let gamma = cuda.upload(&pseudo_random(dt, cols, 6))?;
+        let mut mean = cuda.zeros(DType::F32, rws)?;
+        let mut rstd = cuda.zeros(DType::F32, rws)?;
+        let s = time(&mut || {
+            cuda.layernorm(&lspec, &x, &gamma, &bias, &mut out, &mut mean, &mut rstd)
+        })?;
+        push(
+            &mut rows,
+            "layernorm",
+            dt,
+            format!("{rws}x{cols}"),
+            s,
+            2.0 * (rws * cols) as f64 * es,
+        );
+        // Cross-entropy over GPT-2-sized rows (read the logits once).
+        let v = cfg.vocab;
+        let ce_rows = (n / v).max(1);
+        let targets = cuda.upload(&HostData::I32(
+            (0..ce_rows as i32).map(|i| (i * 7919) % v as i32).collect(),
+        ))?;
+        let mut losses = cuda.zeros(DType::F32, ce_rows)?;
+        let s = time(&mut || cuda.cross_entropy(&x, &targets, v, &mut losses))?;
+        push(
+            &mut rows,
+            "cross_entropy",
+            dt,
+            format!("{ce_rows}x{v}"),
+            s,
+            (ce_rows * v) as f64 * es,
+        );
+    }
+    Ok(rows)
+}
+
+/// Bytes per second of a plain host-to-device upload (pinned staging on the copy
+/// stream), for `bytes` of data; device time of the whole upload, seconds and GB/s.
+pub fn upload(cuda: &CudaBackend, bytes: usize, reps: usize) -> Result<BenchRow> {
+    let data = pseudo_random(DType::F32, bytes / 4, 7);
+    let mut buf = cuda.upload(&data)?;
+    let mut times = Vec::new();
+    for _ in 0..reps.max(1) {
+        cuda.synchronize_blocking()?;
+        let t0 = std::time::Instant::now();
+        cuda.write(&mut buf, &data)?;
+        cuda.synchronize_blocking()?;
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let seconds = times[times.len() / 2];
+    Ok(BenchRow {
+        name: "upload (pinned staging)".into(),
+        dtype: DType::F32,
+        size: format!("{} MiB", bytes >> 20),
+        seconds,
+        rate: Rate::GbS(data.as_bytes().len() as f64 / seconds / 1e9),
+        fraction_of_baseline: None,
+        note: "host wall time, includes the host-side copy into pinned memory".into(),
+    })
+}

@@ -1,0 +1,263 @@
+//! Kernel argument structs (`#[repr(C)]` mirrors of the structs in `kernels/*.cu`) and
+//! the op codes the kernels switch on.
+
+use brrr_backend::{BinaryOp, DType, Error, Layout, MAX_RANK, ReduceOp, Result, UnaryOp};
+
+/// `struct Strided` of elementwise.cu: a view of up to 6 dimensions with the strides of
+/// two inputs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct Strided {
+    pub rank: u32,
+    pub pad: u32,
+    pub shape: [u64; MAX_RANK],
+    pub sa: [u64; MAX_RANK],
+    pub sb: [u64; MAX_RANK],
+}
+
+impl Strided {
+    /// The descriptor of the views `a` and `b` (same shape): dimensions of size 1 are
+    /// dropped and neighbours that are contiguous with each other in both views are
+    /// merged (as NumPy's iterator does), which shortens the kernel's index loop. A
+    /// contiguous tensor becomes one dimension; a `[rows, cols] + [cols]` broadcast stays
+    /// two.
+    pub(crate) fn new(a: &Layout, b: &Layout) -> Strided {
+        let mut d = Strided::default();
+        let mut r = 0usize;
+        for ax in 0..a.shape.rank() {
+            let dim = a.shape.dims()[ax];
+            if dim == 1 {
+                continue;
+            }
+            let (sa, sb) = (a.strides[ax] as u64, b.strides[ax] as u64);
+            if r > 0 && d.sa[r - 1] == sa * dim as u64 && d.sb[r - 1] == sb * dim as u64 {
+                d.shape[r - 1] *= dim as u64;
+                d.sa[r - 1] = sa;
+                d.sb[r - 1] = sb;
+            } else {
+                d.shape[r] = dim as u64;
+                d.sa[r] = sa;
+                d.sb[r] = sb;
+                r += 1;
+            }
+        }
+        d.rank = r as u32;
+        d
+    }
+}
+
+/// Checks a view for `op`: rank and strides consistent, shape `expected`, and every
+/// element it addresses inside a buffer of `buf_len` elements (without overflowing).
+/// Returns one past the furthest element addressed (0 for an empty view).
+pub(crate) fn check_layout(
+    op: &'static str,
+    what: &str,
+    layout: &Layout,
+    expected: &[usize],
+    buf_len: usize,
+) -> Result<usize> {
+    layout.validate(op)?;
+    if layout.shape.dims() != expected {
+        return Err(Error::shape(
+            op,
+            format!("{what} has shape {}, expected {expected:?}", layout.shape),
+        ));
+    }
+    let mut span = layout.offset;
+    for (&d, &s) in layout.shape.dims().iter().zip(&layout.strides) {
+        if d == 0 {
+            return Ok(0);
+        }
+        span = (d - 1)
+            .checked_mul(s)
+            .and_then(|x| x.checked_add(span))
+            .ok_or_else(|| Error::invalid(op, format!("{what}: strided layout overflows usize")))?;
+    }
+    Error::check_len(op, span + 1, buf_len)?;
+    Ok(span + 1)
+}
+
+/// Rejects destination views that map two elements to one place: sorted by stride,
+/// each stride must step past everything the smaller ones reach (the reference
+/// backend's rule).
+pub(crate) fn check_no_overlap(op: &'static str, layout: &Layout) -> Result<()> {
+    if layout.shape.elem_count() == 0 {
+        return Ok(());
+    }
+    let mut dims: Vec<(usize, usize)> = layout
+        .shape
+        .dims()
+        .iter()
+        .zip(&layout.strides)
+        .filter(|&(&d, _)| d > 1)
+        .map(|(&d, &s)| (s, d))
+        .collect();
+    dims.sort_unstable();
+    let mut reach = 0usize;
+    for (s, d) in dims {
+        if s <= reach {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "destination view (shape {}, strides {:?}) maps several elements to one place",
+                    layout.shape, layout.strides
+                ),
+            ));
+        }
+        reach += (d - 1) * s;
+    }
+    Ok(())
+}
+
+/// `struct GemmArgs` of gemm.cu: a row-major [`brrr_backend::GemmSpec`] for the own kernels.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct GemmArgs {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub stride_a: u64,
+    pub stride_b: u64,
+    pub stride_c: u64,
+    pub alpha: f32,
+    pub beta: f32,
+    pub trans_a: i32,
+    pub trans_b: i32,
+}
+
+/// `struct AdamWArgs` of optim.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct AdamWArgs {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    pub grad_scale: f32,
+    pub inv_bias_correction1: f64,
+    pub inv_bias_correction2: f64,
+}
+
+/// The UN_* codes of elementwise.cu, and the op's two parameters.
+pub(crate) fn unary_code(op: UnaryOp) -> (i32, f32, f32) {
+    match op {
+        UnaryOp::Neg => (0, 0.0, 0.0),
+        UnaryOp::Exp => (1, 0.0, 0.0),
+        UnaryOp::Log => (2, 0.0, 0.0),
+        UnaryOp::Sqrt => (3, 0.0, 0.0),
+        UnaryOp::Rsqrt => (4, 0.0, 0.0),
+        UnaryOp::Abs => (5, 0.0, 0.0),
+        UnaryOp::Square => (6, 0.0, 0.0),
+        UnaryOp::Recip => (7, 0.0, 0.0),
+        UnaryOp::Relu => (8, 0.0, 0.0),
+        UnaryOp::Tanh => (9, 0.0, 0.0),
+        UnaryOp::Sigmoid => (10, 0.0, 0.0),
+        UnaryOp::Affine { mul, add } => (11, mul, add),
+        UnaryOp::Clamp { lo, hi } => (12, lo, hi),
+    }
+}
+
+/// The BIN_* codes of elementwise.cu.
+pub(crate) fn binary_code(op: BinaryOp) -> i32 {
+    match op {
+        BinaryOp::Add => 0,
+        BinaryOp::Sub => 1,
+        BinaryOp::Mul => 2,
+        BinaryOp::Div => 3,
+        BinaryOp::Max => 4,
+        BinaryOp::Min => 5,
+    }
+}
+
+/// The RED_* codes of reduce.cu.
+pub(crate) fn reduce_code(op: ReduceOp) -> i32 {
+    match op {
+        ReduceOp::Sum => 0,
+        ReduceOp::Mean => 1,
+        ReduceOp::Max => 2,
+        ReduceOp::Min => 3,
+    }
+}
+
+/// The kernel-name suffix of a dtype.
+pub(crate) fn suffix(dtype: DType) -> &'static str {
+    dtype.as_str()
+}
+
+/// Float dtypes only (every float kernel exists for f16, bf16, f32 and f64).
+pub(crate) fn check_float(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::Unsupported {
+            op,
+            backend: "cuda",
+            dtype,
+            why: "this kernel takes floating-point data".into(),
+        })
+    }
+}
+
+/// Index dtypes (i32 or u32).
+pub(crate) fn check_index(op: &'static str, dtype: DType) -> Result<()> {
+    if matches!(dtype, DType::I32 | DType::U32) {
+        Ok(())
+    } else {
+        Err(Error::Unsupported {
+            op,
+            backend: "cuda",
+            dtype,
+            why: "indices must be i32 or u32".into(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_match_the_cuda_structs() {
+        // Sizes of the C structs with natural alignment (checked against the kernels by
+        // the emulator tests, which pass these bytes to the compiled C++).
+        assert_eq!(std::mem::size_of::<Strided>(), 4 + 4 + 3 * 6 * 8);
+        assert_eq!(std::mem::size_of::<GemmArgs>(), 6 * 8 + 4 * 4);
+        assert_eq!(std::mem::size_of::<AdamWArgs>(), 6 * 4 + 2 * 8);
+    }
+
+    #[test]
+    fn strided_drops_unit_dimensions_and_merges() {
+        let l = Layout {
+            shape: brrr_backend::Shape::new([2, 1, 3]),
+            strides: vec![3, 99, 1],
+            offset: 0,
+        };
+        let d = Strided::new(&l, &l);
+        assert_eq!(d.rank, 1);
+        assert_eq!(d.shape[0], 6);
+        assert_eq!(d.sa[0], 1);
+        let bias = Layout {
+            shape: brrr_backend::Shape::new([2, 3]),
+            strides: vec![0, 1],
+            offset: 0,
+        };
+        let d = Strided::new(&Layout::contiguous([2, 3]), &bias);
+        assert_eq!(d.rank, 2);
+        assert_eq!(
+            (&d.shape[..2], &d.sa[..2], &d.sb[..2]),
+            (&[2, 3][..], &[3, 1][..], &[0, 1][..])
+        );
+        let t = Layout {
+            shape: brrr_backend::Shape::new([3, 2]),
+            strides: vec![1, 3],
+            offset: 0,
+        };
+        let d = Strided::new(&t, &Layout::contiguous([3, 2]));
+        assert_eq!(d.rank, 2);
+        assert!(check_no_overlap("t", &t).is_ok());
+        assert!(check_no_overlap("t", &bias).is_err());
+        assert_eq!(check_layout("t", "v", &t, &[3, 2], 6).unwrap(), 6);
+        assert!(check_layout("t", "v", &t, &[3, 2], 5).is_err());
+    }
+}

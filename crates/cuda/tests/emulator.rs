@@ -1,0 +1,1061 @@
+//! Every op of the CUDA backend, run on the CPU emulator of the CUDA kernels
+//! (`CudaBackend::emulated`), against the reference backend brrr-cpu on random inputs.
+//!
+//! The emulator runs the real kernels (kernels/*.cu compiled as host C++, one OS thread
+//! per CUDA thread) behind the same host code as a GPU, so this checks the kernels'
+//! arithmetic and indexing, the tensor-core fragment layouts, the launch geometry and
+//! argument marshalling, the allocator, and the row-major-to-cuBLAS operand mapping
+//! (against an implementation of cuBLAS's documented column-major semantics). It needs a
+//! C++20 compiler; without one it prints a skip line.
+#![cfg(not(target_arch = "wasm32"))]
+
+use brrr_backend::{
+    AdamWParams, Backend, BinaryOp, DType, Error, GemmSpec, HostData, LayerNormSpec, Layout,
+    ReduceOp, ScaleUpdateParams, Shape, SoftmaxSpec, UnaryOp, block_on,
+};
+use brrr_cpu::CpuBackend;
+use brrr_cuda::{CudaBackend, CudaBuffer, GemmImpl};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::OnceLock;
+
+const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
+
+fn emu() -> Option<&'static CudaBackend> {
+    static EMU: OnceLock<Option<CudaBackend>> = OnceLock::new();
+    EMU.get_or_init(|| {
+        if !brrr_cuda::emu::compiler_available() {
+            println!("cuda-emu: skipped (no C++ compiler to build the kernel emulator)");
+            return None;
+        }
+        Some(CudaBackend::emulated().expect("building the kernel emulator"))
+    })
+    .as_ref()
+}
+
+macro_rules! need_emu {
+    () => {
+        match emu() {
+            Some(e) => e,
+            None => return,
+        }
+    };
+}
+
+fn rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+fn rand_vec(r: &mut ChaCha8Rng, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    (0..n).map(|_| r.random_range(lo..hi)).collect()
+}
+
+fn data(dtype: DType, v: &[f64]) -> HostData {
+    HostData::from_f64(dtype, v)
+}
+
+fn up(cuda: &CudaBackend, h: &HostData) -> CudaBuffer {
+    cuda.upload(h).unwrap()
+}
+
+fn get(cuda: &CudaBackend, b: &CudaBuffer) -> HostData {
+    block_on(cuda.read(b)).unwrap()
+}
+
+/// Tolerance: `rel` units of the dtype's epsilon, relative to max(|want|, scale).
+fn assert_close(what: &str, got: &HostData, want: &HostData, rel: f64, scale: f64) {
+    assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let eps = want.dtype().epsilon();
+    let (g, w) = (got.to_f64(), want.to_f64());
+    for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+        if a.is_nan() && b.is_nan() {
+            continue;
+        }
+        if a == b {
+            continue;
+        }
+        let tol = rel * eps * b.abs().max(scale);
+        assert!(
+            (a - b).abs() <= tol,
+            "{what}: element {i}: got {a}, want {b} (|diff| {:.3e} > tol {tol:.3e})",
+            (a - b).abs()
+        );
+    }
+}
+
+/// Tolerances in units of epsilon: f64 results are computed in f64 on both sides but in
+/// different orders, so they get more units (their epsilon is tiny).
+fn units(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => 1e4,
+        DType::F32 => 64.0,
+        _ => 4.0,
+    }
+}
+
+#[test]
+fn no_gpu_means_an_error_not_a_panic() {
+    if brrr_cuda::driver_present() {
+        println!("cuda: driver present; the no-driver path is not exercised here");
+        return;
+    }
+    match CudaBackend::new(0) {
+        Err(Error::NoDevice { backend, reason }) => {
+            assert_eq!(backend, "cuda");
+            assert_eq!(reason, "no CUDA driver (libcuda not found)");
+        }
+        other => panic!("expected NoDevice, got {other:?}"),
+    }
+    assert!(!CudaBackend::is_available());
+    assert!(brrr_cuda::device_count().is_err());
+}
+
+#[test]
+fn memory_round_trips_fill_and_zeros() {
+    let cuda = need_emu!();
+    let mut r = rng(1);
+    for dt in DType::ALL {
+        let v: Vec<f64> = rand_vec(&mut r, 37, -100.0, 100.0);
+        let h = data(dt, &v);
+        let b = up(cuda, &h);
+        assert_eq!(get(cuda, &b), h, "{dt} round trip");
+        let z = cuda.zeros(dt, 13).unwrap();
+        assert_eq!(get(cuda, &z), HostData::zeros(dt, 13));
+        let mut f = cuda.zeros(dt, 11).unwrap();
+        for value in [1.5, -3.25, 1e9, f64::NAN] {
+            cuda.fill(&mut f, value).unwrap();
+            let mut want = HostData::zeros(dt, 11);
+            CpuBackend::new().fill(&mut want, value).unwrap();
+            let (g, w) = (get(cuda, &f), want);
+            assert_eq!(g.as_bytes(), w.as_bytes(), "{dt} fill {value}");
+        }
+        let mut wb = cuda.zeros(dt, 37).unwrap();
+        cuda.write(&mut wb, &h).unwrap();
+        assert_eq!(get(cuda, &wb), h);
+        assert!(cuda.write(&mut wb, &data(dt, &[1.0])).is_err());
+    }
+    let empty = cuda.upload(&HostData::F32(vec![])).unwrap();
+    assert_eq!(get(cuda, &empty), HostData::F32(vec![]));
+}
+
+#[test]
+fn casts_between_every_pair_of_dtypes() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(2);
+    let mut v = rand_vec(&mut r, 40, -70000.0, 70000.0);
+    v.extend([
+        0.0,
+        -0.0,
+        0.5,
+        -2.5,
+        1.0 + f64::EPSILON,
+        65504.0,
+        65520.0,
+        1e-8,
+        3.0e38,
+        1e300,
+        -1e300,
+        4_294_967_296.0,
+        -1.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        // Halfway between two f16 values after an f32 rounding would move it: checks
+        // the single rounding of f64 -> f16.
+        1.0 + 2f64.powi(-11) + 2f64.powi(-40),
+        1.0 + 2f64.powi(-8) + 2f64.powi(-40),
+    ]);
+    for s in DType::ALL {
+        let src_h = data(s, &v);
+        let src = up(cuda, &src_h);
+        for d in DType::ALL {
+            let mut dst = cuda.zeros(d, v.len()).unwrap();
+            cuda.cast(&src, &mut dst).unwrap();
+            let mut want = HostData::zeros(d, v.len());
+            cpu.cast(&src_h, &mut want).unwrap();
+            let got = get(cuda, &dst);
+            // Bit-exact, except NaN payloads.
+            for (i, (a, b)) in got.to_f64().iter().zip(want.to_f64()).enumerate() {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "cast {s} -> {d}: element {i} ({}): got {a}, want {b}",
+                    src_h.to_f64()[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn strided_copies() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(3);
+    for dt in [DType::F16, DType::F32, DType::F64, DType::I32] {
+        let v = rand_vec(&mut r, 60, -10.0, 10.0);
+        let h = data(dt, &v);
+        let src = up(cuda, &h);
+        let cases: Vec<(Layout, Layout, usize)> = vec![
+            // transpose of a 3x4 (offset 2) into a contiguous 4x3
+            (
+                Layout {
+                    shape: Shape::new([4, 3]),
+                    strides: vec![1, 4],
+                    offset: 2,
+                },
+                Layout::contiguous([4, 3]),
+                12,
+            ),
+            // broadcast a row of 5 to 3x5
+            (
+                Layout {
+                    shape: Shape::new([3, 5]),
+                    strides: vec![0, 1],
+                    offset: 7,
+                },
+                Layout::contiguous([3, 5]),
+                15,
+            ),
+            // a contiguous 2x3x4 block into columns 2..6 of a 2x3x10 tensor
+            (
+                Layout::contiguous([2, 3, 4]),
+                Layout {
+                    shape: Shape::new([2, 3, 4]),
+                    strides: vec![30, 10, 1],
+                    offset: 2,
+                },
+                60,
+            ),
+            // permuted source into a strided destination, rank 4
+            (
+                Layout {
+                    shape: Shape::new([2, 2, 3, 2]),
+                    strides: vec![1, 12, 2, 6],
+                    offset: 0,
+                },
+                Layout {
+                    shape: Shape::new([2, 2, 3, 2]),
+                    strides: vec![26, 13, 4, 1],
+                    offset: 1,
+                },
+                52,
+            ),
+            // contiguous to contiguous with offsets (a plain device copy)
+            (
+                Layout {
+                    shape: Shape::new([10]),
+                    strides: vec![1],
+                    offset: 5,
+                },
+                Layout {
+                    shape: Shape::new([10]),
+                    strides: vec![1],
+                    offset: 3,
+                },
+                20,
+            ),
+        ];
+        for (i, (sl, dl, dst_len)) in cases.iter().enumerate() {
+            let init = data(dt, &rand_vec(&mut r, *dst_len, -1.0, 1.0));
+            let mut dst = up(cuda, &init);
+            cuda.copy_strided(&src, sl, &mut dst, dl).unwrap();
+            let mut want = init.clone();
+            cpu.copy_strided(&h, sl, &mut want, dl).unwrap();
+            assert_eq!(get(cuda, &dst), want, "{dt} case {i}");
+        }
+        // Overlapping destinations and out-of-range views are errors, as on the CPU.
+        let mut dst = cuda.zeros(dt, 15).unwrap();
+        let bad = Layout {
+            shape: Shape::new([3, 5]),
+            strides: vec![0, 1],
+            offset: 0,
+        };
+        assert!(
+            cuda.copy_strided(&src, &Layout::contiguous([3, 5]), &mut dst, &bad)
+                .is_err()
+        );
+        let too_far = Layout {
+            shape: Shape::new([3, 5]),
+            strides: vec![5, 1],
+            offset: 50,
+        };
+        assert!(
+            cuda.copy_strided(&src, &too_far, &mut dst, &Layout::contiguous([3, 5]))
+                .is_err()
+        );
+    }
+}
+
+#[test]
+fn unary_ops() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(4);
+    let ops = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Abs,
+        UnaryOp::Square,
+        UnaryOp::Recip,
+        UnaryOp::Relu,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Affine {
+            mul: -1.5,
+            add: 0.25,
+        },
+        UnaryOp::Clamp { lo: -0.5, hi: 0.75 },
+    ];
+    for dt in FLOATS {
+        for op in ops {
+            let positive = matches!(op, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt);
+            let (lo, hi) = if positive { (0.1, 4.0) } else { (-3.0, 3.0) };
+            // 67 elements: vectorized packs plus a ragged tail.
+            let h = data(dt, &rand_vec(&mut r, 67, lo, hi));
+            let x = up(cuda, &h);
+            let mut out = cuda.zeros(dt, 67).unwrap();
+            cuda.unary(op, &x, &mut out).unwrap();
+            let mut want = HostData::zeros(dt, 67);
+            cpu.unary(op, &h, &mut want).unwrap();
+            assert_close(
+                &format!("{op:?} {dt}"),
+                &get(cuda, &out),
+                &want,
+                units(dt),
+                1e-3,
+            );
+        }
+    }
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(5);
+    let ops = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+    ];
+    let shape = Shape::new([3, 4, 5]);
+    let layouts = [
+        Layout::contiguous([3, 4, 5]),
+        Layout::contiguous([5]).broadcast_to("t", &shape).unwrap(),
+        Layout::contiguous([3, 1, 5])
+            .broadcast_to("t", &shape)
+            .unwrap(),
+        Layout {
+            shape: shape.clone(),
+            strides: vec![1, 3, 12],
+            offset: 0,
+        },
+        Layout {
+            shape: shape.clone(),
+            strides: vec![20, 5, 1],
+            offset: 3,
+        },
+    ];
+    for dt in FLOATS {
+        let ha = data(dt, &rand_vec(&mut r, 64, 0.5, 2.0));
+        let hb = data(dt, &rand_vec(&mut r, 64, -2.0, -0.5));
+        let (a, b) = (up(cuda, &ha), up(cuda, &hb));
+        for op in ops {
+            for (i, la) in layouts.iter().enumerate() {
+                for (j, lb) in layouts.iter().enumerate() {
+                    let mut out = cuda.zeros(dt, 60).unwrap();
+                    cuda.binary(op, &a, la, &b, lb, &mut out).unwrap();
+                    let mut want = HostData::zeros(dt, 60);
+                    cpu.binary(op, &ha, la, &hb, lb, &mut want).unwrap();
+                    assert_close(
+                        &format!("{op:?} {dt} layouts {i},{j}"),
+                        &get(cuda, &out),
+                        &want,
+                        units(dt),
+                        1e-3,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn axpy_gelu_and_gelu_backward() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(6);
+    for dt in FLOATS {
+        let n = 45;
+        let hx = data(dt, &rand_vec(&mut r, n, -4.0, 4.0));
+        let hy = data(dt, &rand_vec(&mut r, n, -4.0, 4.0));
+        let (x, dy) = (up(cuda, &hx), up(cuda, &hy));
+        let mut y = up(cuda, &hy);
+        cuda.axpy(-0.75, &x, &mut y).unwrap();
+        let mut want = hy.clone();
+        cpu.axpy(-0.75, &hx, &mut want).unwrap();
+        assert_close(
+            &format!("axpy {dt}"),
+            &get(cuda, &y),
+            &want,
+            units(dt),
+            1e-2,
+        );
+
+        let mut g = cuda.zeros(dt, n).unwrap();
+        cuda.gelu(&x, &mut g).unwrap();
+        let mut want = HostData::zeros(dt, n);
+        cpu.gelu(&hx, &mut want).unwrap();
+        assert_close(
+            &format!("gelu {dt}"),
+            &get(cuda, &g),
+            &want,
+            units(dt),
+            1e-2,
+        );
+
+        let mut dx = cuda.zeros(dt, n).unwrap();
+        cuda.gelu_backward(&x, &dy, &mut dx).unwrap();
+        let mut want = HostData::zeros(dt, n);
+        cpu.gelu_backward(&hx, &hy, &mut want).unwrap();
+        assert_close(
+            &format!("gelu_backward {dt}"),
+            &get(cuda, &dx),
+            &want,
+            units(dt),
+            1e-2,
+        );
+    }
+}
+
+#[test]
+fn reductions() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(7);
+    for dt in FLOATS {
+        for (outer, n, inner) in [(3, 70, 1), (2, 9, 7), (1, 300, 1), (4, 1, 3)] {
+            let h = data(dt, &rand_vec(&mut r, outer * n * inner, -2.0, 2.0));
+            let x = up(cuda, &h);
+            for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+                let mut out = cuda.zeros(dt, outer * inner).unwrap();
+                cuda.reduce(op, &x, outer, n, inner, &mut out).unwrap();
+                let mut want = HostData::zeros(dt, outer * inner);
+                cpu.reduce(op, &h, outer, n, inner, &mut want).unwrap();
+                let scale = if matches!(op, ReduceOp::Sum) {
+                    (n as f64).sqrt()
+                } else {
+                    1.0
+                };
+                assert_close(
+                    &format!("{op:?} {dt} [{outer},{n},{inner}]"),
+                    &get(cuda, &out),
+                    &want,
+                    units(dt) * 4.0,
+                    scale,
+                );
+            }
+        }
+        let x = cuda.zeros(dt, 4).unwrap();
+        let mut out = cuda.zeros(dt, 4).unwrap();
+        assert!(cuda.reduce(ReduceOp::Max, &x, 4, 0, 1, &mut out).is_err());
+    }
+}
+
+#[test]
+fn softmax_forward_and_backward() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(8);
+    for dt in FLOATS {
+        for (rows, cols, causal, scale) in [
+            (6, 37, false, 1.0f32),
+            (16, 8, true, 0.35),
+            (3, 300, false, 2.0),
+        ] {
+            let spec = SoftmaxSpec {
+                rows,
+                cols,
+                scale,
+                causal,
+            };
+            let hx = data(dt, &rand_vec(&mut r, rows * cols, -4.0, 4.0));
+            let x = up(cuda, &hx);
+            let mut y = cuda.zeros(dt, rows * cols).unwrap();
+            cuda.softmax(&spec, &x, &mut y).unwrap();
+            let mut hy = HostData::zeros(dt, rows * cols);
+            cpu.softmax(&spec, &hx, &mut hy).unwrap();
+            assert_close(
+                &format!("softmax {dt} {spec:?}"),
+                &get(cuda, &y),
+                &hy,
+                units(dt),
+                1e-2,
+            );
+
+            let hdy = data(dt, &rand_vec(&mut r, rows * cols, -1.0, 1.0));
+            let dy = up(cuda, &hdy);
+            let yy = up(cuda, &hy);
+            let mut dx = cuda.zeros(dt, rows * cols).unwrap();
+            cuda.softmax_backward(&spec, &yy, &dy, &mut dx).unwrap();
+            let mut want = HostData::zeros(dt, rows * cols);
+            cpu.softmax_backward(&spec, &hy, &hdy, &mut want).unwrap();
+            assert_close(
+                &format!("softmax_backward {dt} {spec:?}"),
+                &get(cuda, &dx),
+                &want,
+                units(dt) * 2.0,
+                1e-2,
+            );
+        }
+    }
+}
+
+#[test]
+fn layernorm_forward_and_backward() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(9);
+    for dt in FLOATS {
+        for (rows, cols) in [(5, 48), (70, 10), (2, 333)] {
+            let spec = LayerNormSpec {
+                rows,
+                cols,
+                eps: 1e-5,
+            };
+            let hx = data(dt, &rand_vec(&mut r, rows * cols, -3.0, 3.0));
+            let hg = data(dt, &rand_vec(&mut r, cols, 0.5, 1.5));
+            let hb = data(dt, &rand_vec(&mut r, cols, -0.5, 0.5));
+            let (x, g, b) = (up(cuda, &hx), up(cuda, &hg), up(cuda, &hb));
+            let mut y = cuda.zeros(dt, rows * cols).unwrap();
+            let mut mean = cuda.zeros(DType::F32, rows).unwrap();
+            let mut rstd = cuda.zeros(DType::F32, rows).unwrap();
+            cuda.layernorm(&spec, &x, &g, &b, &mut y, &mut mean, &mut rstd)
+                .unwrap();
+            let mut wy = HostData::zeros(dt, rows * cols);
+            let mut wm = HostData::zeros(DType::F32, rows);
+            let mut wr = HostData::zeros(DType::F32, rows);
+            cpu.layernorm(&spec, &hx, &hg, &hb, &mut wy, &mut wm, &mut wr)
+                .unwrap();
+            let tag = format!("layernorm {dt} {rows}x{cols}");
+            assert_close(&tag, &get(cuda, &y), &wy, units(dt) * 2.0, 1.0);
+            assert_close(&tag, &get(cuda, &mean), &wm, 64.0, 1.0);
+            assert_close(&tag, &get(cuda, &rstd), &wr, 64.0, 1.0);
+
+            let hdy = data(dt, &rand_vec(&mut r, rows * cols, -1.0, 1.0));
+            let dy = up(cuda, &hdy);
+            let hdg0 = data(dt, &rand_vec(&mut r, cols, -1.0, 1.0));
+            let hdb0 = data(dt, &rand_vec(&mut r, cols, -1.0, 1.0));
+            let mut dx = cuda.zeros(dt, rows * cols).unwrap();
+            let (mut dg, mut db) = (up(cuda, &hdg0), up(cuda, &hdb0));
+            // The reference's saved statistics on both sides, so that only the backward
+            // is compared.
+            let (mean, rstd) = (up(cuda, &wm), up(cuda, &wr));
+            cuda.layernorm_backward(&spec, &dy, &x, &g, &mean, &rstd, &mut dx, &mut dg, &mut db)
+                .unwrap();
+            let mut wdx = HostData::zeros(dt, rows * cols);
+            let (mut wdg, mut wdb) = (hdg0.clone(), hdb0.clone());
+            cpu.layernorm_backward(
+                &spec, &hdy, &hx, &hg, &wm, &wr, &mut wdx, &mut wdg, &mut wdb,
+            )
+            .unwrap();
+            let tag = format!("layernorm_backward {dt} {rows}x{cols}");
+            assert_close(&tag, &get(cuda, &dx), &wdx, units(dt) * 4.0, 1.0);
+            let sum_scale = (rows as f64).sqrt();
+            assert_close(&tag, &get(cuda, &dg), &wdg, units(dt) * 4.0, sum_scale);
+            assert_close(&tag, &get(cuda, &db), &wdb, units(dt) * 4.0, sum_scale);
+        }
+    }
+}
+
+#[test]
+fn embedding_forward_and_backward() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(10);
+    let (rows, dim) = (11, 40);
+    for dt in FLOATS {
+        for idx in [DType::U32, DType::I32] {
+            // Many repeats of the same ids, to exercise the scatter-add.
+            let ids_v: Vec<f64> = (0..300)
+                .map(|_| f64::from(r.random_range(0..rows as u32)))
+                .collect();
+            let hids = data(idx, &ids_v);
+            let htable = data(dt, &rand_vec(&mut r, rows * dim, -1.0, 1.0));
+            let (ids, table) = (up(cuda, &hids), up(cuda, &htable));
+            let mut out = cuda.zeros(dt, 300 * dim).unwrap();
+            cuda.embedding(&ids, &table, dim, &mut out).unwrap();
+            let mut want = HostData::zeros(dt, 300 * dim);
+            cpu.embedding(&hids, &htable, dim, &mut want).unwrap();
+            assert_eq!(get(cuda, &out), want, "embedding {dt} {idx}");
+
+            let hdout = data(dt, &rand_vec(&mut r, 300 * dim, -1.0, 1.0));
+            let dout = up(cuda, &hdout);
+            let mut dtable = up(cuda, &htable);
+            cuda.embedding_backward(&ids, &dout, dim, &mut dtable)
+                .unwrap();
+            let mut want = htable.clone();
+            cpu.embedding_backward(&hids, &hdout, dim, &mut want)
+                .unwrap();
+            // Same order of additions as the sequential reference: close to exact.
+            assert_close(
+                &format!("embedding_backward {dt} {idx}"),
+                &get(cuda, &dtable),
+                &want,
+                units(dt),
+                4.0,
+            );
+        }
+    }
+}
+
+#[test]
+fn cross_entropy_forward_and_backward() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(11);
+    let (rows, vocab) = (9, 257);
+    for dt in FLOATS {
+        for loss_dt in [DType::F32, DType::F64] {
+            if loss_dt == DType::F64 && dt != DType::F64 {
+                continue;
+            }
+            let mut t: Vec<f64> = (0..rows)
+                .map(|_| f64::from(r.random_range(0..vocab as i32)))
+                .collect();
+            t[3] = -1.0; // ignored row
+            let ht = data(DType::I32, &t);
+            let hl = data(dt, &rand_vec(&mut r, rows * vocab, -6.0, 6.0));
+            let (targets, logits) = (up(cuda, &ht), up(cuda, &hl));
+            let mut losses = cuda.zeros(loss_dt, rows).unwrap();
+            cuda.cross_entropy(&logits, &targets, vocab, &mut losses)
+                .unwrap();
+            let mut want = HostData::zeros(loss_dt, rows);
+            cpu.cross_entropy(&hl, &ht, vocab, &mut want).unwrap();
+            let tol = if dt == DType::F64 { 1e4 } else { 64.0 };
+            assert_close(
+                &format!("cross_entropy {dt}->{loss_dt}"),
+                &get(cuda, &losses),
+                &want,
+                tol,
+                1.0,
+            );
+
+            let hdl = data(loss_dt, &rand_vec(&mut r, rows, 0.1, 1.0));
+            let dl = up(cuda, &hdl);
+            let mut dlogits = cuda.zeros(dt, rows * vocab).unwrap();
+            cuda.cross_entropy_backward(&logits, &targets, &dl, vocab, &mut dlogits)
+                .unwrap();
+            let mut want = HostData::zeros(dt, rows * vocab);
+            cpu.cross_entropy_backward(&hl, &ht, &hdl, vocab, &mut want)
+                .unwrap();
+            assert_close(
+                &format!("cross_entropy_backward {dt}"),
+                &get(cuda, &dlogits),
+                &want,
+                units(dt) * 2.0,
+                1e-2,
+            );
+        }
+    }
+}
+
+#[test]
+fn adamw_and_the_amp_kernels() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(12);
+    let n = 77;
+    for dt in FLOATS {
+        let hp = data(dt, &rand_vec(&mut r, n, -1.0, 1.0));
+        let hg = data(dt, &rand_vec(&mut r, n, -1.0, 1.0));
+        let hm = data(DType::F32, &rand_vec(&mut r, n, -0.1, 0.1));
+        let hv = data(DType::F32, &rand_vec(&mut r, n, 0.0, 0.1));
+        let params = AdamWParams {
+            lr: 1e-2,
+            step: 3,
+            grad_scale: 0.5,
+            ..AdamWParams::default()
+        };
+        for (inv, found) in [
+            (None, None),
+            (Some(0.25f32), Some(0.0f32)),
+            (Some(0.25), Some(1.0)),
+        ] {
+            let hinv = inv.map(|s| HostData::F32(vec![s]));
+            let hfound = found.map(|s| HostData::F32(vec![s]));
+            let (inv_b, found_b) = (
+                hinv.as_ref().map(|h| up(cuda, h)),
+                hfound.as_ref().map(|h| up(cuda, h)),
+            );
+            let (mut p, g, mut m, mut v) =
+                (up(cuda, &hp), up(cuda, &hg), up(cuda, &hm), up(cuda, &hv));
+            cuda.adamw(
+                &params,
+                &mut p,
+                &g,
+                &mut m,
+                &mut v,
+                inv_b.as_ref(),
+                found_b.as_ref(),
+            )
+            .unwrap();
+            let (mut wp, mut wm, mut wv) = (hp.clone(), hm.clone(), hv.clone());
+            cpu.adamw(
+                &params,
+                &mut wp,
+                &hg,
+                &mut wm,
+                &mut wv,
+                hinv.as_ref(),
+                hfound.as_ref(),
+            )
+            .unwrap();
+            let tag = format!("adamw {dt} inv {inv:?} found {found:?}");
+            assert_close(&tag, &get(cuda, &p), &wp, units(dt) * 2.0, 1.0);
+            assert_close(&tag, &get(cuda, &m), &wm, 64.0, 1e-2);
+            assert_close(&tag, &get(cuda, &v), &wv, 64.0, 1e-3);
+        }
+
+        // unscale_check_finite: clean gradients leave found_inf alone; one inf sets it.
+        for poison in [false, true] {
+            let mut gv = rand_vec(&mut r, n, -100.0, 100.0);
+            if poison {
+                gv[40] = f64::INFINITY;
+            }
+            let hg = data(dt, &gv);
+            let mut g = up(cuda, &hg);
+            let inv = up(cuda, &HostData::F32(vec![1.0 / 64.0]));
+            let mut found = up(cuda, &HostData::F32(vec![0.0]));
+            cuda.unscale_check_finite(&mut g, &inv, &mut found).unwrap();
+            let mut wg = hg.clone();
+            let mut wf = HostData::F32(vec![0.0]);
+            cpu.unscale_check_finite(&mut wg, &HostData::F32(vec![1.0 / 64.0]), &mut wf)
+                .unwrap();
+            assert_eq!(get(cuda, &found), wf, "found_inf {dt} poison {poison}");
+            assert_close(&format!("unscale {dt}"), &get(cuda, &g), &wg, 1.0, 1e-3);
+        }
+    }
+    // The loss-scale state machine over a sequence of clean and overflowing steps.
+    let p = ScaleUpdateParams {
+        growth_interval: 3,
+        ..ScaleUpdateParams::default()
+    };
+    let (mut s, mut t) = (
+        up(cuda, &HostData::F32(vec![65536.0])),
+        up(cuda, &HostData::I32(vec![0])),
+    );
+    let (mut ws, mut wt) = (HostData::F32(vec![65536.0]), HostData::I32(vec![0]));
+    for (step, inf) in [0.0f32, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+        .into_iter()
+        .enumerate()
+    {
+        let f = HostData::F32(vec![inf]);
+        cuda.update_loss_scale(&p, &mut s, &mut t, &up(cuda, &f))
+            .unwrap();
+        cpu.update_loss_scale(&p, &mut ws, &mut wt, &f).unwrap();
+        assert_eq!(
+            (get(cuda, &s), get(cuda, &t)),
+            (ws.clone(), wt.clone()),
+            "loss scale step {step}"
+        );
+    }
+}
+
+fn gemm_case(
+    cuda: &CudaBackend,
+    which: GemmImpl,
+    dt: DType,
+    spec: GemmSpec,
+    r: &mut ChaCha8Rng,
+    expect_ran: Option<GemmImpl>,
+) {
+    let cpu = CpuBackend::new();
+    let (na, nb, nc) = spec.required_lens();
+    let ha = data(dt, &rand_vec(r, na, -1.0, 1.0));
+    let hb = data(dt, &rand_vec(r, nb, -1.0, 1.0));
+    let hc = data(dt, &rand_vec(r, nc, -1.0, 1.0));
+    let (a, b) = (up(cuda, &ha), up(cuda, &hb));
+    let mut c = if spec.beta == 0.0 {
+        // Fresh memory (NaN garbage in the emulator): beta = 0 must not read it.
+        cuda.upload(&data(dt, &vec![f64::NAN; nc])).unwrap()
+    } else {
+        up(cuda, &hc)
+    };
+    let ran = cuda.gemm_with(which, &spec, &a, &b, &mut c).unwrap();
+    if let Some(e) = expect_ran {
+        assert_eq!(ran, e, "{which} {dt} {spec:?}");
+    }
+    let mut want = hc.clone();
+    cpu.gemm(&spec, &ha, &hb, &mut want).unwrap();
+    let scale = (spec.k as f64).sqrt().max(1.0);
+    assert_close(
+        &format!("gemm {which} (ran {ran}) {dt} {spec:?}"),
+        &get(cuda, &c),
+        &want,
+        units(dt) * 2.0,
+        scale,
+    );
+}
+
+#[test]
+fn gemm_every_implementation_layout_and_dtype() {
+    let cuda = need_emu!();
+    let mut r = rng(13);
+    for which in [
+        GemmImpl::Cublas,
+        GemmImpl::CublasLt,
+        GemmImpl::V1Naive,
+        GemmImpl::V2Tiled,
+        GemmImpl::V3RegisterBlocked,
+    ] {
+        for dt in FLOATS {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                let spec = GemmSpec::new(19, 37, 45)
+                    .trans_a(ta)
+                    .trans_b(tb)
+                    .alpha(0.5)
+                    .beta(0.75);
+                gemm_case(cuda, which, dt, spec, &mut r, None);
+            }
+        }
+        // Batched, with a weight shared across the batch (stride 0) and beta = 0.
+        let spec = GemmSpec {
+            stride_b: 0,
+            ..GemmSpec::batched(3, 17, 9, 33).trans_b(true)
+        };
+        gemm_case(cuda, which, DType::F32, spec, &mut r, None);
+        // k = 0 only scales C.
+        gemm_case(
+            cuda,
+            which,
+            DType::F32,
+            GemmSpec::new(5, 6, 0).beta(2.0),
+            &mut r,
+            None,
+        );
+    }
+}
+
+#[test]
+fn gemm_v4_tensor_cores() {
+    let cuda = need_emu!();
+    let mut r = rng(14);
+    for dt in [DType::BF16, DType::F16] {
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            // m, n not multiples of the 128 tile; k not a multiple of the 32 k tile:
+            // exercises the zero-filled edges of the cp.async loads and the bounds of
+            // the epilogue. Extents that are contiguous in memory are multiples of 8.
+            let spec = GemmSpec::new(136, 72, 40)
+                .trans_a(ta)
+                .trans_b(tb)
+                .alpha(1.25)
+                .beta(-0.5);
+            gemm_case(
+                cuda,
+                GemmImpl::V4TensorCore,
+                dt,
+                spec,
+                &mut r,
+                Some(GemmImpl::V4TensorCore),
+            );
+        }
+    }
+    // A batch with strides, and more k tiles than pipeline stages.
+    let spec = GemmSpec::batched(2, 64, 24, 200);
+    gemm_case(
+        cuda,
+        GemmImpl::V4TensorCore,
+        DType::BF16,
+        GemmSpec { k: 200, ..spec },
+        &mut r,
+        Some(GemmImpl::V4TensorCore),
+    );
+    // Not eligible (k not a multiple of 8 with A not transposed): falls back to v3.
+    let spec = GemmSpec::new(16, 16, 13);
+    gemm_case(
+        cuda,
+        GemmImpl::V4TensorCore,
+        DType::BF16,
+        spec,
+        &mut r,
+        Some(GemmImpl::V3RegisterBlocked),
+    );
+    // f32 is not a tensor-core dtype for v4: v3.
+    gemm_case(
+        cuda,
+        GemmImpl::V4TensorCore,
+        DType::F32,
+        GemmSpec::new(8, 8, 8),
+        &mut r,
+        Some(GemmImpl::V3RegisterBlocked),
+    );
+}
+
+#[test]
+fn gemm_with_fused_bias_and_gelu() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(15);
+    for dt in [DType::F32, DType::BF16] {
+        let spec = GemmSpec::new(7, 12, 16).trans_b(true);
+        let (na, nb, nc) = spec.required_lens();
+        let ha = data(dt, &rand_vec(&mut r, na, -1.0, 1.0));
+        let hb = data(dt, &rand_vec(&mut r, nb, -1.0, 1.0));
+        let hbias = data(dt, &rand_vec(&mut r, spec.n, -1.0, 1.0));
+        let (a, b, bias) = (up(cuda, &ha), up(cuda, &hb), up(cuda, &hbias));
+        let mut c = cuda.zeros(dt, nc).unwrap();
+        cuda.gemm_bias_gelu(&spec, &a, &b, Some(&bias), true, &mut c)
+            .unwrap();
+        // Reference: GEMM, + bias per column, GELU, all in f64 then rounded once.
+        let mut mm = HostData::zeros(DType::F64, nc);
+        let (a64, b64) = (HostData::F64(ha.to_f64()), HostData::F64(hb.to_f64()));
+        cpu.gemm(&spec, &a64, &b64, &mut mm).unwrap();
+        let bias64 = hbias.to_f64();
+        let k = (2.0 / std::f64::consts::PI).sqrt();
+        let want: Vec<f64> = mm
+            .to_f64()
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let x = v + bias64[i % spec.n];
+                0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+            })
+            .collect();
+        assert_close(
+            &format!("gemm_bias_gelu {dt}"),
+            &get(cuda, &c),
+            &data(dt, &want),
+            units(dt) * 2.0,
+            4.0,
+        );
+    }
+}
+
+#[test]
+fn errors_name_the_problem() {
+    let cuda = need_emu!();
+    let a = cuda.zeros(DType::F32, 4).unwrap();
+    let b = cuda.zeros(DType::BF16, 4).unwrap();
+    let mut c = cuda.zeros(DType::F32, 4).unwrap();
+    let e = cuda
+        .gemm(&GemmSpec::new(2, 2, 2), &a, &b, &mut c)
+        .unwrap_err();
+    assert!(matches!(e, Error::DType { .. }), "{e}");
+    let e = cuda
+        .gemm(&GemmSpec::new(3, 2, 2), &a, &a, &mut c)
+        .unwrap_err();
+    assert!(matches!(e, Error::BufferTooSmall { .. }), "{e}");
+    let ints = cuda.zeros(DType::I32, 4).unwrap();
+    let mut out = cuda.zeros(DType::I32, 4).unwrap();
+    assert!(cuda.unary(UnaryOp::Exp, &ints, &mut out).is_err());
+}
+
+#[test]
+fn the_allocator_reuses_blocks_and_reports_out_of_memory() {
+    if !brrr_cuda::emu::compiler_available() {
+        return;
+    }
+    // A small pretend device: 64 MiB.
+    let cuda = CudaBackend::emulated_with_capacity(64 << 20).unwrap();
+    let step = |cuda: &CudaBackend| {
+        let bufs: Vec<CudaBuffer> = (1..20)
+            .map(|i| cuda.zeros(DType::F32, i * 1000).unwrap())
+            .collect();
+        drop(bufs);
+    };
+    step(&cuda);
+    let after_first = cuda.allocator_stats();
+    for _ in 0..3 {
+        step(&cuda);
+    }
+    let later = cuda.allocator_stats();
+    assert_eq!(
+        later.device_mallocs, after_first.device_mallocs,
+        "a warm step must not cudaMalloc"
+    );
+    assert!(later.cache_hits > after_first.cache_hits);
+    assert_eq!(later.in_use_bytes, 0);
+
+    let e = cuda.zeros(DType::F32, 100 << 20).unwrap_err();
+    match e {
+        Error::OutOfMemory {
+            requested, free, ..
+        } => {
+            assert_eq!(requested, 400 << 20);
+            assert!(free <= 64 << 20);
+        }
+        other => panic!("expected OutOfMemory, got {other}"),
+    }
+    // The cache is given back before failing: with 40 MiB cached, 60 MiB fits only after
+    // the allocator empties its cache and retries.
+    drop(cuda.zeros(DType::F32, 10 << 20).unwrap());
+    assert!(cuda.allocator_stats().cached_bytes >= 40 << 20);
+    let big = cuda.zeros(DType::F32, 15 << 20).unwrap();
+    drop(big);
+    cuda.empty_cache().unwrap();
+    assert_eq!(cuda.allocator_stats().cached_bytes, 0);
+}
+
+#[test]
+fn info_and_timing() {
+    let cuda = need_emu!();
+    let info = cuda.info();
+    assert_eq!(info.name, "cuda");
+    assert!(info.device.contains("emulator"));
+    assert!(cuda.supports(DType::BF16) && !cuda.supports(DType::I32));
+    let x = cuda.zeros(DType::F32, 1000).unwrap();
+    let mut y = cuda.zeros(DType::F32, 1000).unwrap();
+    let t = cuda.time(|| cuda.unary(UnaryOp::Exp, &x, &mut y)).unwrap();
+    assert!(t >= 0.0);
+}
+
+#[test]
+fn benchmark_rows_are_produced() {
+    let cuda = need_emu!();
+    use brrr_cuda::bench::{BandwidthBench, GemmBench, Rate};
+    let rows = brrr_cuda::bench::gemm(
+        cuda,
+        &GemmBench {
+            n: 64,
+            warmup: 0,
+            reps: 1,
+            ..GemmBench::default()
+        },
+    )
+    .unwrap();
+    // f32: cublas, cublaslt, v1, v2, v3; tf32: cublas, cublaslt; bf16: all six.
+    assert_eq!(rows.len(), 5 + 2 + 6, "{rows:#?}");
+    assert!(
+        rows.iter()
+            .all(|r| matches!(r.rate, Rate::TflopS(v) if v > 0.0))
+    );
+    assert_eq!(rows[0].name, "cublas");
+    assert!(rows.iter().any(|r| r.note.contains("tf32")));
+    let rows = brrr_cuda::bench::bandwidth(
+        cuda,
+        &BandwidthBench {
+            elems: 768 * 8,
+            softmax_cols: 64,
+            layernorm_cols: 768,
+            vocab: 512,
+            dtypes: vec![DType::BF16],
+            warmup: 0,
+            reps: 1,
+        },
+    )
+    .unwrap();
+    assert_eq!(rows[0].name, "copy d2d");
+    assert!(rows.len() >= 9, "{rows:#?}");
+    assert!(rows[1..].iter().all(|r| r.fraction_of_baseline.is_some()));
+    let up = brrr_cuda::bench::upload(cuda, 1 << 20, 1).unwrap();
+    assert!(up.rate.value() > 0.0);
+}

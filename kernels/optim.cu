@@ -1,0 +1,110 @@
+// optim.cu — the optimizer step and the two mixed-precision kernels.
+//
+// AdamW (Loshchilov & Hutter 2019, decoupled weight decay), fused into one pass: each
+// element's parameter, gradient and two moments are read once and written once, where
+// an unfused step would launch ~10 elementwise kernels.
+//
+// The AMP pair keeps the training step free of host round trips:
+// - unscale_check_finite multiplies gradients by 1/scale and raises found_inf if any
+//   value is inf or NaN (PyTorch's _amp_foreach_non_finite_check_and_unscale_);
+// - adamw reads found_inf on the device and skips the whole update when it is set;
+// - update_loss_scale applies GradScaler's rule to the scale, also on the device.
+
+// Host-computed constants of one AdamW step; must match `AdamWArgs` in ops.rs.
+struct AdamWArgs {
+    float lr;
+    float beta1;
+    float beta2;
+    float eps;
+    float weight_decay;
+    float grad_scale;
+    double inv_bias_correction1;  // 1 / (1 - beta1^step), computed in f64 on the host
+    double inv_bias_correction2;  // 1 / (1 - beta2^step)
+};
+
+template <class P, class G>
+BRRR_DEVICE void adamw_impl(P* param, const G* grad, float* m, float* v, u64 n, const AdamWArgs& a,
+                            const float* inv_scale, const float* found_inf) {
+    typedef typename Acc<P>::type A;
+    if (found_inf != 0 && *found_inf != 0.0f) return;  // a skipped step
+    A gscale = A(a.grad_scale);
+    if (inv_scale != 0) gscale *= A(*inv_scale);
+    const A b1 = A(a.beta1), b2 = A(a.beta2);
+    for (u64 i = global_thread_id(); i < n; i += global_thread_count()) {
+        const A g = A(to_acc(grad[i])) * gscale;
+        const A mi = b1 * A(m[i]) + (A(1) - b1) * g;
+        const A vi = b2 * A(v[i]) + (A(1) - b2) * g * g;
+        m[i] = (float)mi;
+        v[i] = (float)vi;
+        const A mhat = mi * A(a.inv_bias_correction1);
+        const A vhat = vi * A(a.inv_bias_correction2);
+        const A p = to_acc(param[i]);
+        param[i] = from_acc<P>(p - A(a.lr) * (mhat / (m_sqrt(vhat) + A(a.eps)) + A(a.weight_decay) * p));
+    }
+}
+
+#define ADAMW(P, PS, G, GS)                                                                    \
+    extern "C" __global__ void BRRR_FLAT adamw_##PS##_##GS(P* param, const G* grad, float* m, float* v, u64 n, \
+                                                 AdamWArgs a, const float* inv_scale,          \
+                                                 const float* found_inf) {                     \
+        adamw_impl<P, G>(param, grad, m, v, n, a, inv_scale, found_inf);                       \
+    }                                                                                          \
+    BRRR_REGISTER(adamw_##PS##_##GS)
+
+#define ADAMW_FOR(P, PS)              \
+    ADAMW(P, PS, f16_t, f16)          \
+    ADAMW(P, PS, bf16_t, bf16)        \
+    ADAMW(P, PS, float, f32)          \
+    ADAMW(P, PS, double, f64)
+
+ADAMW_FOR(f16_t, f16)
+ADAMW_FOR(bf16_t, bf16)
+ADAMW_FOR(float, f32)
+ADAMW_FOR(double, f64)
+
+// grads *= inv_scale[0]; found_inf[0] = 1 if any (unscaled) gradient is inf or NaN.
+// Many threads may store 1.0 at once; they store the same value, and nothing ever
+// clears the flag here.
+template <class T>
+BRRR_DEVICE void unscale_impl(T* grads, u64 n, const float* inv_scale, float* found_inf) {
+    typedef typename Acc<T>::type A;
+    const A inv = A(*inv_scale);
+    bool bad = false;
+    for (u64 i = global_thread_id(); i < n; i += global_thread_count()) {
+        const A g = to_acc(grads[i]);
+        if (!is_finite(g)) bad = true;
+        grads[i] = from_acc<T>(g * inv);
+    }
+    if (bad) *found_inf = 1.0f;
+}
+
+#define UNSCALE(T, S)                                                                          \
+    extern "C" __global__ void BRRR_FLAT unscale_check_finite_##S(T* grads, u64 n, const float* inv_scale, float* found_inf) { \
+        unscale_impl<T>(grads, n, inv_scale, found_inf);                                       \
+    }                                                                                          \
+    BRRR_REGISTER(unscale_check_finite_##S)
+
+UNSCALE(f16_t, f16)
+UNSCALE(bf16_t, bf16)
+UNSCALE(float, f32)
+UNSCALE(double, f64)
+
+// GradScaler's update (torch._amp_update_scale_), one thread.
+extern "C" __global__ void BRRR_FLAT update_loss_scale(float* scale, i32* growth_tracker, const float* found_inf,
+                                             float growth_factor, float backoff_factor, i32 growth_interval) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    if (*found_inf != 0.0f) {
+        *scale = *scale * backoff_factor;
+        *growth_tracker = 0;
+    } else {
+        const i32 successful = *growth_tracker + 1;
+        if (successful == growth_interval) {
+            const float grown = *scale * growth_factor;
+            if (is_finite(grown)) *scale = grown;
+            *growth_tracker = 0;
+        } else {
+            *growth_tracker = successful;
+        }
+    }
+}
+BRRR_REGISTER(update_loss_scale)

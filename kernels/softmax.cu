@@ -1,0 +1,79 @@
+// softmax.cu — row-wise softmax of a contiguous [rows, cols] matrix, y = softmax(scale * x),
+// optionally causal (row r sees columns j <= r % cols), and its backward.
+//
+// One block per row. The forward reads the row twice, not three times: each thread keeps
+// a running maximum m and a running sum s of exp(z - m), rescaling s whenever m grows
+// (the "online softmax" of Milakov & Gimelshein, 2018). The block then combines the
+// per-thread (m, s) pairs: M = max m, S = sum s * exp(m - M). A second pass writes
+// exp(z - M) / S. Masked entries are written as exact zeros, so no mask tensor exists.
+
+template <class T>
+BRRR_DEVICE void softmax_impl(T* y, const T* x, u64 rows, u64 cols, float scale_f, int causal) {
+    typedef typename Acc<T>::type A;
+    const A scale = A(scale_f);
+    const A neg_inf = -A(inf_f64());
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        T* yr = y + row * cols;
+        const u64 valid = causal ? (row % cols) + 1 : cols;
+        A m = neg_inf;
+        A s = A(0);
+        for (u64 j = threadIdx.x; j < valid; j += blockDim.x) {
+            const A z = scale * to_acc(xr[j]);
+            if (z == neg_inf) continue;  // contributes exp(-inf) = 0
+            if (z > m) {
+                s = s * m_exp(m - z) + A(1);
+                m = z;
+            } else {
+                s += m_exp(z - m);
+            }
+        }
+        const A row_max = block_reduce(m, 1);
+        const A mine = (m == neg_inf) ? A(0) : s * m_exp(m - row_max);
+        const A row_sum = block_reduce(mine, 0);
+        const A inv = A(1) / row_sum;
+        for (u64 j = threadIdx.x; j < cols; j += blockDim.x) {
+            A out = A(0);
+            if (j < valid) out = m_exp(scale * to_acc(xr[j]) - row_max) * inv;
+            yr[j] = from_acc<T>(out);
+        }
+    }
+}
+
+// dx = scale * y * (dy - sum_j dy_j y_j), zero where masked.
+template <class T>
+BRRR_DEVICE void softmax_backward_impl(T* dx, const T* y, const T* dy, u64 rows, u64 cols, float scale_f,
+                                       int causal) {
+    typedef typename Acc<T>::type A;
+    const A scale = A(scale_f);
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* yr = y + row * cols;
+        const T* dyr = dy + row * cols;
+        T* dxr = dx + row * cols;
+        const u64 valid = causal ? (row % cols) + 1 : cols;
+        A dot = A(0);
+        for (u64 j = threadIdx.x; j < valid; j += blockDim.x) dot += to_acc(dyr[j]) * to_acc(yr[j]);
+        dot = block_reduce(dot, 0);
+        for (u64 j = threadIdx.x; j < cols; j += blockDim.x) {
+            A out = A(0);
+            if (j < valid) out = scale * to_acc(yr[j]) * (to_acc(dyr[j]) - dot);
+            dxr[j] = from_acc<T>(out);
+        }
+    }
+}
+
+#define SOFTMAX_KERNELS(T, S)                                                                  \
+    extern "C" __global__ void BRRR_ROWS softmax_##S(T* y, const T* x, u64 rows, u64 cols, float scale, int causal) { \
+        softmax_impl<T>(y, x, rows, cols, scale, causal);                                      \
+    }                                                                                          \
+    BRRR_REGISTER(softmax_##S)                                                                 \
+    extern "C" __global__ void BRRR_ROWS softmax_backward_##S(T* dx, const T* y, const T* dy, u64 rows, u64 cols, \
+                                                    float scale, int causal) {                 \
+        softmax_backward_impl<T>(dx, y, dy, rows, cols, scale, causal);                        \
+    }                                                                                          \
+    BRRR_REGISTER(softmax_backward_##S)
+
+SOFTMAX_KERNELS(f16_t, f16)
+SOFTMAX_KERNELS(bf16_t, bf16)
+SOFTMAX_KERNELS(float, f32)
+SOFTMAX_KERNELS(double, f64)
