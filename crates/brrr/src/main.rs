@@ -98,14 +98,15 @@ fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
 
 fn run_bench_gemm(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
     match args.backend {
-        train::BackendKind::Cpu => {}
-        other => {
-            return Err(brrr_backend::Error::NoDevice {
-                backend: other.name(),
-                reason: "not built into this binary yet".into(),
-            });
-        }
+        train::BackendKind::Cpu => bench_gemm_cpu(args),
+        #[cfg(feature = "cuda")]
+        train::BackendKind::Cuda => bench_gemm_cuda(args),
+        #[allow(unreachable_patterns)]
+        other => Err(train::not_built(other)),
     }
+}
+
+fn bench_gemm_cpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
     let backend = brrr_cpu::CpuBackend::new();
     let peak = brrr_perf::machine::cpu_fp32_peak();
     println!(
@@ -126,6 +127,46 @@ fn run_bench_gemm(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
             r.gflops,
             100.0 * r.gflops * 1e9 / peak.flops
         );
+    }
+    Ok(())
+}
+
+/// cuBLAS and each of brrr's own GEMM versions, per dtype, at each size.
+#[cfg(feature = "cuda")]
+fn bench_gemm_cuda(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
+    let cuda = brrr_cuda::CudaBackend::new(0)?;
+    println!(
+        "backend: cuda ({})",
+        brrr_backend::Backend::info(&cuda).device
+    );
+    println!();
+    println!(
+        "{:<28} {:>6} {:>16} {:>10} {:>12} {:>9}",
+        "kernel", "dtype", "size", "time (ms)", "rate", "vs base"
+    );
+    for &n in &args.sizes {
+        let cfg = brrr_cuda::bench::GemmBench {
+            n,
+            reps: args.reps,
+            ..Default::default()
+        };
+        for r in brrr_cuda::bench::gemm(&cuda, &cfg)? {
+            let base = r
+                .fraction_of_baseline
+                .map(|f| format!("{:.1}%", f * 100.0))
+                .unwrap_or_default();
+            println!(
+                "{:<28} {:>6} {:>16} {:>10.3} {:>8.1} {:<3} {:>9} {}",
+                r.name,
+                r.dtype.to_string(),
+                r.size,
+                r.seconds * 1e3,
+                r.rate.value(),
+                r.rate.unit(),
+                base,
+                r.note
+            );
+        }
     }
     Ok(())
 }

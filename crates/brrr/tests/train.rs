@@ -41,6 +41,7 @@ fn args(dir: &Path, out: &str, steps: u64) -> TrainArgs {
         stop_after: None,
         quiet: true,
         trace: None,
+        synthetic: false,
     }
 }
 
