@@ -37,8 +37,22 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// f32 GEMM throughput against this machine's peak.
+    /// f32 GEMM throughput: against this machine's peak (cpu), per kernel version
+    /// (wgpu, cuda).
     Gemm(BenchGemmArgs),
+    /// The overhead-bound regime on wgpu: time per dispatch of a tiny element-wise op
+    /// versus size, and where it becomes bandwidth-bound.
+    Overhead(BenchOverheadArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchOverheadArgs {
+    /// Element counts to time.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1 << 8, 1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24])]
+    sizes: Vec<usize>,
+    /// Dispatches per timing.
+    #[arg(long, default_value_t = 64)]
+    dispatches: usize,
 }
 
 #[derive(clap::Args)]
@@ -59,6 +73,7 @@ fn main() -> ExitCode {
         Command::Train(args) => run_train(&args),
         Command::Sample(args) => sample::run(&args).map(|text| println!("{text}")),
         Command::Bench(BenchCommand::Gemm(args)) => run_bench_gemm(&args),
+        Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
         Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
     };
@@ -101,9 +116,81 @@ fn run_bench_gemm(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
         train::BackendKind::Cpu => bench_gemm_cpu(args),
         #[cfg(feature = "cuda")]
         train::BackendKind::Cuda => bench_gemm_cuda(args),
+        #[cfg(feature = "wgpu")]
+        train::BackendKind::Wgpu => bench_gemm_wgpu(args),
         #[allow(unreachable_patterns)]
         other => Err(train::not_built(other)),
     }
+}
+
+#[cfg(feature = "wgpu")]
+fn wgpu_backend() -> brrr_backend::Result<brrr_wgpu::WgpuBackend> {
+    let b = brrr_wgpu::WgpuBackend::new_blocking()?;
+    println!("backend: wgpu ({})", brrr_backend::Backend::info(&b).device);
+    if brrr_backend::Backend::info(&b).device.contains("llvmpipe") {
+        println!(
+            "note: llvmpipe/lavapipe is Vulkan emulated on the CPU: these are not GPU numbers"
+        );
+    }
+    println!();
+    Ok(b)
+}
+
+/// Each WGSL matmul version (naive, tiled, register-blocked, vec4) at each size.
+#[cfg(feature = "wgpu")]
+fn bench_gemm_wgpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
+    let b = wgpu_backend()?;
+    let rows = brrr_wgpu::bench::bench_gemm(
+        &b,
+        &args.sizes,
+        &brrr_wgpu::MatmulKernel::ALL,
+        0.2 * args.reps as f64,
+    )?;
+    println!(
+        "{:<22} {:>6} {:>10} {:>9}",
+        "kernel", "n", "time (ms)", "GFLOP/s"
+    );
+    for r in rows {
+        println!(
+            "{:<22} {:>6} {:>10.3} {:>9.1}",
+            r.kernel,
+            r.size,
+            r.seconds * 1e3,
+            r.rate
+        );
+    }
+    Ok(())
+}
+
+#[cfg(feature = "wgpu")]
+fn run_bench_overhead(args: &BenchOverheadArgs) -> brrr_backend::Result<()> {
+    let b = wgpu_backend()?;
+    let rows = brrr_wgpu::bench::bench_overhead(&b, &args.sizes, args.dispatches, 0.2)?;
+    println!(
+        "{:<16} {:>10} {:>14} {:>9}",
+        "submission", "elements", "µs / dispatch", "GB/s"
+    );
+    for r in &rows {
+        println!(
+            "{:<16} {:>10} {:>14.2} {:>9.2}",
+            r.kernel,
+            r.size,
+            r.seconds * 1e6,
+            r.rate
+        );
+    }
+    for k in ["submit_per_op", "one_submission"] {
+        match brrr_wgpu::bench::overhead_crossover(&rows, k) {
+            Some(n) => println!("{k}: overhead-bound below ~{n} elements; bandwidth-bound above"),
+            None => println!("{k}: overhead-bound at every size measured"),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn run_bench_overhead(_: &BenchOverheadArgs) -> brrr_backend::Result<()> {
+    Err(train::not_built(train::BackendKind::Wgpu))
 }
 
 fn bench_gemm_cpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
