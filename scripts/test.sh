@@ -140,6 +140,8 @@ wgpu() {
 step "toolchain" toolchain
 step "cargo fmt --check" cargo fmt --all --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
+# The brrr binary's optional backends (--features cuda,wgpu) are outside the line above.
+step "cargo clippy (brrr, all features)" cargo clippy -p brrr --all-features --all-targets -- -D warnings
 step "nvrtc (bench/install-nvrtc.sh)" nvrtc
 step "tests" tests
 # nextest does not run doctests.
