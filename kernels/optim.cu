@@ -62,7 +62,8 @@ ADAMW_FOR(bf16_t, bf16)
 ADAMW_FOR(float, f32)
 ADAMW_FOR(double, f64)
 
-// grads *= inv_scale[0]; found_inf[0] = 1 if any (unscaled) gradient is inf or NaN.
+// grads *= inv_scale[0]; found_inf[0] = 1 if any gradient is inf or NaN, before or
+// after unscaling.
 // Many threads may store 1.0 at once; they store the same value, and nothing ever
 // clears the flag here.
 template <class T>
@@ -72,8 +73,11 @@ BRRR_DEVICE void unscale_impl(T* grads, u64 n, const float* inv_scale, float* fo
     bool bad = false;
     for (u64 i = global_thread_id(); i < n; i += global_thread_count()) {
         const A g = to_acc(grads[i]);
-        if (!is_finite(g)) bad = true;
-        grads[i] = from_acc<T>(g * inv);
+        const T out = from_acc<T>(g * inv);
+        // The incoming value (as PyTorch checks it), and the stored result: a finite
+        // product can still overflow when rounded back to f16 (as brrr-cpu checks).
+        if (!is_finite(g) || !is_finite(to_acc(out))) bad = true;
+        grads[i] = out;
     }
     if (bad) *found_inf = 1.0f;
 }
