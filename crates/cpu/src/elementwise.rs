@@ -31,93 +31,31 @@ pub(crate) fn unary(op: UnaryOp, x: &HostData, out: &mut HostData) -> Result<()>
 }
 
 /// One monomorphised loop per op: matching on `op` outside the loop lets each one
-/// vectorise.
+/// vectorise. The closures are `#[inline(always)]` because they run inside the SIMD
+/// dispatch (see [`par::simd`]); a closure left out of line there would be compiled for
+/// the baseline instruction set. (Kept one per line, hence `rustfmt::skip`.)
+#[rustfmt::skip]
 fn unary_typed<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) {
     let one = T::C::ONE;
     match op {
-        UnaryOp::Neg => map1(
-            x,
-            out,
-            #[inline(always)]
-            |v| -v,
-        ),
-        UnaryOp::Exp => map1(
-            x,
-            out,
-            #[inline(always)]
-            |v| v.exp(),
-        ),
-        UnaryOp::Log => map1(
-            x,
-            out,
-            #[inline(always)]
-            |v| v.ln(),
-        ),
-        UnaryOp::Sqrt => map1(
-            x,
-            out,
-            #[inline(always)]
-            |v| v.sqrt(),
-        ),
-        UnaryOp::Rsqrt => map1(
-            x,
-            out,
-            #[inline(always)]
-            move |v| one / v.sqrt(),
-        ),
-        UnaryOp::Abs => map1(
-            x,
-            out,
-            #[inline(always)]
-            |v| v.abs(),
-        ),
-        UnaryOp::Square => map1(
-            x,
-            out,
-            #[inline(always)]
-            |v| v * v,
-        ),
-        UnaryOp::Recip => map1(
-            x,
-            out,
-            #[inline(always)]
-            move |v| one / v,
-        ),
-        UnaryOp::Relu => map1(
-            x,
-            out,
-            #[inline(always)]
-            |v| v.max(T::C::ZERO),
-        ),
-        UnaryOp::Tanh => map1(
-            x,
-            out,
-            #[inline(always)]
-            |v| v.tanh(),
-        ),
-        UnaryOp::Sigmoid => map1(
-            x,
-            out,
-            #[inline(always)]
-            move |v| one / (one + (-v).exp()),
-        ),
+        UnaryOp::Neg => map1(x, out, #[inline(always)] |v| -v),
+        UnaryOp::Exp => map1(x, out, #[inline(always)] |v| v.exp()),
+        UnaryOp::Log => map1(x, out, #[inline(always)] |v| v.ln()),
+        UnaryOp::Sqrt => map1(x, out, #[inline(always)] |v| v.sqrt()),
+        UnaryOp::Rsqrt => map1(x, out, #[inline(always)] move |v| one / v.sqrt()),
+        UnaryOp::Abs => map1(x, out, #[inline(always)] |v| v.abs()),
+        UnaryOp::Square => map1(x, out, #[inline(always)] |v| v * v),
+        UnaryOp::Recip => map1(x, out, #[inline(always)] move |v| one / v),
+        UnaryOp::Relu => map1(x, out, #[inline(always)] |v| v.max(T::C::ZERO)),
+        UnaryOp::Tanh => map1(x, out, #[inline(always)] |v| v.tanh()),
+        UnaryOp::Sigmoid => map1(x, out, #[inline(always)] move |v| one / (one + (-v).exp())),
         UnaryOp::Affine { mul, add } => {
             let (mul, add) = (T::C::from_f32(mul), T::C::from_f32(add));
-            map1(
-                x,
-                out,
-                #[inline(always)]
-                move |v| v * mul + add,
-            )
+            map1(x, out, #[inline(always)] move |v| v * mul + add)
         }
         UnaryOp::Clamp { lo, hi } => {
             let (lo, hi) = (T::C::from_f32(lo), T::C::from_f32(hi));
-            map1(
-                x,
-                out,
-                #[inline(always)]
-                move |v| v.max(lo).min(hi),
-            )
+            map1(x, out, #[inline(always)] move |v| v.max(lo).min(hi))
         }
     }
 }
@@ -217,62 +155,15 @@ pub(crate) fn binary(
     Ok(())
 }
 
+#[rustfmt::skip]
 fn binary_typed<T: Float>(op: BinaryOp, a: &[T], al: &Layout, b: &[T], bl: &Layout, out: &mut [T]) {
     match op {
-        BinaryOp::Add => broadcast2(
-            a,
-            al,
-            b,
-            bl,
-            out,
-            #[inline(always)]
-            |x, y| x + y,
-        ),
-        BinaryOp::Sub => broadcast2(
-            a,
-            al,
-            b,
-            bl,
-            out,
-            #[inline(always)]
-            |x, y| x - y,
-        ),
-        BinaryOp::Mul => broadcast2(
-            a,
-            al,
-            b,
-            bl,
-            out,
-            #[inline(always)]
-            |x, y| x * y,
-        ),
-        BinaryOp::Div => broadcast2(
-            a,
-            al,
-            b,
-            bl,
-            out,
-            #[inline(always)]
-            |x, y| x / y,
-        ),
-        BinaryOp::Max => broadcast2(
-            a,
-            al,
-            b,
-            bl,
-            out,
-            #[inline(always)]
-            |x, y| x.max(y),
-        ),
-        BinaryOp::Min => broadcast2(
-            a,
-            al,
-            b,
-            bl,
-            out,
-            #[inline(always)]
-            |x, y| x.min(y),
-        ),
+        BinaryOp::Add => broadcast2(a, al, b, bl, out, #[inline(always)] |x, y| x + y),
+        BinaryOp::Sub => broadcast2(a, al, b, bl, out, #[inline(always)] |x, y| x - y),
+        BinaryOp::Mul => broadcast2(a, al, b, bl, out, #[inline(always)] |x, y| x * y),
+        BinaryOp::Div => broadcast2(a, al, b, bl, out, #[inline(always)] |x, y| x / y),
+        BinaryOp::Max => broadcast2(a, al, b, bl, out, #[inline(always)] |x, y| x.max(y)),
+        BinaryOp::Min => broadcast2(a, al, b, bl, out, #[inline(always)] |x, y| x.min(y)),
     }
 }
 

@@ -1,31 +1,43 @@
-//! Batched GEMM through the `gemm` crate.
+//! Batched GEMM through the [`gemm`](https://crates.io/crates/gemm) crate.
 //!
 //! # Why this crate, and why `x86-v4`
 //!
-//! Measured on the development machine (2 cores of an AMD EPYC with AVX-512, rustc
-//! 1.95, `--release`), square fp32 `C = A·B`, GFLOP/s, best of several runs, in one
-//! session next to OpenBLAS through numpy:
+//! Measured on the development machine (2 vCPUs of an AMD EPYC with AVX-512, rustc
+//! 1.95, `--release`), square `C = A·B`, GFLOP/s, best of 3 rounds taken while the
+//! machine was otherwise idle, all in the same session. Two threads everywhere
+//! (`RAYON_NUM_THREADS=2`, `MATMUL_NUM_THREADS=2`, `OPENBLAS_NUM_THREADS=2`):
 //!
-//! | n    | gemm 0.19 default (AVX2) | gemm 0.19 `x86-v4` (AVX-512) | matrixmultiply 0.3 (threading) | OpenBLAS |
-//! |------|------|------|------|------|
-//! | 256  | 109 | 147 | 158 | 163 |
-//! | 512  | 114 | 229 | 136 | 264 |
-//! | 1024 | 98  | 195 | 170 | 294 |
-//! | 2048 | 105 | 198 | 161 | 307 |
+//! | n    | gemm 0.19 default (AVX2) | gemm 0.19 `x86-v4` (AVX-512) | matrixmultiply 0.3 | OpenBLAS 0.3.31 (numpy 2.4) |
+//! |------|-----|-----|-----|-----|
+//! | 256  | 225 | 402 | 321 | 223 |
+//! | 512  | 238 | 460 | 372 | 237 |
+//! | 1024 | 242 | 477 | 382 | 244 |
+//! | 2048 | 241 | 453 | 379 | 243 |
 //!
-//! (See the crate's README for the final table; the machine was shared with other
-//! builds while measuring, so absolute numbers wobble by ±20%.) `gemm` with `x86-v4`
-//! is the fastest pure-Rust option, it takes arbitrary row and column strides (so
-//! transposed operands need no copy), it has f64 kernels, it runs on wasm32, and its
-//! kernels are chosen at run time, so the binary still runs on CPUs without AVX-512.
+//! and this backend through the trait (one idle run of `examples/bench.rs`, which also
+//! times the other kernels at GPT-2-small sizes):
+//!
+//! | n    | f32 | f32 `A·Bᵀ` | bf16 | f16 | f64 |
+//! |------|-----|-----|-----|-----|-----|
+//! | 256  | 415 | 288 | 185 | 249 | 208 |
+//! | 512  | 458 | 339 | 379 | 384 | 221 |
+//! | 1024 | 482 | 393 | 409 | 406 | 216 |
+//! | 2048 | 452 | 417 | 363 | 312 | 222 |
+//!
+//! (numpy's wheel ships OpenBLAS with its Haswell kernels selected on this CPU, hence
+//! its AVX2-level numbers. Under load from other processes every column drops by half
+//! or more, OpenBLAS most, since its threads spin.) `gemm` with `x86-v4` is the
+//! fastest option measured, it takes arbitrary row and column strides (a transposed
+//! operand is read in place, no copy), it has f64 kernels, it builds for wasm32, and
+//! it picks its kernels at run time, so the binary still runs on CPUs without AVX-512.
 //!
 //! # Dtypes
 //!
 //! f32 and f64 call `gemm` directly. f16 and bf16 operands are widened to f32, the
 //! product runs in the f32 kernels and C is rounded back once: `gemm`'s own f16 path
-//! measured slower (≈ 130 vs ≈ 200 GFLOP/s at n = 1024, the conversions being O(n²)
-//! next to O(n³) work) and accumulates in f16 on some ARM CPUs, while the trait asks
-//! for f32 accumulation everywhere.
+//! measured slower (≈ 130 vs ≈ 200 GFLOP/s at n = 1024 in a side-by-side run under
+//! load; the conversions are O(n²) next to O(n³) work) and on ARM CPUs with FP16 it
+//! accumulates in f16, while the trait asks for f32 accumulation everywhere.
 //!
 //! # Threads
 //!
@@ -36,8 +48,8 @@
 
 use crate::check;
 use crate::par;
+use crate::scalar::Float;
 use brrr_backend::{Error, GemmSpec, HostData, Result};
-use half::slice::HalfFloatSliceExt;
 
 /// Below this many flops per matrix a batch is spread over threads one matrix per
 /// task; above it each matrix is itself split by `gemm`.
@@ -66,34 +78,10 @@ pub(crate) fn gemm(spec: &GemmSpec, a: &HostData, b: &HostData, c: &mut HostData
             batched(spec, &a[..need_a], &b[..need_b], &mut c[..need_c]);
         }
         (HostData::F16(a), HostData::F16(b), HostData::F16(c)) => {
-            let mut cf = vec![0f32; need_c];
-            if spec.beta != 0.0 {
-                c[..need_c].convert_to_f32_slice(&mut cf);
-            }
-            batched(
-                spec,
-                &a[..need_a].to_f32_vec(),
-                &b[..need_b].to_f32_vec(),
-                &mut cf,
-            );
-            store_blocks(spec, &cf, &mut c[..need_c], |s, d| {
-                d.convert_from_f32_slice(s)
-            });
+            via_f32(spec, &a[..need_a], &b[..need_b], &mut c[..need_c]);
         }
         (HostData::BF16(a), HostData::BF16(b), HostData::BF16(c)) => {
-            let mut cf = vec![0f32; need_c];
-            if spec.beta != 0.0 {
-                c[..need_c].convert_to_f32_slice(&mut cf);
-            }
-            batched(
-                spec,
-                &a[..need_a].to_f32_vec(),
-                &b[..need_b].to_f32_vec(),
-                &mut cf,
-            );
-            store_blocks(spec, &cf, &mut c[..need_c], |s, d| {
-                d.convert_from_f32_slice(s)
-            });
+            via_f32(spec, &a[..need_a], &b[..need_b], &mut c[..need_c]);
         }
         (a, b, c) => return Err(check::dtype_error(OP, &[c, a, b])),
     }
@@ -120,22 +108,40 @@ fn required_lens(spec: &GemmSpec) -> Result<(usize, usize, usize)> {
     ))
 }
 
-/// Writes the `batch` result blocks of `src` (f32) into `dst` (f16/bf16), leaving any
-/// gap between blocks (`stride_c > m·n`) untouched.
-fn store_blocks<D>(
-    spec: &GemmSpec,
-    src: &[f32],
-    dst: &mut [D],
-    convert: impl Fn(&[f32], &mut [D]),
-) {
+/// Elements per task when converting operands (a memory-bound loop).
+const CONVERT_TASK: usize = 1 << 16;
+
+/// f16/bf16: widen A, B (and C when it is read) to f32, multiply in f32, and round the
+/// result blocks back once. Gaps between C's matrices (`stride_c > m·n`) are left as
+/// they were.
+fn via_f32<T: Float<C = f32>>(spec: &GemmSpec, a: &[T], b: &[T], c: &mut [T]) {
+    let mut cf = vec![0f32; c.len()];
+    if spec.beta != 0.0 {
+        convert(c, &mut cf, T::load_slice);
+    }
+    batched(spec, &widen(a), &widen(b), &mut cf);
     let size = spec.m * spec.n;
     if size == 0 {
         return;
     }
     for i in 0..spec.batch {
         let o = i * spec.stride_c;
-        convert(&src[o..o + size], &mut dst[o..o + size]);
+        convert(&cf[o..o + size], &mut c[o..o + size], T::store_slice);
     }
+}
+
+fn widen<T: Float<C = f32>>(src: &[T]) -> Vec<f32> {
+    let mut out = vec![0f32; src.len()];
+    convert(src, &mut out, T::load_slice);
+    out
+}
+
+/// `f(src chunk, dst chunk)` over equal-length slices, in parallel tasks.
+fn convert<S: Sync, D: Send>(src: &[S], dst: &mut [D], f: impl Fn(&[S], &mut [D]) + Sync + Send) {
+    par::run(par::chunks(dst, CONVERT_TASK), |t, d| {
+        let start = t * CONVERT_TASK;
+        f(&src[start..start + d.len()], d);
+    });
 }
 
 /// The scalar types `gemm` has kernels for that we call it with.
@@ -188,7 +194,7 @@ fn batched<T: GemmScalar>(spec: &GemmSpec, a: &[T], b: &[T], c: &mut [T]) {
         }
         return;
     }
-    let flops = 2 * m * n * k;
+    let flops = m.saturating_mul(n).saturating_mul(k).saturating_mul(2);
     let disjoint = spec.stride_c >= size_c;
     if spec.batch > 1 && disjoint && par::threads() > 1 && flops < SMALL_GEMM_FLOPS {
         // One task per matrix (or a few small ones per task).

@@ -20,7 +20,7 @@ use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
 /// Arithmetic a kernel needs from its compute type (f32 or f64).
 ///
 /// Every method is `#[inline(always)]` so that kernels run inside the SIMD dispatch
-/// (see [`crate::simd`]) are compiled, all the way down, for the instruction set chosen.
+/// (see [`crate::par::simd`]) are compiled, all the way down, for the instruction set chosen.
 pub(crate) trait Real:
     Copy
     + Send

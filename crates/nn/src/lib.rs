@@ -35,7 +35,11 @@ pub use gpt::{Gpt, GptConfig};
 pub use layernorm::LayerNorm;
 pub use linear::Linear;
 pub use mlp::Mlp;
-pub use optim::{AdamW, AdamWConfig, clip_grad_norm, grad_norm};
+pub use optim::{AdamW, AdamWConfig};
+/// Native only: they read one number back, which blocks (in a browser, read the
+/// summed squares with `Tensor::to_host().await`).
+#[cfg(not(target_arch = "wasm32"))]
+pub use optim::{clip_grad_norm, grad_norm};
 pub use param::{Module, Param};
 pub use schedule::CosineSchedule;
 

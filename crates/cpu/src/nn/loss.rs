@@ -75,14 +75,23 @@ pub(crate) fn cross_entropy(
     Ok(())
 }
 
-/// `z.max()` and `ln Σ exp(z − max)` of one row, with `e` receiving `exp(z − max)`.
+/// `z.max()` and `ln Σ exp(z − max)` of one row, in one pass after the max (the
+/// exponentials are summed in 8 lanes as they are made, never stored).
 #[inline(always)]
-fn shifted_lse<C: Real>(z: &[C], e: &mut [C]) -> (C, C) {
+fn shifted_lse<C: Real>(z: &[C]) -> (C, C) {
     let m = max(z);
-    for (o, &v) in e.iter_mut().zip(z) {
-        *o = (v - m).exp();
+    let mut acc = [C::ZERO; 8];
+    let mut chunks = z.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += (v - m).exp();
+        }
     }
-    (m, sum(e).ln())
+    for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+        *a += (v - m).exp();
+    }
+    let [a0, a1, a2, a3, a4, a5, a6, a7] = acc;
+    (m, (((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))).ln())
 }
 
 fn forward<T: Float, L: Float>(z: &[T], targets: &[i32], vocab: usize, losses: &mut [L]) {
@@ -94,13 +103,13 @@ fn forward<T: Float, L: Float>(z: &[T], targets: &[i32], vocab: usize, losses: &
         par::simd(
             #[inline(always)]
             || {
-                let (mut sz, mut e) = (Vec::new(), vec![T::C::ZERO; vocab]);
+                let mut sz = Vec::new();
                 for (j, l) in losses.iter_mut().enumerate() {
                     let r = t * per_task + j;
                     let loss = match usize::try_from(targets[r]) {
                         Ok(tgt) => {
                             let zr = scalar::load(&z[r * vocab..(r + 1) * vocab], &mut sz);
-                            let (m, lse) = shifted_lse(zr, &mut e);
+                            let (m, lse) = shifted_lse(zr);
                             // lse + m − z_t, with the shift subtracted first (both are large
                             // for large logits; their difference is what matters).
                             lse + (m - zr[tgt])

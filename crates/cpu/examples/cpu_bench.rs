@@ -1,5 +1,5 @@
 //! Prints the CPU backend's throughput: GEMM in every dtype, and the row-wise kernels
-//! at GPT-2-small sizes. Run with `cargo run --release -p brrr-cpu --example bench`.
+//! at GPT-2-small sizes. Run with `cargo run --release -p brrr-cpu --example cpu_bench`.
 //! (Benchmarks print tables; they never assert timings.)
 
 use brrr_backend::{Backend, DType, GemmSpec, HostData, LayerNormSpec, SoftmaxSpec};
