@@ -67,7 +67,8 @@ pub trait Backend: Clone + 'static {
         dst: &mut Self::Buffer,
         dst_layout: &Layout,
     ) -> Result<()>;
-    /// Converts `src` into `dst`'s dtype, element by element (round to nearest even).
+    /// Converts `src` into `dst`'s dtype, element by element: to a float dtype with
+    /// round-to-nearest-even, to an integer dtype truncating toward zero and saturating.
     fn cast(&self, src: &Self::Buffer, dst: &mut Self::Buffer) -> Result<()>;
 
     // ---- dense algebra ------------------------------------------------------------
