@@ -569,10 +569,6 @@ fn parse_meta<T: std::str::FromStr>(ck: &ckpt::Checkpoint, key: &str) -> Result<
         .map_err(|_| Error::Parse(format!("checkpoint metadata {key}={v:?} is not a number")))
 }
 
-async fn host_of<B: Backend>(t: &Tensor<B>) -> Result<brrr_backend::HostData> {
-    t.to_host().await
-}
-
 /// Saves weights, AdamW moments, the step and the sampler position.
 #[allow(clippy::too_many_arguments)]
 pub fn save_checkpoint<B: Backend>(
@@ -589,19 +585,19 @@ pub fn save_checkpoint<B: Backend>(
     for p in &params {
         tensors.push((
             format!("model.{}", p.name),
-            brrr_backend::block_on(host_of(&p.value))?,
+            brrr_backend::block_on(p.value.to_host())?,
             p.value.dims().to_vec(),
         ));
     }
     for (p, (m, v)) in params.iter().zip(&opt.moments) {
         tensors.push((
             format!("adamw.m.{}", p.name),
-            brrr_backend::block_on(host_of(m))?,
+            brrr_backend::block_on(m.to_host())?,
             m.dims().to_vec(),
         ));
         tensors.push((
             format!("adamw.v.{}", p.name),
-            brrr_backend::block_on(host_of(v))?,
+            brrr_backend::block_on(v.to_host())?,
             v.dims().to_vec(),
         ));
     }

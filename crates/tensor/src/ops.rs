@@ -284,15 +284,10 @@ fn gemm_operand<B: Backend>(t: &Tensor<B>, batch: usize) -> Result<(Tensor<B>, b
         }
         true
     };
+    // A rank-2 operand of a batched product is one matrix shared by the whole batch.
+    let stride = if r == 2 && batch > 1 { 0 } else { mat };
     if t.layout.offset == 0 && (row_major || col_major) && batch_ok(mat) {
-        let stride = if r == 2 {
-            if batch > 1 { 0 } else { mat }
-        } else {
-            mat
-        };
         return Ok((t.clone(), col_major, stride));
     }
-    let dense = t.deep_clone()?;
-    let stride = if r == 2 && batch > 1 { 0 } else { mat };
-    Ok((dense, false, stride))
+    Ok((t.deep_clone()?, false, stride))
 }
