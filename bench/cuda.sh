@@ -31,6 +31,11 @@ SEQ=${SEQ:-1024}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
 export BRRR_REQUIRE_CUDA=1 # absence of the GPU is a failure here, not a skip
+if ! command -v cargo >/dev/null; then
+    echo "bench/cuda.sh: cargo not found; this script builds brrr on the GPU machine, so it" >&2
+    echo "needs a Rust toolchain there (rustc 1.95 or newer)." >&2
+    exit 2
+fi
 parts=("$@")
 [[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
@@ -66,7 +71,24 @@ find_lib() { # find_lib NAME (e.g. libcublas.so): prints the newest match
             return 0
         fi
     done
-    ldconfig -p 2>/dev/null | awk -v n="$name" '$1 ~ "^"n {print $NF}' | sort -V | tail -n 1
+    f=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 ~ "^"n {print $NF}' | sort -V | tail -n 1)
+    if [[ -n $f ]]; then
+        echo "$f"
+        return 0
+    fi
+    # Last, the wheels PyTorch depends on (nvidia-cublas, nvidia-cuda-nvrtc) put the
+    # libraries under site-packages/nvidia/*/lib.
+    $PYTHON - "$name" 2>/dev/null <<'PY'
+import glob, os, site, sys
+name = sys.argv[1]
+hits = []
+for sp in site.getsitepackages():
+    for pat in ("nvidia/*/lib", "nvidia/*/*/lib"):
+        for d in glob.glob(os.path.join(sp, pat)):
+            hits += glob.glob(os.path.join(d, name)) + glob.glob(os.path.join(d, name + ".[0-9]*"))
+if hits:
+    print(sorted(hits)[-1])
+PY
 }
 if want libs; then
     libdir="$OUT/cuda-libs"
@@ -119,7 +141,7 @@ fi
 
 # ---- 4. training the 124M preset -------------------------------------------------------------
 if want train; then
-    step train-brrr cargo run --release -q -p brrr -- train --backend cuda --preset gpt2-124m --synthetic \
+    step train-brrr cargo run --release -q -p brrr --features cuda -- train --backend cuda --preset gpt2-124m --synthetic \
         --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ"
     if $PYTHON -c "import torch" 2>/dev/null; then
         # f32 is what brrr trains in today; bf16 autocast and torch.compile show what

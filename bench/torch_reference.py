@@ -50,11 +50,13 @@ except ImportError:
 
 # ---- device peaks ------------------------------------------------------------------------
 
-# Dense peak TFLOP/s by (device-name substring, dtype). SXM parts; the PCIe/NVL variants
-# are lower (pass --peak-tflops). Sources: NVIDIA H100/H200/A100 datasheets.
+# Dense peak TFLOP/s by (device-name substring, dtype): the same figures as brrr-perf's
+# spec table (crates/perf/src/specs.rs), so both MFUs divide by the same number. SXM parts;
+# the PCIe/NVL variants are lower (pass --peak-tflops). Sources: NVIDIA H100/H200/A100
+# datasheets (dense = half the sparse figure).
 PEAKS = [
-    ("H200", {"bf16": 989.4, "f16": 989.4, "tf32": 494.7, "f32": 66.9}),
-    ("H100", {"bf16": 989.4, "f16": 989.4, "tf32": 494.7, "f32": 66.9}),
+    ("H200", {"bf16": 989.5, "f16": 989.5, "tf32": 494.5, "f32": 67.0}),
+    ("H100", {"bf16": 989.5, "f16": 989.5, "tf32": 494.5, "f32": 67.0}),
     ("A100", {"bf16": 312.0, "f16": 312.0, "tf32": 156.0, "f32": 19.5}),
     ("L40S", {"bf16": 362.1, "f16": 362.1, "tf32": 183.0, "f32": 91.6}),
     ("4090", {"bf16": 165.2, "f16": 165.2, "tf32": 82.6, "f32": 82.6}),

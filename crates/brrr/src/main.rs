@@ -97,12 +97,21 @@ fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
         );
     }
     println!("throughput:        {:.0} tokens/s", s.tokens_per_s);
-    if let Some(mfu) = s.mfu {
-        println!(
-            "MFU:               {:.1}% of {:.0} GFLOP/s fp32 peak (brrr_perf::machine)",
-            mfu * 100.0,
-            s.peak_flops / 1e9
-        );
+    match (&s.peak, s.mfu) {
+        (Ok(peak), Some(mfu)) => {
+            let rate = if peak.flops >= 1e12 {
+                format!("{:.1} TFLOP/s", peak.flops / 1e12)
+            } else {
+                format!("{:.0} GFLOP/s", peak.flops / 1e9)
+            };
+            println!(
+                "MFU:               {:.1}% of {rate}, the {}",
+                mfu * 100.0,
+                peak.what
+            );
+        }
+        (Err(why), _) => println!("MFU:               n/a: {why}"),
+        (Ok(_), None) => println!("MFU:               n/a: no timed steps"),
     }
     println!(
         "wrote:             {}/{{config.toml, metrics.csv, loss.svg, checkpoint.safetensors}}",

@@ -262,8 +262,44 @@ pub struct Summary {
     pub final_val_loss: Option<f32>,
     pub unigram_entropy: f64,
     pub tokens_per_s: f64,
+    /// Model FLOPs utilisation: `tokens/s × flops_per_token / peak.flops` (PaLM,
+    /// Chowdhery et al. 2022, appendix B), when the device's peak is known.
     pub mfu: Option<f64>,
-    pub peak_flops: f64,
+    /// The peak MFU is measured against, or why there is none.
+    pub peak: std::result::Result<MfuPeak, String>,
+}
+
+/// The peak FLOP/s that MFU divides by, and where it comes from.
+#[derive(Clone, Debug)]
+pub struct MfuPeak {
+    pub flops: f64,
+    /// E.g. "fp32 vector peak of NVIDIA H200 (brrr_perf::specs)".
+    pub what: String,
+}
+
+/// The peak a run on `info`'s device is measured against. The model trains in f32 with
+/// TF32 off, so on a GPU this is the f32 *vector* peak (not the tensor-core one), the same
+/// rule PyTorch's defaults give the reference run in `bench/torch_reference.py`.
+pub fn mfu_peak(info: &brrr_backend::BackendInfo) -> std::result::Result<MfuPeak, String> {
+    if info.name == "cpu" {
+        let p = brrr_perf::machine::cpu_fp32_peak();
+        return Ok(MfuPeak {
+            flops: p.flops,
+            what: "fp32 peak of this CPU at its nominal clock (brrr_perf::machine)".into(),
+        });
+    }
+    // Backends describe the device as "NAME (details...)"; only the name identifies it.
+    let name = info.device.split(" (").next().unwrap_or_default();
+    let gpu = brrr_perf::specs::gpu_for_device(name).ok_or_else(|| {
+        format!("no peak known for \"{name}\" (brrr_perf::specs has no such GPU)")
+    })?;
+    let flops = gpu
+        .peak(brrr_perf::DType::F32, brrr_perf::Unit::Vector)
+        .map_err(|e| e.to_string())?;
+    Ok(MfuPeak {
+        flops,
+        what: format!("fp32 vector peak of {} (brrr_perf::specs)", gpu.name),
+    })
 }
 
 /// The `corpus` value of a run on generated data.
@@ -398,7 +434,6 @@ pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
 
     let stop_at = args.stop_after.unwrap_or(cfg.steps).min(cfg.steps);
     let schedule = cfg.schedule();
-    let peak = brrr_perf::machine::cpu_fp32_peak();
     let flops_per_token = cfg.model.flops_per_token(cfg.seq_len);
     let n_tokens = (cfg.batch_size * cfg.seq_len) as f32;
     let dloss = 1.0 / (n_tokens * cfg.grad_accum as f32);
@@ -507,7 +542,11 @@ pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
     } else {
         0.0
     };
-    let mfu = (info.name == "cpu" && tps > 0.0).then(|| tps * flops_per_token / peak.flops);
+    let peak = mfu_peak(&info);
+    let mfu = match &peak {
+        Ok(p) if tps > 0.0 => Some(tps * flops_per_token / p.flops),
+        _ => None,
+    };
     Ok(Summary {
         out_dir,
         steps_done: stop_at.max(start_step),
@@ -516,7 +555,7 @@ pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
         unigram_entropy: entropy,
         tokens_per_s: tps,
         mfu,
-        peak_flops: peak.flops,
+        peak,
     })
 }
 

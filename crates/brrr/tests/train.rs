@@ -228,3 +228,27 @@ fn sample_generates_text_from_a_run() {
     ]);
     assert_eq!(text, again, "sampling with a seed is deterministic");
 }
+
+/// MFU is measured against the f32 vector peak of the GPU the backend names, and a device
+/// the spec table does not know gives a reason instead of a made-up figure.
+#[test]
+fn mfu_peak_follows_the_reported_device() {
+    let info = |name, device: &str| brrr_backend::BackendInfo {
+        name,
+        device: device.to_string(),
+        dtypes: vec![brrr_backend::DType::F32],
+    };
+    let h200 = train::mfu_peak(&info("cuda", "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)")).unwrap();
+    assert_eq!(h200.flops, 67e12);
+    assert!(h200.what.contains("H200"), "{}", h200.what);
+    let a100 = train::mfu_peak(&info("wgpu", "NVIDIA A100-SXM4-80GB")).unwrap();
+    assert_eq!(a100.flops, 19.5e12);
+    let why = train::mfu_peak(&info(
+        "wgpu",
+        "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, Cpu)",
+    ))
+    .unwrap_err();
+    assert!(why.contains("\"llvmpipe\""), "{why}");
+    let cpu = train::mfu_peak(&info("cpu", "any CPU")).unwrap();
+    assert!(cpu.flops > 0.0 && cpu.what.contains("CPU"), "{}", cpu.what);
+}

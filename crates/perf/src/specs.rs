@@ -575,6 +575,47 @@ pub fn gpu(name: &str) -> Result<GpuSpec> {
     })
 }
 
+/// The table entry for a GPU as its driver names it (`"NVIDIA H200"`,
+/// `"NVIDIA H100 80GB HBM3"`, `"NVIDIA A100-SXM4-40GB"`, `"NVIDIA GeForce RTX 4090"`), or
+/// `None` when the table has no such GPU (a software rasterizer, a laptop GPU, ...).
+///
+/// Used to turn a measured training throughput into MFU on whatever GPU a backend
+/// reports, so it matches on whole words of the name: `L40` is not an `L4`.
+pub fn gpu_for_device(device_name: &str) -> Option<GpuSpec> {
+    let lower = device_name.to_ascii_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |w: &str| words.contains(&w);
+    let pcie = has("pcie");
+    let id = if has("h200") {
+        "h200-sxm"
+    } else if has("h100") {
+        if pcie { "h100-pcie" } else { "h100-sxm" }
+    } else if has("a100") {
+        // The driver says "A100-SXM4-40GB", "A100-PCIE-40GB" or "A100 80GB PCIe".
+        match (pcie, has("40gb")) {
+            (true, true) => "a100-pcie-40gb",
+            (true, false) => "a100-pcie-80gb",
+            (false, true) => "a100-sxm-40gb",
+            (false, false) => "a100-sxm-80gb",
+        }
+    } else if has("b200") {
+        "b200"
+    } else if has("l4") {
+        "l4"
+    } else if has("4090") {
+        "rtx-4090"
+    } else if has("v100") && has("sxm2") && has("32gb") {
+        // Other V100 variants (PCIe, 16 GB) have other clocks and peaks.
+        "v100-sxm2-32gb"
+    } else {
+        return None;
+    };
+    gpus().into_iter().find(|g| g.id == id)
+}
+
 impl GpuSpec {
     /// Dense peak FLOP/s of `dtype` on `unit`, or [`PerfError::MissingSpec`].
     pub fn peak(&self, dtype: DType, unit: Unit) -> Result<f64> {
@@ -678,6 +719,38 @@ pub fn this_machine_from(peak: &crate::machine::CpuPeak, bandwidth: f64) -> GpuS
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names as `nvidia-smi` and the CUDA driver print them map to the right entry.
+    #[test]
+    fn driver_names_map_to_table_entries() {
+        let id = |n: &str| gpu_for_device(n).map(|g| g.id);
+        assert_eq!(id("NVIDIA H200").as_deref(), Some("h200-sxm"));
+        assert_eq!(id("NVIDIA H100 80GB HBM3").as_deref(), Some("h100-sxm"));
+        assert_eq!(id("NVIDIA H100 PCIe").as_deref(), Some("h100-pcie"));
+        assert_eq!(
+            id("NVIDIA A100-SXM4-40GB").as_deref(),
+            Some("a100-sxm-40gb")
+        );
+        assert_eq!(
+            id("NVIDIA A100-PCIE-40GB").as_deref(),
+            Some("a100-pcie-40gb")
+        );
+        assert_eq!(
+            id("NVIDIA A100 80GB PCIe").as_deref(),
+            Some("a100-pcie-80gb")
+        );
+        assert_eq!(id("NVIDIA GeForce RTX 4090").as_deref(), Some("rtx-4090"));
+        assert_eq!(id("NVIDIA L4").as_deref(), Some("l4"));
+        assert_eq!(
+            id("Tesla V100-SXM2-32GB").as_deref(),
+            Some("v100-sxm2-32gb")
+        );
+        // Not in the table, and not to be mistaken for something that is.
+        assert_eq!(id("NVIDIA L40S"), None);
+        assert_eq!(id("Tesla V100-PCIE-16GB"), None);
+        assert_eq!(id("llvmpipe (LLVM 15.0.6, 256 bits)"), None);
+        assert_eq!(id("SwiftShader Device (Subzero)"), None);
+    }
 
     /// Seed-level fact: A100 has 312 TFLOP/s dense BF16 on tensor cores and 2039 GB/s HBM2e
     /// (80GB SXM). Source: NVIDIA A100 datasheet.

@@ -1,0 +1,53 @@
+//! End to end: `brrr train` on the CUDA backend follows the CPU run, step by step.
+//!
+//! - On a GPU: 20 steps of the default model at a small batch, every step's loss within
+//!   1e-3 relative of brrr-cpu's (see `train_common`). Without a GPU: skipped loudly, or a
+//!   failure under BRRR_REQUIRE_CUDA=1.
+//! - Everywhere with a C++ compiler: a one-layer model for a few steps on the kernel
+//!   emulator (`CudaBackend::emulated`), which runs the real kernels behind the same
+//!   host code, allocator included. The emulator is slow, hence the small model.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod train_common;
+
+use brrr_backend::Error;
+use brrr_conformance::backend_absent;
+use brrr_cuda::CudaBackend;
+
+#[test]
+fn cuda_training_follows_cpu_training() {
+    let gpu = match CudaBackend::new(0) {
+        Ok(g) => g,
+        Err(Error::NoDevice { reason, .. }) => {
+            return backend_absent("cuda", reason, "BRRR_REQUIRE_CUDA");
+        }
+        Err(e) => panic!("cuda: the backend could not be created: {e}"),
+    };
+    let device = gpu.device_name().to_string();
+    let small = ["--batch-size", "4", "--seq-len", "64"];
+    let worst = train_common::follows_cpu("cuda", gpu, 20, &small, 1e-3);
+    eprintln!("cuda ({device}) follows cpu: worst relative loss difference {worst:.2e}");
+}
+
+#[test]
+fn emulated_cuda_training_follows_cpu_training() {
+    if !brrr_cuda::emu::compiler_available() {
+        eprintln!("cuda-emu: SKIPPED (no C++ compiler to build the kernel emulator)");
+        return;
+    }
+    let emu = CudaBackend::emulated().expect("building the CUDA kernel emulator");
+    let tiny = [
+        "--n-layer",
+        "1",
+        "--n-head",
+        "2",
+        "--n-embd",
+        "32",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "16",
+    ];
+    let worst = train_common::follows_cpu("cuda-emu", emu, 4, &tiny, 1e-3);
+    eprintln!("cuda-emu follows cpu: worst relative loss difference {worst:.2e}");
+}
