@@ -281,7 +281,7 @@ pub fn assert_all_passed(backend: &str, results: &[CaseResult]) {
 #[cfg(not(target_arch = "wasm32"))]
 pub fn backend_absent(name: &str, reason: impl fmt::Display, require_env: &str) {
     let required = std::env::var(require_env).is_ok_and(|v| !v.is_empty() && v != "0");
-    let msg = format!("{name}: SKIPPED (no adapter: {reason})");
+    let msg = format!("{name}: SKIPPED ({reason})");
     if required {
         panic!("{msg}, but {require_env} is set: the {name} backend must be present here");
     }

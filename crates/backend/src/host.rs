@@ -56,8 +56,8 @@ impl HostData {
     /// toward zero for integers).
     pub fn from_f64(dtype: DType, v: &[f64]) -> Self {
         match dtype {
-            DType::F16 => HostData::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
-            DType::BF16 => HostData::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+            DType::F16 => HostData::F16(v.iter().map(|&x| f16_from_f64(x)).collect()),
+            DType::BF16 => HostData::BF16(v.iter().map(|&x| bf16_from_f64(x)).collect()),
             DType::F32 => HostData::F32(v.iter().map(|&x| x as f32).collect()),
             DType::F64 => HostData::F64(v.to_vec()),
             DType::I32 => HostData::I32(v.iter().map(|&x| x as i32).collect()),
@@ -153,5 +153,63 @@ impl HostData {
             DType::I32 => HostData::I32(bytemuck::pod_collect_to_vec(bytes)),
             DType::U32 => HostData::U32(bytemuck::pod_collect_to_vec(bytes)),
         })
+    }
+}
+
+/// f64 → f32 rounded *to odd*: exact values stay; an inexact one is truncated toward
+/// zero and its last mantissa bit set. Rounding that result again, to nearest even, into
+/// a format with at least two fewer mantissa bits (f16 has 11, bf16 8, f32 24) gives
+/// the correctly rounded f64 value: the odd bit records "there was more" without ever
+/// creating a false tie (Boldo & Melquiond 2008, *Emulation of FMA and correctly
+/// rounded sums: proved algorithms using rounding to odd*, IEEE Trans. Computers 57(4)).
+///
+/// This exists because `half` 2.7's `f16::from_f64` goes through `as f32` on CPUs with
+/// F16C (a double rounding) and its `bf16::from_f64` ignores the low 32 mantissa bits
+/// when breaking ties; both are off by one ulp on rare inputs.
+pub fn f64_to_f32_round_odd(x: f64) -> f32 {
+    let t = x as f32;
+    if x.is_nan() || f64::from(t) == x {
+        return t;
+    }
+    let mut bits = t.to_bits();
+    if f64::from(t).abs() > x.abs() {
+        bits -= 1; // rounded away from zero: step back (|t| > |x| >= 0, so t != 0)
+    }
+    f32::from_bits(bits | 1)
+}
+
+/// f64 → f16, correctly rounded to nearest even (see [`f64_to_f32_round_odd`]).
+pub fn f16_from_f64(x: f64) -> f16 {
+    f16::from_f32(f64_to_f32_round_odd(x))
+}
+
+/// f64 → bf16, correctly rounded to nearest even (see [`f64_to_f32_round_odd`]).
+pub fn bf16_from_f64(x: f64) -> bf16 {
+    bf16::from_f32(f64_to_f32_round_odd(x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Just above a tie of the 16-bit format, by less than f32 can hold: rounding through
+    /// f32 first lands exactly on the tie and goes to even (down); correct rounding goes up.
+    #[test]
+    fn from_f64_rounds_once() {
+        let tiny = 2f64.powi(-40);
+        let x16 = 1.0 + 2f64.powi(-11) + tiny; // f16 has 10 fraction bits
+        let xb = 1.0 + 2f64.powi(-8) + tiny; // bf16 has 7
+        let got = HostData::from_f64(DType::F16, &[x16, -x16]).to_f64();
+        assert_eq!(got, [1.0 + 2f64.powi(-10), -(1.0 + 2f64.powi(-10))]);
+        let got = HostData::from_f64(DType::BF16, &[xb, -xb]).to_f64();
+        assert_eq!(got, [1.0 + 2f64.powi(-7), -(1.0 + 2f64.powi(-7))]);
+        // Exact ties still go to even, and values representable in f32 are unchanged.
+        let tie = 1.0 + 2f64.powi(-11);
+        assert_eq!(HostData::from_f64(DType::F16, &[tie]).to_f64(), [1.0]);
+        assert_eq!(f64_to_f32_round_odd(0.1f32.into()), 0.1f32);
+        // Overflow and underflow keep their sign.
+        assert_eq!(f16_from_f64(1e300), f16::INFINITY);
+        assert_eq!(f16_from_f64(-1e-300).to_bits(), 0x8000);
+        assert!(bf16_from_f64(f64::NAN).is_nan());
     }
 }

@@ -25,7 +25,7 @@ mod ops;
 pub use backend::{Backend, BackendInfo};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
-pub use host::HostData;
+pub use host::{HostData, bf16_from_f64, f16_from_f64, f64_to_f32_round_odd};
 pub use layout::{Layout, MAX_RANK, Shape};
 pub use ops::{
     AdamWParams, AttentionSpec, BinaryOp, GemmSpec, LayerNormSpec, ReduceOp, ScaleUpdateParams,

@@ -5,7 +5,7 @@ use crate::data::ByteTokenizer;
 use crate::train::{CHECKPOINT_FILE, load_weights, read_config};
 use brrr_backend::{DType, Error, Result};
 use brrr_cpu::CpuBackend;
-use brrr_nn::Gpt;
+use brrr_nn::{Gpt, Module};
 use brrr_tensor::Tensor;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -396,34 +396,6 @@ pub(crate) fn update_with<T: Float, R>(
     }
 }
 
-/// f64 → f32 rounded *to odd*: exact values stay; an inexact one is truncated toward
-/// zero and its last mantissa bit set. Rounding that result again, to nearest even, into
-/// a format with at least two fewer mantissa bits (f16 has 11, bf16 8, f32 24) gives
-/// the correctly rounded f64 value: the odd bit records "there was more" without ever
-/// creating a false tie (Boldo & Melquiond 2008, *Emulation of FMA and correctly
-/// rounded sums: proved algorithms using rounding to odd*, IEEE Trans. Computers 57(4)).
-///
-/// This exists because `half` 2.7's `f16::from_f64` goes through `as f32` on CPUs with
-/// F16C (a double rounding) and its `bf16::from_f64` ignores the low 32 mantissa bits
-/// when breaking ties; both are off by one ulp on rare inputs.
-pub(crate) fn f64_to_f32_round_odd(x: f64) -> f32 {
-    let t = x as f32;
-    if x.is_nan() || f64::from(t) == x {
-        return t;
-    }
-    let mut bits = t.to_bits();
-    if f64::from(t).abs() > x.abs() {
-        bits -= 1; // rounded away from zero: step back (|t| > |x| >= 0, so t != 0)
-    }
-    f32::from_bits(bits | 1)
-}
-
-/// f64 → f16, correctly rounded to nearest even (see [`f64_to_f32_round_odd`]).
-pub(crate) fn f16_from_f64(x: f64) -> f16 {
-    f16::from_f32(f64_to_f32_round_odd(x))
-}
-
-/// f64 → bf16, correctly rounded to nearest even (see [`f64_to_f32_round_odd`]).
-pub(crate) fn bf16_from_f64(x: f64) -> bf16 {
-    bf16::from_f32(f64_to_f32_round_odd(x))
-}
+// f64 → f16/bf16 conversions live in brrr-backend (`brrr_backend::f16_from_f64`), where
+// `HostData::from_f64` uses them too.
+pub(crate) use brrr_backend::{bf16_from_f64, f16_from_f64};

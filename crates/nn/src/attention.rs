@@ -141,6 +141,11 @@ impl<B: Backend> CausalSelfAttention<B> {
 }
 
 impl<B: Backend> Module<B> for CausalSelfAttention<B> {
+    fn clear_saved(&mut self) {
+        self.saved = None;
+        self.c_attn.clear_saved();
+        self.c_proj.clear_saved();
+    }
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = self.c_attn.params();
         v.extend(self.c_proj.params());

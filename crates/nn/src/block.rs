@@ -64,6 +64,12 @@ impl<B: Backend> Block<B> {
 }
 
 impl<B: Backend> Module<B> for Block<B> {
+    fn clear_saved(&mut self) {
+        self.ln_1.clear_saved();
+        self.attn.clear_saved();
+        self.ln_2.clear_saved();
+        self.mlp.clear_saved();
+    }
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = self.ln_1.params();
         v.extend(self.attn.params());

@@ -46,6 +46,9 @@ impl<B: Backend> Embedding<B> {
 }
 
 impl<B: Backend> Module<B> for Embedding<B> {
+    fn clear_saved(&mut self) {
+        self.saved_ids = None;
+    }
     fn params(&self) -> Vec<&Param<B>> {
         vec![&self.weight]
     }

@@ -1,4 +1,4 @@
-use crate::no_forward;
+use crate::{Module, Param, no_forward};
 use brrr_backend::{Backend, Result};
 use brrr_tensor::Tensor;
 
@@ -21,6 +21,19 @@ impl<B: Backend> Gelu<B> {
     pub fn backward(&mut self, dy: &Tensor<B>) -> Result<Tensor<B>> {
         let x = self.saved_input.take().ok_or_else(|| no_forward("Gelu"))?;
         x.gelu_backward(dy)
+    }
+}
+
+/// No parameters; a module so that its saved input is cleared like everyone else's.
+impl<B: Backend> Module<B> for Gelu<B> {
+    fn params(&self) -> Vec<&Param<B>> {
+        Vec::new()
+    }
+    fn params_mut(&mut self) -> Vec<&mut Param<B>> {
+        Vec::new()
+    }
+    fn clear_saved(&mut self) {
+        self.saved_input = None;
     }
 }
 

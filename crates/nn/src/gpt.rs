@@ -211,27 +211,18 @@ impl<B: Backend> Gpt<B> {
         self.wte.backward(&dx)?;
         Ok(())
     }
-
-    /// Drops everything saved by a forward (for evaluation without backward).
-    pub fn clear_saved(&mut self) {
-        self.saved = None;
-        for p in &mut self.h {
-            p.ln_1.saved = None;
-            p.ln_2.saved = None;
-            p.attn.saved = None;
-            p.attn.c_attn.saved_input = None;
-            p.attn.c_proj.saved_input = None;
-            p.mlp.c_fc.saved_input = None;
-            p.mlp.c_proj.saved_input = None;
-            p.mlp.gelu.saved_input = None;
-        }
-        self.ln_f.saved = None;
-        self.wte.saved_ids = None;
-        self.wpe.saved_ids = None;
-    }
 }
 
 impl<B: Backend> Module<B> for Gpt<B> {
+    fn clear_saved(&mut self) {
+        self.saved = None;
+        self.wte.clear_saved();
+        self.wpe.clear_saved();
+        for b in &mut self.h {
+            b.clear_saved();
+        }
+        self.ln_f.clear_saved();
+    }
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = self.wte.params();
         v.extend(self.wpe.params());

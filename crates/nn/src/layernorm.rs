@@ -47,6 +47,9 @@ impl<B: Backend> LayerNorm<B> {
 }
 
 impl<B: Backend> Module<B> for LayerNorm<B> {
+    fn clear_saved(&mut self) {
+        self.saved = None;
+    }
     fn params(&self) -> Vec<&Param<B>> {
         vec![&self.gamma, &self.beta]
     }

@@ -105,6 +105,9 @@ impl<B: Backend> Linear<B> {
 }
 
 impl<B: Backend> Module<B> for Linear<B> {
+    fn clear_saved(&mut self) {
+        self.saved_input = None;
+    }
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = vec![&self.weight];
         v.extend(self.bias.as_ref());

@@ -58,6 +58,11 @@ impl<B: Backend> Mlp<B> {
 }
 
 impl<B: Backend> Module<B> for Mlp<B> {
+    fn clear_saved(&mut self) {
+        self.c_fc.clear_saved();
+        self.gelu.clear_saved();
+        self.c_proj.clear_saved();
+    }
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = self.c_fc.params();
         v.extend(self.c_proj.params());

@@ -34,6 +34,12 @@ pub trait Module<B: Backend> {
     fn params(&self) -> Vec<&Param<B>>;
     fn params_mut(&mut self) -> Vec<&mut Param<B>>;
 
+    /// Drops everything `forward` saved for the backward (its activations), for a
+    /// forward that no backward follows: evaluation, sampling. Each layer clears its own
+    /// fields and calls its sublayers, so a new layer that saves something cannot be
+    /// forgotten by its parent.
+    fn clear_saved(&mut self);
+
     fn zero_grad(&mut self) -> Result<()> {
         for p in self.params_mut() {
             p.zero_grad()?;

@@ -421,3 +421,28 @@ fn parameter_count_matches_the_formula() {
     // (124,439,808 with 50257; Radford et al. 2019 report "117M", later corrected to 124M).
     assert_eq!(GptConfig::gpt2_124m().num_params(), 124_475_904);
 }
+
+/// `clear_saved` after a forward leaves nothing for a backward: the model's backward
+/// reports that no forward ran instead of using stale activations, and each block does
+/// too (every layer clears its own saved tensors).
+#[test]
+fn clear_saved_drops_every_activation() {
+    let be = CpuBackend::new();
+    let cfg = tiny_config();
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    let mut gpt = Gpt::new(&be, cfg.clone(), F64, &mut rng).unwrap();
+    let (b, t) = (2, 5);
+    let (ids, tg) = batch(b, t, cfg.vocab_size, 22);
+    let ids = Tensor::from_u32(&be, &ids, [b, t]).unwrap();
+    let tg = Tensor::from_i32(&be, &tg, [b, t]).unwrap();
+    gpt.forward_loss(&ids, &tg).unwrap();
+    gpt.clear_saved();
+    let err = gpt.backward(0.1).unwrap_err().to_string();
+    assert!(err.contains("before forward"), "{err}");
+    let dy =
+        Tensor::from_f64(&be, &vec![0.5; b * t * cfg.n_embd], [b, t, cfg.n_embd], F64).unwrap();
+    for (i, block) in gpt.h.iter_mut().enumerate() {
+        let err = block.backward(&dy).map(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("before forward"), "block {i}: {err}");
+    }
+}
