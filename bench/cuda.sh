@@ -6,7 +6,8 @@
 #   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train
 #
 # 1. conformance: the op-by-op suite on CUDA against brrr-cpu (cuBLAS and every own GEMM
-#    kernel), then the GPU-only tests of brrr-cuda (streams, events, allocator, OOM).
+#    kernel) and `brrr train`'s loop against the CPU run; then the GPU-only tests of
+#    brrr-cuda (streams, events, allocator, OOM) and the NVRTC compile checks.
 # 2. gemm: TFLOP/s at 4096^3 in f32, TF32 and bf16 for cuBLAS, cuBLASLt and brrr's own
 #    kernels v1-v4, then PyTorch's torch.matmul on the same GPU.
 # 3. bandwidth: GB/s of element-wise, softmax, LayerNorm, cross-entropy and cast kernels
@@ -14,8 +15,9 @@
 # 4. train: the GPT-2 small (124M) preset on synthetic tokens with `brrr train`, then the
 #    equivalent PyTorch model (bench/torch_reference.py): tokens/s and MFU for both.
 #
-# Needs: cargo, an NVIDIA driver, a CUDA toolkit's NVRTC and cuBLAS (12.x or 13.x), and for
-# the PyTorch rows python3 with torch. Everything is written to $OUT (default
+# Needs: an NVIDIA driver, a CUDA toolkit's NVRTC and cuBLAS (12.x or 13.x), for the
+# PyTorch rows python3 with torch, and either cargo or a bundle of prebuilt binaries from
+# bench/bundle.sh (BUNDLE=DIR; bench/bundle/ is used by default when cargo is absent). Everything is written to $OUT (default
 # target/bench-cuda) as well as printed. A part that fails is reported at the end and
 # makes the script exit non-zero; the other parts still run.
 set -uo pipefail
@@ -31,11 +33,48 @@ SEQ=${SEQ:-1024}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
 export BRRR_REQUIRE_CUDA=1 # absence of the GPU is a failure here, not a skip
-if ! command -v cargo >/dev/null; then
-    echo "bench/cuda.sh: cargo not found; this script builds brrr on the GPU machine, so it" >&2
-    echo "needs a Rust toolchain there (rustc 1.95 or newer)." >&2
+BUNDLE=${BUNDLE:-}
+if [[ -z $BUNDLE ]] && ! command -v cargo >/dev/null && [[ -x bench/bundle/brrr ]]; then
+    BUNDLE=bench/bundle
+fi
+if [[ -n $BUNDLE ]]; then
+    [[ -x $BUNDLE/brrr ]] || { echo "bench/cuda.sh: $BUNDLE/brrr missing: run bench/bundle.sh" >&2; exit 2; }
+    BUNDLE=$(cd "$BUNDLE" && pwd)
+    echo "==== using the prebuilt binaries in $BUNDLE"
+    cat "$BUNDLE/MANIFEST" 2>/dev/null || true
+elif ! command -v cargo >/dev/null; then
+    echo "bench/cuda.sh: no cargo and no bundle. Install Rust (rustc 1.95 or newer), or run" >&2
+    echo "bench/bundle.sh on a machine that has it and copy bench/bundle/ here." >&2
     exit 2
 fi
+
+# The three things the script runs, from cargo or from the bundle.
+brrr() {
+    if [[ -n $BUNDLE ]]; then "$BUNDLE/brrr" "$@"; else cargo run --release -q -p brrr --features cuda -- "$@"; fi
+}
+cuda_bench() {
+    if [[ -n $BUNDLE ]]; then
+        "$BUNDLE/cuda_bench" "$@"
+    else
+        cargo run --release -q -p brrr-cuda --example cuda_bench -- "$@"
+    fi
+}
+# gpu_tests PACKAGE TEST...: the package's test files, one test at a time. The emulator
+# tests are skipped: on a GPU machine they only repeat what CI checks everywhere.
+gpu_tests() {
+    local pkg=$1 t rc=0
+    shift
+    if [[ -n $BUNDLE ]]; then
+        for t in "$@"; do
+            echo "---- $pkg/$t"
+            "$BUNDLE/test-$pkg-$t" --nocapture --test-threads=1 --skip emulat || rc=1
+        done
+        return $rc
+    fi
+    local args=()
+    for t in "$@"; do args+=(--test "$t"); done
+    cargo test --release -p "$pkg" "${args[@]}" -- --nocapture --test-threads=1 --skip emulat
+}
 parts=("$@")
 [[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
@@ -115,15 +154,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 
 # ---- 1. conformance and GPU tests ---------------------------------------------------------
 if want conformance; then
-    step conformance cargo test --release -p brrr-conformance --test cuda -- --nocapture --test-threads=1
+    step conformance gpu_tests brrr-conformance cuda train_cuda
 fi
 if want tests; then
-    step cuda-tests cargo test --release -p brrr-cuda -- --nocapture --test-threads=1
+    step cuda-tests gpu_tests brrr-cuda gpu nvrtc
 fi
 
 # ---- 2. GEMM ----------------------------------------------------------------------------------
 if want gemm; then
-    step gemm-brrr cargo run --release -q -p brrr-cuda --example cuda_bench -- gemm "$SIZE"
+    step gemm-brrr cuda_bench gemm "$SIZE"
     if $PYTHON -c "import torch" 2>/dev/null; then
         step gemm-torch $PYTHON bench/torch_reference.py gemm --size "$SIZE" --json "$OUT/torch-gemm.json"
     else
@@ -133,7 +172,7 @@ fi
 
 # ---- 3. bandwidth -------------------------------------------------------------------------
 if want bandwidth; then
-    step bandwidth-brrr cargo run --release -q -p brrr-cuda --example cuda_bench -- bandwidth
+    step bandwidth-brrr cuda_bench bandwidth
     if $PYTHON -c "import torch" 2>/dev/null; then
         step bandwidth-torch $PYTHON bench/torch_reference.py bandwidth --json "$OUT/torch-bandwidth.json"
     fi
@@ -141,8 +180,8 @@ fi
 
 # ---- 4. training the 124M preset -------------------------------------------------------------
 if want train; then
-    step train-brrr cargo run --release -q -p brrr --features cuda -- train --backend cuda --preset gpt2-124m --synthetic \
-        --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ"
+    step train-brrr brrr train --backend cuda --preset gpt2-124m --synthetic \
+        --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ" --out "$OUT/train-brrr"
     if $PYTHON -c "import torch" 2>/dev/null; then
         # f32 is what brrr trains in today; bf16 autocast and torch.compile show what
         # PyTorch reaches with the usual settings.
