@@ -18,8 +18,9 @@
 # Needs: an NVIDIA driver, a CUDA toolkit's NVRTC and cuBLAS (12.x or 13.x), for the
 # PyTorch rows python3 with torch, and either cargo or a bundle of prebuilt binaries from
 # bench/bundle.sh (BUNDLE=DIR; bench/bundle/ is used by default when cargo is absent).
-# Everything is written to $OUT (default target/bench-cuda) as well as printed. A part that fails is reported at the end and
-# makes the script exit non-zero; the other parts still run.
+# Everything is written to $OUT (default target/bench-cuda) as well as printed. A part
+# that fails is reported at the end and makes the script exit non-zero; the other parts
+# still run.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
