@@ -9,7 +9,9 @@ use std::future::Future;
 pub struct BackendInfo {
     /// Short name: `cpu`, `wgpu`, `cuda`.
     pub name: &'static str,
-    /// The device, as the driver names it (or the CPU model and thread count).
+    /// The device as `NAME (details)`: the name the driver gives it (or the CPU model),
+    /// then brrr's details in parentheses. Callers that look the device up by name
+    /// (`brrr train`'s MFU) take the part before the first `" ("`.
     pub device: String,
     /// Float dtypes its kernels compute in.
     pub dtypes: Vec<DType>,

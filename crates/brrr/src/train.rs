@@ -288,7 +288,7 @@ pub fn mfu_peak(info: &brrr_backend::BackendInfo) -> std::result::Result<MfuPeak
             what: "fp32 peak of this CPU at its nominal clock (brrr_perf::machine)".into(),
         });
     }
-    // Backends describe the device as "NAME (details...)"; only the name identifies it.
+    // `BackendInfo::device` is "NAME (details)"; only the name identifies the GPU.
     let name = info.device.split(" (").next().unwrap_or_default();
     let gpu = brrr_perf::specs::gpu_for_device(name).ok_or_else(|| {
         format!("no peak known for \"{name}\" (brrr_perf::specs has no such GPU)")

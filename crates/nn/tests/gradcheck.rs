@@ -253,6 +253,21 @@ fn batch(b: usize, t: usize, vocab: usize, seed: u64) -> (Vec<u32>, Vec<i32>) {
     (ids, tg)
 }
 
+/// [`batch`] uploaded as `[b, t]` id and target tensors.
+fn batch_tensors(
+    be: &CpuBackend,
+    b: usize,
+    t: usize,
+    vocab: usize,
+    seed: u64,
+) -> (Tensor<CpuBackend>, Tensor<CpuBackend>) {
+    let (ids, tg) = batch(b, t, vocab, seed);
+    (
+        Tensor::from_u32(be, &ids, [b, t]).unwrap(),
+        Tensor::from_i32(be, &tg, [b, t]).unwrap(),
+    )
+}
+
 /// The whole GPT, loss included: `L = mean cross-entropy`.
 #[test]
 fn gpt_end_to_end() {
@@ -261,9 +276,7 @@ fn gpt_end_to_end() {
     let mut rng = ChaCha8Rng::seed_from_u64(14);
     let mut gpt = Gpt::new(&be, cfg.clone(), F64, &mut rng).unwrap();
     let (b, t) = (2, 5);
-    let (ids, tg) = batch(b, t, cfg.vocab_size, 15);
-    let ids = Tensor::from_u32(&be, &ids, [b, t]).unwrap();
-    let tg = Tensor::from_i32(&be, &tg, [b, t]).unwrap();
+    let (ids, tg) = batch_tensors(&be, b, t, cfg.vocab_size, 15);
     let n = (b * t) as f64;
     gpt.zero_grad().unwrap();
     gpt.forward_loss(&ids, &tg).unwrap();
@@ -432,9 +445,7 @@ fn clear_saved_drops_every_activation() {
     let mut rng = ChaCha8Rng::seed_from_u64(21);
     let mut gpt = Gpt::new(&be, cfg.clone(), F64, &mut rng).unwrap();
     let (b, t) = (2, 5);
-    let (ids, tg) = batch(b, t, cfg.vocab_size, 22);
-    let ids = Tensor::from_u32(&be, &ids, [b, t]).unwrap();
-    let tg = Tensor::from_i32(&be, &tg, [b, t]).unwrap();
+    let (ids, tg) = batch_tensors(&be, b, t, cfg.vocab_size, 22);
     gpt.forward_loss(&ids, &tg).unwrap();
     gpt.clear_saved();
     let err = gpt.backward(0.1).unwrap_err().to_string();
