@@ -1,4 +1,4 @@
-use crate::{Linear, Module, Param, no_forward};
+use crate::{Linear, MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
 use rand::Rng;
@@ -13,10 +13,11 @@ pub struct CausalSelfAttention<B: Backend> {
     pub c_attn: Linear<B>,
     pub c_proj: Linear<B>,
     pub n_head: usize,
-    /// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]`.
-    pub saved: Option<AttentionSaved<B>>,
+    /// What each micro-batch in flight saved for the backward.
+    pub saved: Stash<AttentionSaved<B>>,
 }
 
+/// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]`.
 pub struct AttentionSaved<B: Backend> {
     pub q: Tensor<B>,
     pub k: Tensor<B>,
@@ -66,7 +67,7 @@ impl<B: Backend> CausalSelfAttention<B> {
                 rng,
             )?,
             n_head,
-            saved: None,
+            saved: Stash::new(),
         })
     }
 
@@ -75,7 +76,7 @@ impl<B: Backend> CausalSelfAttention<B> {
     }
 
     /// `[B, T, C] -> [B, T, C]`.
-    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
         if x.rank() != 3 {
             return Err(Error::shape(
                 "CausalSelfAttention::forward",
@@ -84,7 +85,7 @@ impl<B: Backend> CausalSelfAttention<B> {
         }
         let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
         let (h, d) = (self.n_head, self.head_dim());
-        let qkv = self.c_attn.forward(x)?; // [B, T, 3C]
+        let qkv = self.c_attn.forward(mb, x)?; // [B, T, 3C]
         // [B, T, 3, H, D] -> [3, B, H, T, D]: pick q, k, v as dense [B·H, T, D].
         let qkv = qkv.reshape([b, t, 3, h, d])?.permute(&[2, 0, 3, 1, 4])?;
         let part = |i: usize| qkv.narrow(0, i, 1)?.reshape([b * h, t, d]);
@@ -96,24 +97,25 @@ impl<B: Backend> CausalSelfAttention<B> {
             .reshape([b, h, t, d])?
             .permute(&[0, 2, 1, 3])?
             .reshape([b, t, c])?;
-        self.saved = Some(AttentionSaved {
-            q,
-            k,
-            v,
-            att,
-            bt: (b, t),
-        });
-        self.c_proj.forward(&y)
+        self.saved.put(
+            mb,
+            AttentionSaved {
+                q,
+                k,
+                v,
+                att,
+                bt: (b, t),
+            },
+        );
+        self.c_proj.forward(mb, &y)
     }
 
-    pub fn backward(&mut self, dout: &Tensor<B>) -> Result<Tensor<B>> {
-        let s = self
-            .saved
-            .take()
-            .ok_or_else(|| no_forward("CausalSelfAttention"))?;
+    /// `dout: [B, T, C] -> dx: [B, T, C]` for micro-batch `mb`.
+    pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        let s = self.saved.take(mb, "CausalSelfAttention")?;
         let (b, t) = s.bt;
         let (h, d) = (self.n_head, self.head_dim());
-        let dy = self.c_proj.backward(dout)?; // [B, T, C]
+        let dy = self.c_proj.backward(mb, dout)?; // [B, T, C]
         let dy = dy
             .reshape([b, t, h, d])?
             .permute(&[0, 2, 1, 3])?
@@ -136,13 +138,13 @@ impl<B: Backend> CausalSelfAttention<B> {
             g.reshape([1, b, h, t, d])?
                 .copy_into_view(&mut dqkv, &view)?;
         }
-        self.c_attn.backward(&dqkv.reshape([b, t, 3 * h * d])?)
+        self.c_attn.backward(mb, &dqkv.reshape([b, t, 3 * h * d])?)
     }
 }
 
 impl<B: Backend> Module<B> for CausalSelfAttention<B> {
     fn clear_saved(&mut self) {
-        self.saved = None;
+        self.saved.clear();
         self.c_attn.clear_saved();
         self.c_proj.clear_saved();
     }

@@ -1,4 +1,4 @@
-use crate::{Gelu, Linear, Module, Param};
+use crate::{Gelu, Linear, MicroBatch, Module, Param};
 use brrr_backend::{Backend, DType, Result};
 use brrr_tensor::Tensor;
 use rand::Rng;
@@ -44,16 +44,18 @@ impl<B: Backend> Mlp<B> {
         })
     }
 
-    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let h = self.c_fc.forward(x)?;
-        let h = self.gelu.forward(&h)?;
-        self.c_proj.forward(&h)
+    /// `[.., C] -> [.., C]`, saving under `mb`.
+    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let h = self.c_fc.forward(mb, x)?;
+        let h = self.gelu.forward(mb, &h)?;
+        self.c_proj.forward(mb, &h)
     }
 
-    pub fn backward(&mut self, dy: &Tensor<B>) -> Result<Tensor<B>> {
-        let dh = self.c_proj.backward(dy)?;
-        let dh = self.gelu.backward(&dh)?;
-        self.c_fc.backward(&dh)
+    /// `dy -> dx` for micro-batch `mb`.
+    pub fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        let dh = self.c_proj.backward(mb, dy)?;
+        let dh = self.gelu.backward(mb, &dh)?;
+        self.c_fc.backward(mb, &dh)
     }
 }
 
