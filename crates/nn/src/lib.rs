@@ -21,6 +21,10 @@
 //!
 //! - layers: [`Linear`], [`Embedding`], [`LayerNorm`], [`Gelu`],
 //!   [`CausalSelfAttention`], [`Mlp`], [`Block`], and the [`Gpt`] with a weight-tied head;
+//! - [`LinearLayer`]: what attention and the MLP are built from, so that tensor-parallel
+//!   shards of their projections can stand in for [`Linear`];
+//! - pipeline stages: [`Gpt::into_stages`] cuts the model into an [`EmbeddingStage`],
+//!   [`BlocksStage`]s and a [`HeadStage`], each owning only its layers;
 //! - training: [`cross_entropy`](loss), [`AdamW`], [`clip_grad_norm`],
 //!   [`CosineSchedule`]; gradient accumulation is a loss scale of `1/k` on each of `k`
 //!   micro-batches, because every backward accumulates;
@@ -39,6 +43,7 @@ mod mlp;
 mod optim;
 mod param;
 mod schedule;
+mod stage;
 mod stash;
 
 pub use attention::CausalSelfAttention;
@@ -56,6 +61,10 @@ pub use optim::{AdamW, AdamWConfig};
 pub use optim::{clip_grad_norm, grad_norm};
 pub use param::{Module, Param};
 pub use schedule::CosineSchedule;
+pub use stage::{BlocksStage, EmbeddingStage, GptStages, HeadStage};
+/// Native only: they read tensors back to the host, which blocks.
+#[cfg(not(target_arch = "wasm32"))]
+pub use stage::{copy_to_backend, move_to_backend, sum_tied_grads};
 pub use stash::{MicroBatch, Stash};
 
 pub use brrr_backend::{Backend, DType, Error, Result};
