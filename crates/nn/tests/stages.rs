@@ -50,10 +50,13 @@ fn bits(t: &Tensor<CpuBackend>) -> Vec<u32> {
         .collect()
 }
 
+/// Gradients by parameter name.
+type Grads = HashMap<String, Vec<f32>>;
+
 const DLOSS: f32 = 1.0 / (MICRO_BATCHES as usize * B * T) as f32;
 
 /// The whole model, micro-batches one after another: losses and gradients by name.
-fn whole() -> (Vec<Vec<u32>>, HashMap<String, Vec<f32>>) {
+fn whole() -> (Vec<Vec<u32>>, Grads) {
     let be = CpuBackend::new();
     let mut gpt = model(&be);
     let mut losses = Vec::new();
@@ -75,7 +78,7 @@ fn whole() -> (Vec<Vec<u32>>, HashMap<String, Vec<f32>>) {
 /// The same model cut into embedding / blocks 0..1 / blocks 1..3 / head, all forwards
 /// then all backwards (GPipe order). With `head_elsewhere` the head lives on a second
 /// backend instance and activations and gradients cross through the host.
-fn staged(head_elsewhere: bool) -> (Vec<Vec<u32>>, HashMap<String, Vec<f32>>, Vec<f32>) {
+fn staged(head_elsewhere: bool) -> (Vec<Vec<u32>>, Grads, Vec<f32>) {
     let be = CpuBackend::new();
     let be2 = CpuBackend::new();
     let mut s = model(&be).into_stages(&[0..1, 1..3]).unwrap();
@@ -188,7 +191,11 @@ fn stage_parameters_are_the_whole_models() {
 #[test]
 fn bad_stage_ranges_are_an_error() {
     let be = CpuBackend::new();
-    for ranges in [vec![0..1, 2..3], vec![0..2], vec![1..3], vec![0..2, 2..4]] {
+    // (start, end) pairs: gaps, short of n_layer, not from 0, beyond n_layer.
+    let cases: [&[(usize, usize)]; 4] =
+        [&[(0, 1), (2, 3)], &[(0, 2)], &[(1, 3)], &[(0, 2), (2, 4)]];
+    for case in cases {
+        let ranges: Vec<_> = case.iter().map(|&(a, b)| a..b).collect();
         let e = model(&be).into_stages(&ranges).err().map(|e| e.to_string());
         assert!(e.is_some_and(|e| e.contains("into_stages")), "{ranges:?}");
     }

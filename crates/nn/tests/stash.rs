@@ -47,10 +47,13 @@ enum Step {
     B(u32),
 }
 
+/// Each micro-batch's per-position losses as bits, by micro-batch index.
+type Losses = Vec<(u32, Vec<u64>)>;
+
 /// Runs the steps on a fresh model (micro-batch `i` is `batch(i)`, each backward with
 /// the loss scale of the mean over both micro-batches); returns every parameter's
 /// gradient and each micro-batch's per-position losses, as raw bits.
-fn run(dtype: DType, steps: &[Step]) -> (Vec<Vec<u64>>, Vec<(u32, Vec<u64>)>) {
+fn run(dtype: DType, steps: &[Step]) -> (Vec<Vec<u64>>, Losses) {
     let be = CpuBackend::new();
     let mut gpt = model(&be, dtype);
     let dloss = 1.0 / (2 * B * T) as f32;
