@@ -1,4 +1,4 @@
-use crate::{Linear, Module, Param, no_forward};
+use crate::{Linear, LinearLayer, MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
 use rand::Rng;
@@ -9,14 +9,25 @@ use rand::Rng;
 /// Built from parts: batched GEMMs and a causal softmax kernel. The `[T, T]` attention
 /// matrix of every head is materialised and saved for the backward; that quadratic
 /// memory is exactly what FlashAttention avoids.
+///
+/// The number of heads is read from the projections: `c_attn` produces q, k and v of
+/// `c_attn.out_features() / (3·head_dim)` heads. A layer built from shards of the
+/// projections (a column-parallel `c_attn` holding some heads' q, k, v rows and a
+/// row-parallel `c_proj` holding their input columns) therefore computes exactly those
+/// heads, and the shards' outputs sum to the full layer's (Megatron-LM, Shoeybi et al.
+/// 2019, §3).
 pub struct CausalSelfAttention<B: Backend> {
-    pub c_attn: Linear<B>,
-    pub c_proj: Linear<B>,
-    pub n_head: usize,
-    /// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]`.
-    pub saved: Option<AttentionSaved<B>>,
+    /// `[.., C] -> [.., 3·H·D]`: q, k, v of this layer's `H` heads, in that order.
+    pub c_attn: Box<dyn LinearLayer<B>>,
+    /// `[.., H·D] -> [.., C]`.
+    pub c_proj: Box<dyn LinearLayer<B>>,
+    /// Width `D` of one head.
+    pub head_dim: usize,
+    /// What each micro-batch in flight saved for the backward.
+    pub saved: Stash<AttentionSaved<B>>,
 }
 
+/// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]`.
 pub struct AttentionSaved<B: Backend> {
     pub q: Tensor<B>,
     pub k: Tensor<B>,
@@ -44,47 +55,78 @@ impl<B: Backend> CausalSelfAttention<B> {
                 format!("n_embd {n_embd} is not divisible by n_head {n_head}"),
             ));
         }
+        let c_attn = Linear::new(
+            backend,
+            &format!("{name}.c_attn"),
+            n_embd,
+            3 * n_embd,
+            true,
+            0.02,
+            dtype,
+            rng,
+        )?;
+        let c_proj = Linear::new(
+            backend,
+            &format!("{name}.c_proj"),
+            n_embd,
+            n_embd,
+            true,
+            proj_std,
+            dtype,
+            rng,
+        )?;
+        Self::from_parts(Box::new(c_attn), Box::new(c_proj), n_embd / n_head)
+    }
+
+    /// Attention over the heads that `c_attn` projects to, `head_dim` wide each. Checks
+    /// that `c_attn`'s output is q, k, v of whole heads and that `c_proj` reads their
+    /// concatenation.
+    pub fn from_parts(
+        c_attn: Box<dyn LinearLayer<B>>,
+        c_proj: Box<dyn LinearLayer<B>>,
+        head_dim: usize,
+    ) -> Result<Self> {
+        let qkv = c_attn.out_features();
+        if head_dim == 0 || qkv == 0 || !qkv.is_multiple_of(3 * head_dim) {
+            return Err(Error::invalid(
+                "CausalSelfAttention::from_parts",
+                format!("c_attn's {qkv} outputs are not q, k, v of heads of width {head_dim}"),
+            ));
+        }
+        if c_proj.in_features() != qkv / 3 {
+            return Err(Error::invalid(
+                "CausalSelfAttention::from_parts",
+                format!(
+                    "c_proj reads {} features but the heads produce {}",
+                    c_proj.in_features(),
+                    qkv / 3
+                ),
+            ));
+        }
         Ok(CausalSelfAttention {
-            c_attn: Linear::new(
-                backend,
-                &format!("{name}.c_attn"),
-                n_embd,
-                3 * n_embd,
-                true,
-                0.02,
-                dtype,
-                rng,
-            )?,
-            c_proj: Linear::new(
-                backend,
-                &format!("{name}.c_proj"),
-                n_embd,
-                n_embd,
-                true,
-                proj_std,
-                dtype,
-                rng,
-            )?,
-            n_head,
-            saved: None,
+            c_attn,
+            c_proj,
+            head_dim,
+            saved: Stash::new(),
         })
     }
 
-    fn head_dim(&self) -> usize {
-        self.c_proj.out_features() / self.n_head
+    /// The number of heads this layer computes (all of them, or a shard's).
+    pub fn n_head(&self) -> usize {
+        self.c_attn.out_features() / (3 * self.head_dim)
     }
 
-    /// `[B, T, C] -> [B, T, C]`.
-    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
+    /// `[B, T, C] -> [B, T, C]`, saving under `mb`.
+    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
         if x.rank() != 3 {
             return Err(Error::shape(
                 "CausalSelfAttention::forward",
                 format!("expected [B, T, C], got {}", x.shape()),
             ));
         }
-        let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
-        let (h, d) = (self.n_head, self.head_dim());
-        let qkv = self.c_attn.forward(x)?; // [B, T, 3C]
+        let (b, t) = (x.dims()[0], x.dims()[1]);
+        let (h, d) = (self.n_head(), self.head_dim);
+        let qkv = self.c_attn.forward(mb, x)?; // [B, T, 3·H·D]
         // [B, T, 3, H, D] -> [3, B, H, T, D]: pick q, k, v as dense [B·H, T, D].
         let qkv = qkv.reshape([b, t, 3, h, d])?.permute(&[2, 0, 3, 1, 4])?;
         let part = |i: usize| qkv.narrow(0, i, 1)?.reshape([b * h, t, d]);
@@ -95,25 +137,26 @@ impl<B: Backend> CausalSelfAttention<B> {
         let y = y
             .reshape([b, h, t, d])?
             .permute(&[0, 2, 1, 3])?
-            .reshape([b, t, c])?;
-        self.saved = Some(AttentionSaved {
-            q,
-            k,
-            v,
-            att,
-            bt: (b, t),
-        });
-        self.c_proj.forward(&y)
+            .reshape([b, t, h * d])?;
+        self.saved.put(
+            mb,
+            AttentionSaved {
+                q,
+                k,
+                v,
+                att,
+                bt: (b, t),
+            },
+        );
+        self.c_proj.forward(mb, &y)
     }
 
-    pub fn backward(&mut self, dout: &Tensor<B>) -> Result<Tensor<B>> {
-        let s = self
-            .saved
-            .take()
-            .ok_or_else(|| no_forward("CausalSelfAttention"))?;
+    /// `dout: [B, T, C] -> dx: [B, T, C]` for micro-batch `mb`.
+    pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        let s = self.saved.take(mb, "CausalSelfAttention")?;
         let (b, t) = s.bt;
-        let (h, d) = (self.n_head, self.head_dim());
-        let dy = self.c_proj.backward(dout)?; // [B, T, C]
+        let (h, d) = (self.n_head(), self.head_dim);
+        let dy = self.c_proj.backward(mb, dout)?; // [B, T, H·D]
         let dy = dy
             .reshape([b, t, h, d])?
             .permute(&[0, 2, 1, 3])?
@@ -136,13 +179,13 @@ impl<B: Backend> CausalSelfAttention<B> {
             g.reshape([1, b, h, t, d])?
                 .copy_into_view(&mut dqkv, &view)?;
         }
-        self.c_attn.backward(&dqkv.reshape([b, t, 3 * h * d])?)
+        self.c_attn.backward(mb, &dqkv.reshape([b, t, 3 * h * d])?)
     }
 }
 
 impl<B: Backend> Module<B> for CausalSelfAttention<B> {
     fn clear_saved(&mut self) {
-        self.saved = None;
+        self.saved.clear();
         self.c_attn.clear_saved();
         self.c_proj.clear_saved();
     }

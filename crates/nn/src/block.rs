@@ -1,4 +1,4 @@
-use crate::{CausalSelfAttention, LayerNorm, Mlp, Module, Param};
+use crate::{CausalSelfAttention, LayerNorm, MicroBatch, Mlp, Module, Param};
 use brrr_backend::{Backend, DType, Result};
 use brrr_tensor::Tensor;
 use rand::Rng;
@@ -45,19 +45,20 @@ impl<B: Backend> Block<B> {
         })
     }
 
-    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let a = self.attn.forward(&self.ln_1.forward(x)?)?;
+    /// `[B, T, C] -> [B, T, C]`, saving under `mb`.
+    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let a = self.attn.forward(mb, &self.ln_1.forward(mb, x)?)?;
         let x1 = x.add(&a)?;
-        let m = self.mlp.forward(&self.ln_2.forward(&x1)?)?;
+        let m = self.mlp.forward(mb, &self.ln_2.forward(mb, &x1)?)?;
         x1.add(&m)
     }
 
     /// The residual connections pass the gradient straight through and add the
     /// branch's gradient to it.
-    pub fn backward(&mut self, dout: &Tensor<B>) -> Result<Tensor<B>> {
-        let mut dx1 = self.ln_2.backward(&self.mlp.backward(dout)?)?;
+    pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        let mut dx1 = self.ln_2.backward(mb, &self.mlp.backward(mb, dout)?)?;
         dx1.add_(dout)?;
-        let mut dx = self.ln_1.backward(&self.attn.backward(&dx1)?)?;
+        let mut dx = self.ln_1.backward(mb, &self.attn.backward(mb, &dx1)?)?;
         dx.add_(&dx1)?;
         Ok(dx)
     }

@@ -1,4 +1,4 @@
-use crate::{Module, Param, no_forward};
+use crate::{MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, DType, Result};
 use brrr_tensor::Tensor;
 use rand::Rng;
@@ -7,7 +7,8 @@ use rand::Rng;
 /// positional embeddings (ids are positions) are the same layer.
 pub struct Embedding<B: Backend> {
     pub weight: Param<B>,
-    pub saved_ids: Option<Tensor<B>>,
+    /// The ids of each micro-batch in flight, for the scatter-add.
+    pub saved_ids: Stash<Tensor<B>>,
 }
 
 impl<B: Backend> Embedding<B> {
@@ -23,31 +24,28 @@ impl<B: Backend> Embedding<B> {
         let w = Tensor::randn(backend, [rows, dim], dtype, 0.0, std, rng)?;
         Ok(Embedding {
             weight: Param::new(format!("{name}.weight"), w)?,
-            saved_ids: None,
+            saved_ids: Stash::new(),
         })
     }
 
     /// `[..] ids -> [.., dim]`.
-    pub fn forward(&mut self, ids: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn forward(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
         let out = ids.embedding(&self.weight.value)?;
-        self.saved_ids = Some(ids.clone());
+        self.saved_ids.put(mb, ids.clone());
         Ok(out)
     }
 
     /// Scatter-adds `dout` into the rows that were read. Returns nothing: ids have no
     /// gradient.
-    pub fn backward(&mut self, dout: &Tensor<B>) -> Result<()> {
-        let ids = self
-            .saved_ids
-            .take()
-            .ok_or_else(|| no_forward("Embedding"))?;
+    pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<()> {
+        let ids = self.saved_ids.take(mb, "Embedding")?;
         ids.embedding_backward(dout, &mut self.weight.grad)
     }
 }
 
 impl<B: Backend> Module<B> for Embedding<B> {
     fn clear_saved(&mut self) {
-        self.saved_ids = None;
+        self.saved_ids.clear();
     }
     fn params(&self) -> Vec<&Param<B>> {
         vec![&self.weight]

@@ -1,25 +1,28 @@
-use crate::{Module, Param, no_forward};
+use crate::{MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, Result};
 use brrr_tensor::Tensor;
 
 /// GELU, tanh approximation (as GPT-2). Saves its input.
 pub struct Gelu<B: Backend> {
-    pub saved_input: Option<Tensor<B>>,
+    /// The input of each micro-batch in flight.
+    pub saved_input: Stash<Tensor<B>>,
 }
 
 impl<B: Backend> Gelu<B> {
     pub fn new() -> Self {
-        Gelu { saved_input: None }
+        Gelu {
+            saved_input: Stash::new(),
+        }
     }
 
-    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
         let y = x.gelu()?;
-        self.saved_input = Some(x.clone());
+        self.saved_input.put(mb, x.clone());
         Ok(y)
     }
 
-    pub fn backward(&mut self, dy: &Tensor<B>) -> Result<Tensor<B>> {
-        let x = self.saved_input.take().ok_or_else(|| no_forward("Gelu"))?;
+    pub fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        let x = self.saved_input.take(mb, "Gelu")?;
         x.gelu_backward(dy)
     }
 }
@@ -33,7 +36,7 @@ impl<B: Backend> Module<B> for Gelu<B> {
         Vec::new()
     }
     fn clear_saved(&mut self) {
-        self.saved_input = None;
+        self.saved_input.clear();
     }
 }
 

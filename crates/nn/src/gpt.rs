@@ -1,4 +1,4 @@
-use crate::{Block, Embedding, LayerNorm, Module, Param, no_forward};
+use crate::{Block, Embedding, LayerNorm, MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
 use rand::Rng;
@@ -65,21 +65,17 @@ impl GptConfig {
 /// A GPT-2 style decoder: token + position embeddings, `n_layer` pre-norm blocks, a
 /// final LayerNorm, and an output head that reuses the token embedding matrix
 /// (weight tying, Press & Wolf 2017).
+///
+/// Several micro-batches may be in flight: [`Gpt::forward_loss_mb`] saves under a
+/// [`MicroBatch`] id and [`Gpt::backward_mb`] of the same id uses those activations.
+/// [`Gpt::forward_loss`] and [`Gpt::backward`] are micro-batch 0.
 pub struct Gpt<B: Backend> {
     pub config: GptConfig,
     pub wte: Embedding<B>,
     pub wpe: Embedding<B>,
     pub h: Vec<Block<B>>,
     pub ln_f: LayerNorm<B>,
-    saved: Option<GptSaved<B>>,
-}
-
-struct GptSaved<B: Backend> {
-    /// Input of the head (after ln_f), `[B·T, C]`.
-    x_final: Tensor<B>,
-    logits: Option<Tensor<B>>,
-    targets: Option<Tensor<B>>,
-    bt: (usize, usize),
+    saved: Stash<HeadSaved<B>>,
 }
 
 impl<B: Backend> Gpt<B> {
@@ -112,110 +108,226 @@ impl<B: Backend> Gpt<B> {
             wpe,
             h,
             ln_f,
-            saved: None,
+            saved: Stash::new(),
         })
     }
 
+    /// The parameters' dtype.
     pub fn dtype(&self) -> DType {
         self.wte.weight.value.dtype()
     }
 
-    /// Token ids `[B, T]` (u32) to logits `[B, T, V]`.
+    /// Token ids `[B, T]` (u32) to logits `[B, T, V]`, as micro-batch 0.
     pub fn forward(&mut self, ids: &Tensor<B>) -> Result<Tensor<B>> {
-        if ids.rank() != 2 {
-            return Err(Error::shape(
-                "Gpt::forward",
-                format!("ids must be [B, T], got {}", ids.shape()),
-            ));
-        }
-        let (b, t) = (ids.dims()[0], ids.dims()[1]);
-        if t > self.config.block_size {
-            return Err(Error::shape(
-                "Gpt::forward",
-                format!(
-                    "sequence length {t} exceeds block_size {}",
-                    self.config.block_size
-                ),
-            ));
-        }
-        let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
-        let pos = Tensor::from_u32(ids.backend(), &positions, [b, t])?;
-        let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&pos)?)?;
+        self.forward_mb(MicroBatch::default(), ids)
+    }
+
+    /// Token ids `[B, T]` (u32) to logits `[B, T, V]`, saving under `mb`.
+    pub fn forward_mb(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
+        let block_size = self.config.block_size;
+        let mut x = embed(
+            &mut self.wte,
+            &mut self.wpe,
+            block_size,
+            mb,
+            ids,
+            "Gpt::forward",
+        )?;
         for block in &mut self.h {
-            x = block.forward(&x)?;
+            x = block.forward(mb, &x)?;
         }
-        let c = self.config.n_embd;
-        let x_final = self.ln_f.forward(&x)?.reshape([b * t, c])?;
-        // Tied head: logits = x · wteᵀ.
-        let logits = x_final.matmul(&self.wte.weight.value.transpose(0, 1)?)?;
-        self.saved = Some(GptSaved {
+        head_forward(
+            &mut self.ln_f,
+            &self.wte.weight.value,
+            &mut self.saved,
+            mb,
+            &x,
+        )
+    }
+
+    /// Forward pass plus per-position cross-entropy `[B, T]` against i32 `targets`, as
+    /// micro-batch 0. The logits are kept for [`Gpt::backward`].
+    pub fn forward_loss(&mut self, ids: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
+        self.forward_loss_mb(MicroBatch::default(), ids, targets)
+    }
+
+    /// [`Gpt::forward_loss`] for micro-batch `mb`; [`Gpt::backward_mb`] of the same
+    /// `mb` consumes what it saved.
+    pub fn forward_loss_mb(
+        &mut self,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        targets: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let logits = self.forward_mb(mb, ids)?;
+        head_loss(&mut self.saved, mb, logits, targets)
+    }
+
+    /// Backward of micro-batch 0 from the loss `Σ losses · dloss`, accumulating into
+    /// every parameter's gradient. For the mean over `n` positions pass `dloss = 1/n`;
+    /// for gradient accumulation over `k` micro-batches pass `1/(n·k)` on each.
+    pub fn backward(&mut self, dloss: f32) -> Result<()> {
+        self.backward_mb(MicroBatch::default(), dloss)
+    }
+
+    /// [`Gpt::backward`] of micro-batch `mb`, using the activations its
+    /// [`Gpt::forward_loss_mb`] saved. An error if that micro-batch has no forward in
+    /// flight.
+    pub fn backward_mb(&mut self, mb: MicroBatch, dloss: f32) -> Result<()> {
+        let mut dx = head_backward(
+            &mut self.ln_f,
+            &mut self.wte.weight,
+            &mut self.saved,
+            mb,
+            dloss,
+        )?;
+        for block in self.h.iter_mut().rev() {
+            dx = block.backward(mb, &dx)?;
+        }
+        self.wpe.backward(mb, &dx)?;
+        self.wte.backward(mb, &dx)?;
+        Ok(())
+    }
+
+    /// The micro-batches whose forward ran and whose backward has not (in increasing
+    /// order): what a schedule still owes, or what to `clear_saved` after evaluation.
+    pub fn in_flight(&self) -> Vec<MicroBatch> {
+        self.saved.micro_batches()
+    }
+}
+
+/// What the head keeps per micro-batch between its forward and backward.
+pub(crate) struct HeadSaved<B: Backend> {
+    /// Input of the tied projection (after ln_f), `[B·T, C]`.
+    x_final: Tensor<B>,
+    logits: Option<Tensor<B>>,
+    targets: Option<Tensor<B>>,
+    bt: (usize, usize),
+}
+
+/// Token plus position embeddings of ids `[B, T]`: `[B, T, C]`. Shared by [`Gpt`] and
+/// the embedding stage so that both launch the same kernels in the same order.
+pub(crate) fn embed<B: Backend>(
+    wte: &mut Embedding<B>,
+    wpe: &mut Embedding<B>,
+    block_size: usize,
+    mb: MicroBatch,
+    ids: &Tensor<B>,
+    op: &'static str,
+) -> Result<Tensor<B>> {
+    if ids.rank() != 2 {
+        return Err(Error::shape(
+            op,
+            format!("ids must be [B, T], got {}", ids.shape()),
+        ));
+    }
+    let (b, t) = (ids.dims()[0], ids.dims()[1]);
+    if t > block_size {
+        return Err(Error::shape(
+            op,
+            format!("sequence length {t} exceeds block_size {block_size}"),
+        ));
+    }
+    let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
+    let pos = Tensor::from_u32(ids.backend(), &positions, [b, t])?;
+    wte.forward(mb, ids)?.add(&wpe.forward(mb, &pos)?)
+}
+
+/// The head's forward: `ln_f`, then the tied projection `logits = x · wteᵀ`,
+/// `[B, T, C] -> [B, T, V]`. Saves ln_f's output under `mb`.
+pub(crate) fn head_forward<B: Backend>(
+    ln_f: &mut LayerNorm<B>,
+    wte: &Tensor<B>,
+    saved: &mut Stash<HeadSaved<B>>,
+    mb: MicroBatch,
+    x: &Tensor<B>,
+) -> Result<Tensor<B>> {
+    if x.rank() != 3 {
+        return Err(Error::shape(
+            "Gpt head",
+            format!("expected [B, T, C], got {}", x.shape()),
+        ));
+    }
+    let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+    let vocab = wte.dims()[0];
+    let x_final = ln_f.forward(mb, x)?.reshape([b * t, c])?;
+    // Tied head: logits = x · wteᵀ (the transpose is a view).
+    let logits = x_final.matmul(&wte.transpose(0, 1)?)?;
+    saved.put(
+        mb,
+        HeadSaved {
             x_final,
             logits: None,
             targets: None,
             bt: (b, t),
-        });
-        logits.reshape([b, t, self.config.vocab_size])
-    }
+        },
+    );
+    logits.reshape([b, t, vocab])
+}
 
-    /// Forward pass plus per-position cross-entropy `[B, T]` against i32 `targets`.
-    /// The logits are kept for [`Gpt::backward`].
-    pub fn forward_loss(&mut self, ids: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
-        let logits = self.forward(ids)?;
-        let losses = logits.cross_entropy(targets)?;
-        let saved = self.saved.as_mut().expect("forward saved");
-        saved.logits = Some(logits);
-        saved.targets = Some(targets.clone());
-        Ok(losses)
-    }
+/// Per-position cross-entropy of the logits `head_forward` just returned for `mb`;
+/// keeps logits and targets for the backward.
+pub(crate) fn head_loss<B: Backend>(
+    saved: &mut Stash<HeadSaved<B>>,
+    mb: MicroBatch,
+    logits: Tensor<B>,
+    targets: &Tensor<B>,
+) -> Result<Tensor<B>> {
+    let losses = logits.cross_entropy(targets)?;
+    let s = saved
+        .get_mut(mb)
+        .ok_or_else(|| Error::invalid("Gpt head", format!("no forward saved for {mb}")))?;
+    s.logits = Some(logits);
+    s.targets = Some(targets.clone());
+    Ok(losses)
+}
 
-    /// Backward from the loss `Σ losses · dloss`, accumulating into every parameter's
-    /// gradient. For the mean over `n` positions pass `dloss = 1/n`; for gradient
-    /// accumulation over `k` micro-batches pass `1/(n·k)` on each.
-    pub fn backward(&mut self, dloss: f32) -> Result<()> {
-        let saved = self.saved.take().ok_or_else(|| no_forward("Gpt"))?;
-        let (logits, targets) = match (saved.logits, saved.targets) {
-            (Some(l), Some(t)) => (l, t),
-            _ => {
-                return Err(Error::invalid(
-                    "Gpt::backward",
-                    "call forward_loss before backward",
-                ));
-            }
-        };
-        let (b, t) = saved.bt;
-        let (c, v) = (self.config.n_embd, self.config.vocab_size);
-        let loss_dtype = if self.dtype() == DType::F64 {
-            DType::F64
-        } else {
-            DType::F32
-        };
-        let dlosses = Tensor::full(logits.backend(), [b, t], loss_dtype, f64::from(dloss))?;
-        let dlogits = logits
-            .cross_entropy_backward(&targets, &dlosses)?
-            .reshape([b * t, v])?;
-        drop(logits);
-        // Tied head: dwte += dlogitsᵀ · x, dx = dlogits · wte.
-        Tensor::matmul_into(
-            &mut self.wte.weight.grad,
-            &dlogits.transpose(0, 1)?,
-            &saved.x_final,
-            1.0,
-            1.0,
-        )?;
-        let dx = dlogits.matmul(&self.wte.weight.value)?.reshape([b, t, c])?;
-        let mut dx = self.ln_f.backward(&dx)?;
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward(&dx)?;
+/// The head's backward from `Σ losses · dloss`: `dwte += dlogitsᵀ · x`, and the
+/// gradient of the head's input, `[B, T, C]`.
+pub(crate) fn head_backward<B: Backend>(
+    ln_f: &mut LayerNorm<B>,
+    wte: &mut Param<B>,
+    saved: &mut Stash<HeadSaved<B>>,
+    mb: MicroBatch,
+    dloss: f32,
+) -> Result<Tensor<B>> {
+    let saved = saved.take(mb, "Gpt")?;
+    let (logits, targets) = match (saved.logits, saved.targets) {
+        (Some(l), Some(t)) => (l, t),
+        _ => {
+            return Err(Error::invalid(
+                "Gpt::backward",
+                format!("call forward_loss before backward ({mb} ran forward only)"),
+            ));
         }
-        self.wpe.backward(&dx)?;
-        self.wte.backward(&dx)?;
-        Ok(())
-    }
+    };
+    let (b, t) = saved.bt;
+    let (v, c) = (wte.value.dims()[0], wte.value.dims()[1]);
+    let loss_dtype = if wte.value.dtype() == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let dlosses = Tensor::full(logits.backend(), [b, t], loss_dtype, f64::from(dloss))?;
+    let dlogits = logits
+        .cross_entropy_backward(&targets, &dlosses)?
+        .reshape([b * t, v])?;
+    drop(logits);
+    // Tied head: dwte += dlogitsᵀ · x, dx = dlogits · wte.
+    Tensor::matmul_into(
+        &mut wte.grad,
+        &dlogits.transpose(0, 1)?,
+        &saved.x_final,
+        1.0,
+        1.0,
+    )?;
+    let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
+    ln_f.backward(mb, &dx)
 }
 
 impl<B: Backend> Module<B> for Gpt<B> {
     fn clear_saved(&mut self) {
-        self.saved = None;
+        self.saved.clear();
         self.wte.clear_saved();
         self.wpe.clear_saved();
         for b in &mut self.h {

@@ -1,4 +1,4 @@
-use crate::{Module, Param, no_forward};
+use crate::{MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, DType, Result};
 use brrr_tensor::{LayerNormStats, Tensor};
 
@@ -7,8 +7,9 @@ pub struct LayerNorm<B: Backend> {
     pub gamma: Param<B>,
     pub beta: Param<B>,
     pub eps: f32,
-    /// The input and its per-row mean and 1/std, saved for the backward.
-    pub saved: Option<(Tensor<B>, LayerNormStats<B>)>,
+    /// The input and its per-row mean and 1/std of each micro-batch in flight, saved
+    /// for the backward.
+    pub saved: Stash<(Tensor<B>, LayerNormStats<B>)>,
 }
 
 impl<B: Backend> LayerNorm<B> {
@@ -23,18 +24,18 @@ impl<B: Backend> LayerNorm<B> {
                 Tensor::zeros(backend, [dim], dtype)?,
             )?,
             eps: 1e-5,
-            saved: None,
+            saved: Stash::new(),
         })
     }
 
-    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
         let (y, stats) = x.layernorm(&self.gamma.value, &self.beta.value, self.eps)?;
-        self.saved = Some((x.clone(), stats));
+        self.saved.put(mb, (x.clone(), stats));
         Ok(y)
     }
 
-    pub fn backward(&mut self, dy: &Tensor<B>) -> Result<Tensor<B>> {
-        let (x, stats) = self.saved.take().ok_or_else(|| no_forward("LayerNorm"))?;
+    pub fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        let (x, stats) = self.saved.take(mb, "LayerNorm")?;
         x.layernorm_backward(
             dy,
             &self.gamma.value,
@@ -48,7 +49,7 @@ impl<B: Backend> LayerNorm<B> {
 
 impl<B: Backend> Module<B> for LayerNorm<B> {
     fn clear_saved(&mut self) {
-        self.saved = None;
+        self.saved.clear();
     }
     fn params(&self) -> Vec<&Param<B>> {
         vec![&self.gamma, &self.beta]

@@ -6,8 +6,25 @@
 //! visible, which is what activation checkpointing, pipeline stages, ZeRO and tensor
 //! parallelism all manipulate. The style follows llm.c.
 //!
+//! ## Micro-batches in flight
+//!
+//! Every `forward` and `backward` takes a [`MicroBatch`] id, and each layer keeps what
+//! its forwards saved in a [`Stash`], one entry per micro-batch. A pipeline schedule
+//! runs several forwards before the matching backwards (GPipe: all forwards, then all
+//! backwards; 1F1B: interleaved), so a single `saved` slot would hand a backward the
+//! activations of the wrong micro-batch. The keyed stash was chosen over returning a
+//! context value to the caller because the activations stay where the rest of this
+//! crate keeps them, in the layer's own fields, where a reader (and activation
+//! checkpointing) can find and drop them; the caller only carries a small id. A backward
+//! of a micro-batch with nothing saved is an error naming the layer and the micro-batch;
+//! [`Module::clear_saved`] drops every micro-batch's entries.
+//!
 //! - layers: [`Linear`], [`Embedding`], [`LayerNorm`], [`Gelu`],
 //!   [`CausalSelfAttention`], [`Mlp`], [`Block`], and the [`Gpt`] with a weight-tied head;
+//! - [`LinearLayer`]: what attention and the MLP are built from, so that tensor-parallel
+//!   shards of their projections can stand in for [`Linear`];
+//! - pipeline stages: [`Gpt::into_stages`] cuts the model into an [`EmbeddingStage`],
+//!   [`BlocksStage`]s and a [`HeadStage`], each owning only its layers;
 //! - training: [`cross_entropy`](loss), [`AdamW`], [`clip_grad_norm`],
 //!   [`CosineSchedule`]; gradient accumulation is a loss scale of `1/k` on each of `k`
 //!   micro-batches, because every backward accumulates;
@@ -26,6 +43,8 @@ mod mlp;
 mod optim;
 mod param;
 mod schedule;
+mod stage;
+mod stash;
 
 pub use attention::CausalSelfAttention;
 pub use block::Block;
@@ -33,7 +52,7 @@ pub use embedding::Embedding;
 pub use gelu::Gelu;
 pub use gpt::{Gpt, GptConfig};
 pub use layernorm::LayerNorm;
-pub use linear::Linear;
+pub use linear::{Linear, LinearLayer};
 pub use mlp::Mlp;
 pub use optim::{AdamW, AdamWConfig};
 /// Native only: they read one number back, which blocks (in a browser, read the
@@ -42,11 +61,11 @@ pub use optim::{AdamW, AdamWConfig};
 pub use optim::{clip_grad_norm, grad_norm};
 pub use param::{Module, Param};
 pub use schedule::CosineSchedule;
+pub use stage::{BlocksStage, EmbeddingStage, GptStages, HeadStage};
+/// Native only: they read tensors back to the host, which blocks.
+#[cfg(not(target_arch = "wasm32"))]
+pub use stage::{copy_to_backend, move_to_backend, sum_tied_grads};
+pub use stash::{MicroBatch, Stash};
 
 pub use brrr_backend::{Backend, DType, Error, Result};
 pub use brrr_tensor::Tensor;
-
-/// Error for a backward called without a forward that saved its inputs.
-pub(crate) fn no_forward(layer: &'static str) -> Error {
-    Error::invalid(layer, "backward called before forward (nothing saved)")
-}

@@ -1,14 +1,34 @@
-use crate::{Module, Param, no_forward};
+use crate::{MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
 use rand::Rng;
+
+/// A linear map over the last dimension, as attention and the MLP use it: the plain
+/// [`Linear`], or (for tensor parallelism) a column- or row-parallel shard of one, where
+/// `in_features`/`out_features` are the shard's local widths (Megatron-LM, Shoeybi et
+/// al. 2019, §3: `c_attn` and `c_fc` split by output columns, the two `c_proj` by input
+/// rows). Layers built from it read their widths from it, never from a global config.
+///
+/// `forward` saves what the backward needs under the micro-batch `mb`; `backward` of the
+/// same `mb` consumes it, accumulates the parameter gradients and returns `dx`.
+pub trait LinearLayer<B: Backend>: Module<B> {
+    /// Width of the input's last dimension.
+    fn in_features(&self) -> usize;
+    /// Width of the output's last dimension.
+    fn out_features(&self) -> usize;
+    /// `[.., in] -> [.., out]`.
+    fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>>;
+    /// `dy: [.., out] -> dx: [.., in]`, accumulating parameter gradients.
+    fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>>;
+}
 
 /// `y = x Wᵀ + b` with `W: [out, in]` (PyTorch's layout) over the last dimension of x.
 pub struct Linear<B: Backend> {
     pub weight: Param<B>,
     pub bias: Option<Param<B>>,
-    /// The input, saved by `forward` for the weight gradient.
-    pub saved_input: Option<Tensor<B>>,
+    /// The input `[rows, in]` of each micro-batch in flight, saved by `forward` for the
+    /// weight gradient.
+    pub saved_input: Stash<Tensor<B>>,
 }
 
 impl<B: Backend> Linear<B> {
@@ -34,13 +54,47 @@ impl<B: Backend> Linear<B> {
         Ok(Linear {
             weight: Param::new(format!("{name}.weight"), w)?,
             bias,
-            saved_input: None,
+            saved_input: Stash::new(),
         })
     }
 
+    /// A layer with the given weight `[out, in]` and optional bias `[out]`, named
+    /// `{name}.weight` and `{name}.bias`: how a shard of a larger layer is built.
+    pub fn from_weights(name: &str, weight: Tensor<B>, bias: Option<Tensor<B>>) -> Result<Self> {
+        if weight.rank() != 2 {
+            return Err(Error::shape(
+                "Linear::from_weights",
+                format!("{name}: weight must be [out, in], got {}", weight.shape()),
+            ));
+        }
+        if let Some(b) = &bias
+            && b.dims() != [weight.dims()[0]]
+        {
+            return Err(Error::shape(
+                "Linear::from_weights",
+                format!(
+                    "{name}: bias {} does not match weight {}",
+                    b.shape(),
+                    weight.shape()
+                ),
+            ));
+        }
+        let bias = match bias {
+            Some(b) => Some(Param::new(format!("{name}.bias"), b)?),
+            None => None,
+        };
+        Ok(Linear {
+            weight: Param::new(format!("{name}.weight"), weight)?,
+            bias,
+            saved_input: Stash::new(),
+        })
+    }
+
+    /// Width of the input's last dimension.
     pub fn in_features(&self) -> usize {
         self.weight.value.dims()[1]
     }
+    /// Width of the output's last dimension.
     pub fn out_features(&self) -> usize {
         self.weight.value.dims()[0]
     }
@@ -62,7 +116,8 @@ impl<B: Backend> Linear<B> {
         x.reshape([x.elem_count() / n.max(1), n])
     }
 
-    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
+    /// `[.., in] -> [.., out]`, saving the input under `mb`.
+    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
         let x2 = self.rows(x)?;
         // x Wᵀ: the transpose is a view, passed to the GEMM as a flag.
         let mut y = x2.matmul(&self.weight.value.transpose(0, 1)?)?;
@@ -71,16 +126,13 @@ impl<B: Backend> Linear<B> {
         }
         let mut dims = x.dims().to_vec();
         *dims.last_mut().expect("rank >= 1") = self.out_features();
-        self.saved_input = Some(x2);
+        self.saved_input.put(mb, x2);
         y.reshape(dims)
     }
 
     /// `dW += dyᵀ x`, `db += Σ_rows dy`, returns `dx = dy W`.
-    pub fn backward(&mut self, dy: &Tensor<B>) -> Result<Tensor<B>> {
-        let x2 = self
-            .saved_input
-            .take()
-            .ok_or_else(|| no_forward("Linear"))?;
+    pub fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        let x2 = self.saved_input.take(mb, "Linear")?;
         let out = self.out_features();
         let dy2 = dy.reshape([dy.elem_count() / out.max(1), out])?;
         if dy2.dims()[0] != x2.dims()[0] {
@@ -104,9 +156,24 @@ impl<B: Backend> Linear<B> {
     }
 }
 
+impl<B: Backend> LinearLayer<B> for Linear<B> {
+    fn in_features(&self) -> usize {
+        Linear::in_features(self)
+    }
+    fn out_features(&self) -> usize {
+        Linear::out_features(self)
+    }
+    fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
+        Linear::forward(self, mb, x)
+    }
+    fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        Linear::backward(self, mb, dy)
+    }
+}
+
 impl<B: Backend> Module<B> for Linear<B> {
     fn clear_saved(&mut self) {
-        self.saved_input = None;
+        self.saved_input.clear();
     }
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = vec![&self.weight];

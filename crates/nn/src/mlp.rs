@@ -1,13 +1,19 @@
-use crate::{Gelu, Linear, Module, Param};
-use brrr_backend::{Backend, DType, Result};
+use crate::{Gelu, Linear, LinearLayer, MicroBatch, Module, Param};
+use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
 use rand::Rng;
 
 /// The transformer's feed-forward network: `c_proj(gelu(c_fc(x)))`, 4× wide inside.
+///
+/// Built from [`LinearLayer`]s, so a column-parallel `c_fc` and a row-parallel `c_proj`
+/// (each holding a slice of the inner width) make a tensor-parallel MLP whose shards'
+/// outputs sum to the full one (Megatron-LM, Shoeybi et al. 2019, §3).
 pub struct Mlp<B: Backend> {
-    pub c_fc: Linear<B>,
+    /// `[.., C] -> [.., inner]`.
+    pub c_fc: Box<dyn LinearLayer<B>>,
     pub gelu: Gelu<B>,
-    pub c_proj: Linear<B>,
+    /// `[.., inner] -> [.., C]`.
+    pub c_proj: Box<dyn LinearLayer<B>>,
 }
 
 impl<B: Backend> Mlp<B> {
@@ -19,41 +25,63 @@ impl<B: Backend> Mlp<B> {
         dtype: DType,
         rng: &mut impl Rng,
     ) -> Result<Self> {
+        let c_fc = Linear::new(
+            backend,
+            &format!("{name}.c_fc"),
+            n_embd,
+            4 * n_embd,
+            true,
+            0.02,
+            dtype,
+            rng,
+        )?;
+        let c_proj = Linear::new(
+            backend,
+            &format!("{name}.c_proj"),
+            4 * n_embd,
+            n_embd,
+            true,
+            proj_std,
+            dtype,
+            rng,
+        )?;
+        Self::from_parts(Box::new(c_fc), Box::new(c_proj))
+    }
+
+    /// An MLP from its two projections; `c_proj` must read what `c_fc` writes.
+    pub fn from_parts(
+        c_fc: Box<dyn LinearLayer<B>>,
+        c_proj: Box<dyn LinearLayer<B>>,
+    ) -> Result<Self> {
+        if c_fc.out_features() != c_proj.in_features() {
+            return Err(Error::invalid(
+                "Mlp::from_parts",
+                format!(
+                    "c_fc writes {} features but c_proj reads {}",
+                    c_fc.out_features(),
+                    c_proj.in_features()
+                ),
+            ));
+        }
         Ok(Mlp {
-            c_fc: Linear::new(
-                backend,
-                &format!("{name}.c_fc"),
-                n_embd,
-                4 * n_embd,
-                true,
-                0.02,
-                dtype,
-                rng,
-            )?,
+            c_fc,
             gelu: Gelu::new(),
-            c_proj: Linear::new(
-                backend,
-                &format!("{name}.c_proj"),
-                4 * n_embd,
-                n_embd,
-                true,
-                proj_std,
-                dtype,
-                rng,
-            )?,
+            c_proj,
         })
     }
 
-    pub fn forward(&mut self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let h = self.c_fc.forward(x)?;
-        let h = self.gelu.forward(&h)?;
-        self.c_proj.forward(&h)
+    /// `[.., C] -> [.., C]`, saving under `mb`.
+    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let h = self.c_fc.forward(mb, x)?;
+        let h = self.gelu.forward(mb, &h)?;
+        self.c_proj.forward(mb, &h)
     }
 
-    pub fn backward(&mut self, dy: &Tensor<B>) -> Result<Tensor<B>> {
-        let dh = self.c_proj.backward(dy)?;
-        let dh = self.gelu.backward(&dh)?;
-        self.c_fc.backward(&dh)
+    /// `dy -> dx` for micro-batch `mb`.
+    pub fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        let dh = self.c_proj.backward(mb, dy)?;
+        let dh = self.gelu.backward(mb, &dh)?;
+        self.c_fc.backward(mb, &dh)
     }
 }
 

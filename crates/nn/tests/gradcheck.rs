@@ -4,13 +4,15 @@
 use brrr_cpu::CpuBackend;
 use brrr_nn::gradcheck::{max_rel_error, numeric_grad, probe_indices};
 use brrr_nn::{
-    Block, CausalSelfAttention, DType, Embedding, Gelu, Gpt, GptConfig, LayerNorm, Linear, Mlp,
-    Module, Param, Result, Tensor,
+    Block, CausalSelfAttention, DType, Embedding, Gelu, Gpt, GptConfig, LayerNorm, Linear,
+    MicroBatch, Mlp, Module, Param, Result, Tensor,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const F64: DType = DType::F64;
+/// The layers' checks run one micro-batch at a time.
+const MB: MicroBatch = MicroBatch(0);
 /// Central differences in f64 with h = 1e-5 agree with a correct gradient to ~1e-7.
 const TOL: f64 = 1e-5;
 
@@ -127,8 +129,8 @@ fn linear() {
         &mut l,
         &input(&[2, 3, 5], 2),
         true,
-        |l, x| l.forward(x),
-        |l, dy| l.backward(dy).map(Some),
+        |l, x| l.forward(MB, x),
+        |l, dy| l.backward(MB, dy).map(Some),
         |l| l.params_mut(),
     );
 }
@@ -144,8 +146,8 @@ fn embedding() {
         &mut e,
         &ids,
         false,
-        |e, x| e.forward(x),
-        |e, dy| e.backward(dy).map(|_| None),
+        |e, x| e.forward(MB, x),
+        |e, dy| e.backward(MB, dy).map(|_| None),
         |e| e.params_mut(),
     );
 }
@@ -160,8 +162,8 @@ fn layernorm() {
         &mut ln,
         &input(&[4, 9], 5),
         true,
-        |l, x| l.forward(x),
-        |l, dy| l.backward(dy).map(Some),
+        |l, x| l.forward(MB, x),
+        |l, dy| l.backward(MB, dy).map(Some),
         |l| l.params_mut(),
     );
 }
@@ -175,8 +177,8 @@ fn gelu() {
         &mut g,
         &x,
         true,
-        |g, x| g.forward(x),
-        |g, dy| g.backward(dy).map(Some),
+        |g, x| g.forward(MB, x),
+        |g, dy| g.backward(MB, dy).map(Some),
         |_| Vec::new(),
     );
 }
@@ -196,8 +198,8 @@ fn causal_self_attention() {
         &mut a,
         &input(&[2, 5, 8], 9),
         true,
-        |a, x| a.forward(x),
-        |a, dy| a.backward(dy).map(Some),
+        |a, x| a.forward(MB, x),
+        |a, dy| a.backward(MB, dy).map(Some),
         |a| a.params_mut(),
     );
 }
@@ -211,8 +213,8 @@ fn mlp() {
         &mut m,
         &input(&[2, 3, 6], 11),
         true,
-        |m, x| m.forward(x),
-        |m, dy| m.backward(dy).map(Some),
+        |m, x| m.forward(MB, x),
+        |m, dy| m.backward(MB, dy).map(Some),
         |m| m.params_mut(),
     );
 }
@@ -226,8 +228,8 @@ fn block() {
         &mut b,
         &input(&[2, 4, 8], 13),
         true,
-        |b, x| b.forward(x),
-        |b, dy| b.backward(dy).map(Some),
+        |b, x| b.forward(MB, x),
+        |b, dy| b.backward(MB, dy).map(Some),
         |b| b.params_mut(),
     );
 }
@@ -400,9 +402,9 @@ fn bad_input_is_an_error_not_a_panic() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let mut l = Linear::new(&be, "fc", 5, 7, true, 0.02, DType::F32, &mut rng).unwrap();
     let x = Tensor::zeros(&be, [3, 4], DType::F32).unwrap();
-    let e = l.forward(&x).unwrap_err().to_string();
+    let e = l.forward(MB, &x).unwrap_err().to_string();
     assert!(e.contains("fc.weight") && e.contains("[3, 4]"), "{e}");
-    let e = l.backward(&x).unwrap_err().to_string();
+    let e = l.backward(MB, &x).unwrap_err().to_string();
     assert!(e.contains("before forward"), "{e}");
     let cfg = GptConfig {
         n_embd: 10,
@@ -453,7 +455,7 @@ fn clear_saved_drops_every_activation() {
     let dy =
         Tensor::from_f64(&be, &vec![0.5; b * t * cfg.n_embd], [b, t, cfg.n_embd], F64).unwrap();
     for (i, block) in gpt.h.iter_mut().enumerate() {
-        let err = block.backward(&dy).map(|_| ()).unwrap_err().to_string();
+        let err = block.backward(MB, &dy).map(|_| ()).unwrap_err().to_string();
         assert!(err.contains("before forward"), "block {i}: {err}");
     }
 }

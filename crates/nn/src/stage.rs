@@ -1,0 +1,294 @@
+//! A [`Gpt`] cut into pipeline stages: the embeddings, ranges of blocks, and the head.
+//!
+//! Each stage owns only its layers (as picotron's pipeline-parallel model does), so it
+//! can live on its own backend instance; activations pass between stages as tensors the
+//! caller moves. The first and the last stage both need the token embedding matrix (the
+//! head is tied to it), so after the split each holds its own copy; the gradients the
+//! two copies receive are summed by [`sum_tied_grads`] once per optimizer step, after
+//! which both copies get the same update and stay equal (Megatron-LM does the same with
+//! an all-reduce over the embedding group).
+
+use crate::gpt::{HeadSaved, embed, head_backward, head_forward, head_loss};
+use crate::{Block, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Module, Param, Stash};
+use brrr_backend::{Backend, Error, Result};
+use brrr_tensor::Tensor;
+use std::ops::Range;
+
+/// The first stage: token plus position embeddings, ids `[B, T]` to `[B, T, C]`.
+pub struct EmbeddingStage<B: Backend> {
+    pub wte: Embedding<B>,
+    pub wpe: Embedding<B>,
+    /// The longest sequence `wpe` covers.
+    pub block_size: usize,
+}
+
+impl<B: Backend> EmbeddingStage<B> {
+    /// Token ids `[B, T]` (u32) to the residual stream `[B, T, C]`, saving under `mb`.
+    pub fn forward(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
+        embed(
+            &mut self.wte,
+            &mut self.wpe,
+            self.block_size,
+            mb,
+            ids,
+            "EmbeddingStage::forward",
+        )
+    }
+
+    /// Scatter-adds the gradient of the residual stream `[B, T, C]` into both tables.
+    pub fn backward(&mut self, mb: MicroBatch, dx: &Tensor<B>) -> Result<()> {
+        // The order Gpt::backward_mb uses.
+        self.wpe.backward(mb, dx)?;
+        self.wte.backward(mb, dx)
+    }
+}
+
+impl<B: Backend> Module<B> for EmbeddingStage<B> {
+    fn clear_saved(&mut self) {
+        self.wte.clear_saved();
+        self.wpe.clear_saved();
+    }
+    fn params(&self) -> Vec<&Param<B>> {
+        vec![&self.wte.weight, &self.wpe.weight]
+    }
+    fn params_mut(&mut self) -> Vec<&mut Param<B>> {
+        vec![&mut self.wte.weight, &mut self.wpe.weight]
+    }
+}
+
+/// A contiguous range of transformer blocks, `[B, T, C] -> [B, T, C]`.
+pub struct BlocksStage<B: Backend> {
+    /// Index of `h[0]` in the whole model (its parameters are named `h.{first_layer}.…`).
+    pub first_layer: usize,
+    pub h: Vec<Block<B>>,
+}
+
+impl<B: Backend> BlocksStage<B> {
+    /// The whole model's block indices this stage holds.
+    pub fn layers(&self) -> Range<usize> {
+        self.first_layer..self.first_layer + self.h.len()
+    }
+
+    /// Runs the blocks in order, saving under `mb`.
+    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let mut x = x.clone();
+        for block in &mut self.h {
+            x = block.forward(mb, &x)?;
+        }
+        Ok(x)
+    }
+
+    /// The blocks' backward in reverse order; returns the gradient of the stage's input.
+    pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        let mut dx = dout.clone();
+        for block in self.h.iter_mut().rev() {
+            dx = block.backward(mb, &dx)?;
+        }
+        Ok(dx)
+    }
+}
+
+impl<B: Backend> Module<B> for BlocksStage<B> {
+    fn clear_saved(&mut self) {
+        for b in &mut self.h {
+            b.clear_saved();
+        }
+    }
+    fn params(&self) -> Vec<&Param<B>> {
+        self.h.iter().flat_map(|b| b.params()).collect()
+    }
+    fn params_mut(&mut self) -> Vec<&mut Param<B>> {
+        self.h.iter_mut().flat_map(|b| b.params_mut()).collect()
+    }
+}
+
+/// The last stage: final LayerNorm, the projection tied to the token embedding, and the
+/// cross-entropy. `wte` is this stage's copy of the embedding matrix (see
+/// [`sum_tied_grads`]).
+pub struct HeadStage<B: Backend> {
+    pub ln_f: LayerNorm<B>,
+    /// The tied weight `[V, C]`, named `wte.weight` like the embedding stage's.
+    pub wte: Param<B>,
+    saved: Stash<HeadSaved<B>>,
+}
+
+impl<B: Backend> HeadStage<B> {
+    /// The residual stream `[B, T, C]` to logits `[B, T, V]`, saving under `mb`.
+    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
+        head_forward(&mut self.ln_f, &self.wte.value, &mut self.saved, mb, x)
+    }
+
+    /// [`HeadStage::forward`] plus per-position cross-entropy `[B, T]` against i32
+    /// `targets`; [`HeadStage::backward`] of the same `mb` starts from it.
+    pub fn forward_loss(
+        &mut self,
+        mb: MicroBatch,
+        x: &Tensor<B>,
+        targets: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let logits = self.forward(mb, x)?;
+        head_loss(&mut self.saved, mb, logits, targets)
+    }
+
+    /// Backward from `Σ losses · dloss` (as [`Gpt::backward_mb`]): accumulates into
+    /// `ln_f` and `wte`, returns the gradient of the stage's input `[B, T, C]`.
+    pub fn backward(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>> {
+        head_backward(&mut self.ln_f, &mut self.wte, &mut self.saved, mb, dloss)
+    }
+
+    /// The micro-batches whose forward ran and whose backward has not.
+    pub fn in_flight(&self) -> Vec<MicroBatch> {
+        self.saved.micro_batches()
+    }
+}
+
+impl<B: Backend> Module<B> for HeadStage<B> {
+    fn clear_saved(&mut self) {
+        self.saved.clear();
+        self.ln_f.clear_saved();
+    }
+    /// `wte.weight` (the tied copy) first, then `ln_f`. A global gradient norm over
+    /// all stages must count the tied weight once: skip this copy after
+    /// [`sum_tied_grads`].
+    fn params(&self) -> Vec<&Param<B>> {
+        let mut v = vec![&self.wte];
+        v.extend(self.ln_f.params());
+        v
+    }
+    fn params_mut(&mut self) -> Vec<&mut Param<B>> {
+        let mut v = vec![&mut self.wte];
+        v.extend(self.ln_f.params_mut());
+        v
+    }
+}
+
+/// A [`Gpt`] cut into stages by [`Gpt::into_stages`].
+pub struct GptStages<B: Backend> {
+    pub config: GptConfig,
+    pub embedding: EmbeddingStage<B>,
+    /// One entry per requested range of blocks, in order.
+    pub blocks: Vec<BlocksStage<B>>,
+    pub head: HeadStage<B>,
+}
+
+impl<B: Backend> Gpt<B> {
+    /// Cuts the model into an embedding stage, one [`BlocksStage`] per range of block
+    /// indices, and a head stage. The ranges must be contiguous, in order and cover
+    /// `0..n_layer` (an empty range is allowed: a stage with no blocks). Saved
+    /// activations are dropped. The head gets a private copy of `wte` with a zero
+    /// gradient; the embedding stage keeps the original and its gradient.
+    pub fn into_stages(mut self, layers: &[Range<usize>]) -> Result<GptStages<B>> {
+        check_ranges(layers, self.config.n_layer)?;
+        self.clear_saved();
+        let tied = Param::new(
+            self.wte.weight.name.clone(),
+            self.wte.weight.value.deep_clone()?,
+        )?;
+        let mut rest = self.h.into_iter();
+        let blocks = layers
+            .iter()
+            .map(|r| BlocksStage {
+                first_layer: r.start,
+                h: rest.by_ref().take(r.len()).collect(),
+            })
+            .collect();
+        Ok(GptStages {
+            embedding: EmbeddingStage {
+                wte: self.wte,
+                wpe: self.wpe,
+                block_size: self.config.block_size,
+            },
+            blocks,
+            head: HeadStage {
+                ln_f: self.ln_f,
+                wte: tied,
+                saved: Stash::new(),
+            },
+            config: self.config,
+        })
+    }
+}
+
+fn check_ranges(layers: &[Range<usize>], n_layer: usize) -> Result<()> {
+    let mut next = 0;
+    for r in layers {
+        if r.start != next || r.end < r.start {
+            return Err(Error::invalid(
+                "Gpt::into_stages",
+                format!(
+                    "block ranges {layers:?} must be contiguous and ordered from 0 \
+                     (expected one starting at {next}, got {r:?})"
+                ),
+            ));
+        }
+        next = r.end;
+    }
+    if next != n_layer {
+        return Err(Error::invalid(
+            "Gpt::into_stages",
+            format!("block ranges {layers:?} must end at n_layer = {n_layer}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A copy of `t` on `backend`, through the host: the exact bits, in `t`'s dtype. How
+/// activations and gradients cross from one stage's backend to another's when there is
+/// no device-to-device path (native only: it waits for the read).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn copy_to_backend<B1: Backend, B2: Backend>(
+    t: &Tensor<B1>,
+    backend: &B2,
+) -> Result<Tensor<B2>> {
+    let host = brrr_backend::block_on(t.to_host())?;
+    Tensor::from_host(backend, &host, t.shape().clone())
+}
+
+/// Moves every parameter (value and gradient) of `module` onto `backend` through the
+/// host, after dropping its saved activations: how a stage is placed on its own device.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn move_to_backend<B: Backend, M: Module<B> + ?Sized>(
+    module: &mut M,
+    backend: &B,
+) -> Result<()> {
+    module.clear_saved();
+    for p in module.params_mut() {
+        p.value = copy_to_backend(&p.value, backend)?;
+        p.grad = copy_to_backend(&p.grad, backend)?;
+    }
+    Ok(())
+}
+
+/// Sums the tied weight's two gradients: afterwards the embedding stage's `wte` gradient
+/// and the head's both hold `embedding + head` (bitwise the same, as float addition is
+/// commutative), so the same optimizer step on each copy keeps them equal. Call it once
+/// per optimizer step, after the last backward and before clipping. The gradients cross
+/// through the host, so the stages may live on different backends (native only).
+///
+/// On one device this adds the head's contributions after all of the embedding's,
+/// while [`Gpt::backward_mb`] interleaves them per micro-batch, so the sum matches the
+/// unsplit model's to rounding (about 1e-7 relative in f32), not bitwise.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn sum_tied_grads<B1: Backend, B2: Backend>(
+    embedding: &mut EmbeddingStage<B1>,
+    head: &mut HeadStage<B2>,
+) -> Result<()> {
+    let e = &mut embedding.wte.weight.grad;
+    let h = &mut head.wte.grad;
+    if e.shape() != h.shape() || e.dtype() != h.dtype() {
+        return Err(Error::shape(
+            "sum_tied_grads",
+            format!(
+                "embedding gradient {} {} vs head gradient {} {}",
+                e.shape(),
+                e.dtype(),
+                h.shape(),
+                h.dtype()
+            ),
+        ));
+    }
+    let h_on_e = copy_to_backend(h, e.backend())?;
+    let e_on_h = copy_to_backend(e, h.backend())?;
+    e.add_(&h_on_e)?;
+    h.add_(&e_on_h)
+}
