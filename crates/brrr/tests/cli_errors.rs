@@ -296,6 +296,23 @@ fn negative_nan_and_infinite_flags_are_rejected() {
 }
 
 #[test]
+fn bench_sizes_that_cannot_run_are_errors() {
+    // Before: size 0 printed a row of zeros; a huge size aborted on a failed allocation.
+    fails_with(&["bench", "gemm", "--sizes", "0"], "at least 1");
+    // The memory check reads /proc/meminfo; elsewhere the size is not checked.
+    if cfg!(target_os = "linux") {
+        fails_with(
+            &["bench", "gemm", "--sizes", "100000000", "--reps", "1"],
+            "GiB for its matrices",
+        );
+    }
+    fails_with(
+        &["bench", "gemm", "--sizes", "18446744073709551615"],
+        "at least 1",
+    );
+}
+
+#[test]
 fn bus_bandwidth_follows_nccl_tests() {
     // nccl-tests PERFORMANCE.md: busbw = algbw · 2(n−1)/n for all-reduce, · (n−1)/n for
     // reduce-scatter and all-gather, · 1 for broadcast.

@@ -643,7 +643,12 @@ impl GpuSpec {
             .map(|p| p.flops)
             .ok_or_else(|| PerfError::MissingSpec {
                 gpu: self.name.clone(),
-                what: format!("{dtype} peak on {unit}"),
+                // "this machine" is a CPU: its units are SIMD lanes, not CUDA/tensor cores.
+                what: if self.id == "this-machine" {
+                    format!("{dtype} peak on its SIMD units")
+                } else {
+                    format!("{dtype} peak on {unit}")
+                },
             })
     }
 
