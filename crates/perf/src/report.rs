@@ -286,6 +286,7 @@ impl RooflineAnalysis {
             ]);
         }
         r.table("Ceilings", roofs);
+        r.note("Units: bytes and bandwidths decimal (GB = 1e9 bytes, GB/s = 1e9 bytes/s).");
         if !self.predictions.is_empty() {
             let mut t = Table::new([
                 "op",
