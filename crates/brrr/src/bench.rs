@@ -4,7 +4,7 @@
 //! states its baseline (the machine's peak, measured or computed, in the same run).
 //! These are measurements for reading, never assertions: machines are shared and noisy.
 
-use brrr_backend::{Backend, DType, GemmSpec, HostData, Result};
+use brrr_backend::{Backend, DType, Error, GemmSpec, HostData, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
@@ -22,6 +22,30 @@ fn random(dtype: DType, len: usize, rng: &mut impl Rng) -> HostData {
     HostData::from_f64(dtype, &v)
 }
 
+/// Checks a GEMM size before allocating: at least 1 (a 0-size GEMM times nothing), and its
+/// three matrices plus the f64 staging of one must fit in this machine's memory (else the
+/// allocation aborts the process instead of returning an error).
+fn check_size(n: usize, dtype: DType) -> Result<()> {
+    let elems = n.checked_mul(n).filter(|_| n >= 1);
+    let bytes = elems.map(|e| e as f64 * (3.0 * dtype.size_in_bytes() as f64 + 8.0));
+    let memory = brrr_perf::machine::total_memory_bytes().map(|b| b as f64);
+    match (bytes, memory) {
+        (None, _) => Err(Error::invalid(
+            "bench gemm",
+            format!("size {n} must be at least 1 and its square must fit in usize"),
+        )),
+        (Some(b), Some(m)) if b > m => Err(Error::invalid(
+            "bench gemm",
+            format!(
+                "size {n} needs {:.1} GiB for its matrices; this machine has {:.1} GiB",
+                b / (1u64 << 30) as f64,
+                m / (1u64 << 30) as f64
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Times `n × n × n` GEMMs of `dtype` through the backend trait: median over `reps`
 /// runs (each ending in a synchronize), after one warm-up.
 pub fn gemm<B: Backend>(
@@ -30,6 +54,9 @@ pub fn gemm<B: Backend>(
     dtype: DType,
     reps: usize,
 ) -> Result<Vec<GemmRow>> {
+    for &n in sizes {
+        check_size(n, dtype)?;
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(0);
     let mut rows = Vec::new();
     for &n in sizes {

@@ -71,7 +71,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(args) => run_train(&args),
-        Command::Sample(args) => sample::run(&args).map(|text| println!("{text}")),
+        Command::Sample(args) => sample::run(&args).and_then(|text| {
+            perf_cmd::write_stdout(&format!("{text}\n"))
+                .map_err(|e| brrr_backend::Error::io("writing the sample to stdout", e))
+        }),
         Command::Bench(BenchCommand::Gemm(args)) => run_bench_gemm(&args),
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),

@@ -10,8 +10,9 @@ use brrr_perf::memory::{
 use brrr_perf::report::{self, CommsInputs, Report, TimeInputs};
 use brrr_perf::roofline::parse_op;
 use brrr_perf::specs::{self, DType, Unit};
-use brrr_perf::table::parse_quantity;
+use brrr_perf::table::{parse_bytes, parse_count};
 use clap::{Args, Subcommand};
+use std::io::{self, Write};
 use std::path::PathBuf;
 
 type CmdResult = Result<(), Box<dyn std::error::Error>>;
@@ -37,7 +38,7 @@ pub struct RooflineArgs {
     #[arg(long = "op", value_name = "SPEC")]
     pub ops: Vec<String>,
     /// Measured time in microseconds of the op at the same position (repeatable).
-    #[arg(long = "measured-us", value_name = "US")]
+    #[arg(long = "measured-us", value_name = "US", value_parser = positive_number)]
     pub measured_us: Vec<f64>,
     /// Print JSON instead of tables.
     #[arg(long)]
@@ -112,7 +113,9 @@ impl ModelArgs {
         }
         if let Some(h) = self.hidden {
             cfg.hidden = h;
-            cfg.ffn_hidden = 4 * h;
+            cfg.ffn_hidden = h
+                .checked_mul(4)
+                .ok_or_else(|| format!("--hidden {h} is too large (its MLP width 4h overflows)"))?;
         }
         if let Some(a) = self.heads {
             cfg.heads = a;
@@ -188,11 +191,12 @@ pub struct TimeArgs {
     /// The model (for the attention term, Megatron's formula and HFU); or give --params.
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Parameters N (e.g. 175e9, 175B); default: counted from the model.
-    #[arg(long, value_parser = quantity)]
+    /// Parameters N (e.g. 175e9, 175G; 175B also means 175 billion); default: counted from
+    /// the model.
+    #[arg(long, value_parser = count)]
     pub params: Option<f64>,
-    /// Training tokens D (e.g. 300e9, 300B).
-    #[arg(long, value_parser = quantity)]
+    /// Training tokens D (e.g. 300e9, 300G).
+    #[arg(long, value_parser = count)]
     pub tokens: f64,
     /// GPU.
     #[arg(long, default_value = "a100")]
@@ -204,16 +208,16 @@ pub struct TimeArgs {
     #[arg(long, default_value_t = 1)]
     pub gpus: u64,
     /// Assumed model FLOPs utilisation for the time-to-train, in (0, 1].
-    #[arg(long, default_value_t = 0.4)]
+    #[arg(long, default_value_t = 0.4, value_parser = positive_number)]
     pub mfu: f64,
     /// Measured seconds per optimizer step (with --batch-tokens) for measured MFU/HFU.
-    #[arg(long)]
+    #[arg(long, value_parser = positive_number)]
     pub step_time: Option<f64>,
     /// Tokens per optimizer step (global batch × sequence length).
-    #[arg(long, value_parser = quantity)]
+    #[arg(long, value_parser = count)]
     pub batch_tokens: Option<f64>,
     /// Measured cluster throughput in tokens/s (instead of --step-time/--batch-tokens).
-    #[arg(long, value_parser = quantity)]
+    #[arg(long, value_parser = count)]
     pub tokens_per_sec: Option<f64>,
     /// Recomputation in the measured run, for HFU: none, selective, full.
     #[arg(long, default_value = "none")]
@@ -229,14 +233,15 @@ pub struct CommsArgs {
     /// GPU (its NVLink/PCIe and network bandwidths are used).
     #[arg(long, default_value = "h100")]
     pub gpu: String,
-    /// Ranks in the collective.
+    /// Ranks in the collective (at least 2).
     #[arg(long, default_value_t = 8)]
     pub gpus: u64,
-    /// Message size in bytes (e.g. 1e9, 1GB, 256MiB); default: bf16 gradients of --params.
-    #[arg(long, value_parser = quantity)]
+    /// Message size in bytes (e.g. 1e9, 1GB = 1e9 bytes, 256MiB); default: bf16 gradients of
+    /// --params.
+    #[arg(long, value_parser = size_in_bytes)]
     pub bytes: Option<f64>,
     /// Parameters whose bf16 gradients are the message (2 bytes each).
-    #[arg(long, value_parser = quantity)]
+    #[arg(long, value_parser = count)]
     pub params: Option<f64>,
     /// Compute dtype for the peak C.
     #[arg(long, default_value = "bf16")]
@@ -245,13 +250,13 @@ pub struct CommsArgs {
     #[arg(long)]
     pub model: Option<String>,
     /// Model width D.
-    #[arg(long)]
+    #[arg(long, value_parser = positive_number)]
     pub d_model: Option<f64>,
     /// MLP width F.
-    #[arg(long)]
+    #[arg(long, value_parser = positive_number)]
     pub d_ff: Option<f64>,
     /// Tokens per GPU per step, to judge data parallelism.
-    #[arg(long, value_parser = quantity)]
+    #[arg(long, value_parser = count)]
     pub tokens_per_gpu: Option<f64>,
     /// Mixture of experts: number of experts E (with --top-k).
     #[arg(long)]
@@ -259,30 +264,80 @@ pub struct CommsArgs {
     /// Mixture of experts: experts per token k.
     #[arg(long)]
     pub top_k: Option<u64>,
-    /// Per-message latency α in microseconds (default 2 intra-node, 5 inter-node).
-    #[arg(long)]
+    /// Per-message latency α in microseconds, >= 0 (default 2 intra-node, 5 inter-node).
+    #[arg(long, value_parser = non_negative_number)]
     pub alpha_us: Option<f64>,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
 }
 
-fn quantity(s: &str) -> Result<f64, String> {
-    parse_quantity(s).map_err(|e| e.to_string())
+/// Flag parser: a count (`175e9`, `175G`, `8k`) that is positive and finite.
+fn count(s: &str) -> Result<f64, String> {
+    let v = parse_count(s).map_err(|e| e.to_string())?;
+    positive(v)
 }
 
-fn print(report: &Report, json: bool) {
-    if json {
-        println!("{}", report.to_json_string());
+/// Flag parser: a size in bytes (`1e9`, `1GB`, `256MiB`) that is positive and finite.
+fn size_in_bytes(s: &str) -> Result<f64, String> {
+    let v = parse_bytes(s).map_err(|e| e.to_string())?;
+    positive(v)
+}
+
+/// Flag parser: a plain number, positive and finite (no NaN, no inf).
+fn positive_number(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    positive(v)
+}
+
+/// Flag parser: a plain number, finite and >= 0.
+fn non_negative_number(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
     } else {
-        print!("{report}");
+        Err(format!("must be finite and >= 0, got {v}"))
     }
+}
+
+fn positive(v: f64) -> Result<f64, String> {
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("must be positive and finite, got {v}"))
+    }
+}
+
+/// Writes `text` to stdout. A reader that closed the pipe early (`brrr estimate ... | head`)
+/// has everything it wanted, so that is not an error: the rest is dropped and the command
+/// still succeeds. (Rust ignores SIGPIPE, so `println!` would panic on the closed pipe.)
+pub fn write_stdout(text: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+fn print(report: &Report, json: bool) -> CmdResult {
+    let text = if json {
+        format!("{}\n", report.to_json_string())
+    } else {
+        report.to_string()
+    };
+    Ok(write_stdout(&text)?)
 }
 
 fn write_plot(path: &PathBuf, svg: &str, json: bool) -> CmdResult {
     brrr_perf::plot::write_svg(path, svg)?;
     if !json {
-        println!("\nwrote {}", path.display());
+        write_stdout(&format!("\nwrote {}\n", path.display()))?;
     }
     Ok(())
 }
@@ -290,7 +345,7 @@ fn write_plot(path: &PathBuf, svg: &str, json: bool) -> CmdResult {
 /// Runs `brrr roofline`.
 pub fn run_roofline(args: &RooflineArgs) -> CmdResult {
     if args.list {
-        print(&report::gpu_list(&specs::gpus()), args.json);
+        print(&report::gpu_list(&specs::gpus()), args.json)?;
         return Ok(());
     }
     let gpu = specs::gpu(&args.gpu)?;
@@ -304,9 +359,9 @@ pub fn run_roofline(args: &RooflineArgs) -> CmdResult {
     let measured: Vec<Option<f64>> = args.measured_us.iter().map(|us| Some(us * 1e-6)).collect();
     let analysis = report::roofline_analysis(&gpu, dtype, unit, &ops, &measured)?;
     if ops.is_empty() {
-        print(&report::gpu_detail(&gpu), args.json);
+        print(&report::gpu_detail(&gpu), args.json)?;
     } else {
-        print(&analysis.report(), args.json);
+        print(&analysis.report(), args.json)?;
     }
     if let Some(path) = &args.plot {
         write_plot(path, &analysis.svg()?, args.json)?;
@@ -357,7 +412,7 @@ fn run_memory(a: &MemoryArgs) -> CmdResult {
     };
     let m = estimate_memory(&cfg, &setup)?;
     let gpu = a.gpu.as_deref().map(specs::gpu).transpose()?;
-    print(&report::memory_report(&m, gpu.as_ref()), a.json);
+    print(&report::memory_report(&m, gpu.as_ref()), a.json)?;
     if let Some(path) = &a.plot {
         write_plot(path, &report::memory_svg(&m, gpu.as_ref())?, a.json)?;
     }
@@ -386,7 +441,7 @@ fn run_time(a: &TimeArgs) -> CmdResult {
         tokens_per_s: a.tokens_per_sec,
         recompute: Recompute::parse(&a.recompute)?,
     };
-    print(&report::time_report(&inputs)?, a.json);
+    print(&report::time_report(&inputs)?, a.json)?;
     Ok(())
 }
 
@@ -418,6 +473,6 @@ fn run_comms(a: &CommsArgs) -> CmdResult {
         moe,
         alpha_s: a.alpha_us.map(|us| us * 1e-6),
     };
-    print(&report::comms_report(&inputs)?, a.json);
+    print(&report::comms_report(&inputs)?, a.json)?;
     Ok(())
 }

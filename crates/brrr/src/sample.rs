@@ -19,7 +19,7 @@ pub struct SampleArgs {
     /// Text to continue.
     #[arg(long, default_value = "\n")]
     pub prompt: String,
-    /// Tokens (bytes) to generate.
+    /// Tokens (bytes) to generate, at most 1048576.
     #[arg(long, default_value_t = 400)]
     pub tokens: usize,
     /// Softmax temperature; lower is more conservative. 0 picks the most likely token.
@@ -28,9 +28,14 @@ pub struct SampleArgs {
     /// Sample only among the k most likely tokens (0 = all).
     #[arg(long, default_value_t = 40)]
     pub top_k: usize,
+    /// Seed of the sampling random stream.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 }
+
+/// Most tokens one `brrr sample` generates: each is a forward pass over up to the whole
+/// context on the CPU, so a million already takes hours; more is a typo, not a request.
+pub const MAX_SAMPLE_TOKENS: usize = 1 << 20;
 
 /// Generates text; returns the prompt followed by the continuation.
 pub fn run(args: &SampleArgs) -> Result<String> {
@@ -38,6 +43,15 @@ pub fn run(args: &SampleArgs) -> Result<String> {
         return Err(Error::invalid(
             "sample",
             format!("--temperature must be >= 0, got {}", args.temperature),
+        ));
+    }
+    if args.tokens > MAX_SAMPLE_TOKENS {
+        return Err(Error::invalid(
+            "sample",
+            format!(
+                "--tokens {} is more than the {MAX_SAMPLE_TOKENS} one run generates",
+                args.tokens
+            ),
         ));
     }
     let cfg = read_config(&args.dir)?;
@@ -61,19 +75,60 @@ pub fn run(args: &SampleArgs) -> Result<String> {
         let all = logits.to_vec_f32()?;
         // Only the byte range is meaningful; padded vocabulary rows are never targets.
         let last = &all[(ctx.len() - 1) * v..(ctx.len() - 1) * v + ByteTokenizer::VOCAB_SIZE];
-        ids.push(pick(last, args.temperature, args.top_k, &mut rng) as u32);
+        if last.iter().any(|x| !x.is_finite()) {
+            return Err(non_finite_logits(&mut model, ids.len()));
+        }
+        ids.push(pick(last, args.temperature, args.top_k, &mut rng)? as u32);
     }
     let mut text = tok.decode(&ids[..prompt_len]);
     text.push_str(&tok.decode(&ids[prompt_len..]));
     Ok(text)
 }
 
-/// Samples an index from `softmax(logits / temperature)` restricted to the top `k`.
-pub fn pick(logits: &[f32], temperature: f32, top_k: usize, rng: &mut impl Rng) -> usize {
+/// The error for NaN/inf logits at `position`, naming the first checkpoint weight that is
+/// not finite (the usual cause: a run that diverged and saved its NaNs).
+fn non_finite_logits(model: &mut Gpt<CpuBackend>, position: usize) -> Error {
+    let culprit = model.params_mut().into_iter().find_map(|p| {
+        let values = p.value.to_vec_f32().ok()?;
+        let bad = values.iter().position(|x| !x.is_finite())?;
+        Some(format!(
+            "the checkpoint's weights are not finite: model.{}[{bad}] = {}",
+            p.name, values[bad]
+        ))
+    });
+    Error::invalid(
+        "sample",
+        format!(
+            "non-finite logits at position {position}; {}",
+            culprit.unwrap_or_else(|| {
+                "every weight is finite, so the forward pass overflowed".to_string()
+            })
+        ),
+    )
+}
+
+/// Samples an index from `softmax(logits / temperature)` restricted to the top `k`
+/// (`top_k = 0`: all); `temperature = 0` picks the largest logit.
+///
+/// Errors (rather than panicking) on empty or non-finite logits, or a negative or NaN
+/// temperature: there is no distribution to sample from.
+pub fn pick(logits: &[f32], temperature: f32, top_k: usize, rng: &mut impl Rng) -> Result<usize> {
+    if logits.is_empty() || logits.iter().any(|x| !x.is_finite()) {
+        return Err(Error::invalid(
+            "sample",
+            "logits are empty or not finite: no distribution to sample from",
+        ));
+    }
+    if !(temperature >= 0.0 && temperature.is_finite()) {
+        return Err(Error::invalid(
+            "sample",
+            format!("temperature must be finite and >= 0, got {temperature}"),
+        ));
+    }
     let mut order: Vec<usize> = (0..logits.len()).collect();
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
     if temperature == 0.0 {
-        return order[0];
+        return Ok(order[0]);
     }
     let k = if top_k == 0 {
         logits.len()
@@ -85,13 +140,14 @@ pub fn pick(logits: &[f32], temperature: f32, top_k: usize, rng: &mut impl Rng) 
         .iter()
         .map(|&i| f64::from((logits[i] - max) / temperature).exp())
         .collect();
+    // The largest logit has weight exp(0) = 1, so total >= 1 and the range is never empty.
     let total: f64 = weights.iter().sum();
     let mut r = rng.random_range(0.0..total);
     for (w, &i) in weights.iter().zip(&order) {
         if r < *w {
-            return i;
+            return Ok(i);
         }
         r -= w;
     }
-    order[k - 1]
+    Ok(order[k - 1])
 }

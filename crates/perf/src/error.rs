@@ -58,6 +58,15 @@ pub enum PerfError {
         /// The missing figure.
         what: String,
     },
+    /// A size or count too large to compute with: an integer product (GPUs = DP × TP × PP,
+    /// tokens per step, ...) beyond `u64`, or a result beyond the largest finite `f64`.
+    #[error("{what} is too large: {detail}")]
+    TooLarge {
+        /// The quantity being computed.
+        what: &'static str,
+        /// The inputs that made it overflow, in words.
+        detail: String,
+    },
     /// Writing a trace, plot or table failed.
     #[error("I/O error on {path}: {message}")]
     Io {
@@ -88,6 +97,34 @@ pub(crate) fn at_least_one(name: &'static str, value: u64) -> Result<u64> {
         Err(PerfError::NonPositive {
             name,
             value: value as f64,
+        })
+    }
+}
+
+/// The product of integer `factors` (name, value), or [`PerfError::TooLarge`] naming them when
+/// it does not fit in a `u64` (a wrapped product would silently print "0 GPUs").
+pub(crate) fn checked_product(what: &'static str, factors: &[(&'static str, u64)]) -> Result<u64> {
+    factors
+        .iter()
+        .try_fold(1u64, |acc, &(_, v)| acc.checked_mul(v))
+        .ok_or_else(|| {
+            let terms: Vec<String> = factors.iter().map(|(n, v)| format!("{n} {v}")).collect();
+            PerfError::TooLarge {
+                what,
+                detail: format!("{} exceeds {}", terms.join(" × "), u64::MAX),
+            }
+        })
+}
+
+/// Checks that a computed `value` is finite: inputs near `f64::MAX` overflow to infinity,
+/// which must become an error naming the quantity, never an `inf` in a report.
+pub(crate) fn finite(what: &'static str, value: f64) -> Result<f64> {
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(PerfError::TooLarge {
+            what,
+            detail: format!("the result is {value}; the inputs are too large"),
         })
     }
 }

@@ -13,14 +13,17 @@
 //!   utilisation) also counts recomputation: Chowdhery et al. 2022, Appendix B; Korthikanti et
 //!   al. 2022, Section 6.
 
-use crate::error::{PerfError, Result, at_least_one, positive};
+use crate::error::{PerfError, Result, at_least_one, finite, positive};
 use crate::memory::{Recompute, TransformerConfig};
 use serde::Serialize;
 
 /// `6·N·D`: training FLOPs for `params` parameters over `tokens` tokens.
 /// GPT-3 175B on 300B tokens: `6 × 175e9 × 300e9 = 3.15e23`.
 pub fn training_flops(params: f64, tokens: f64) -> Result<f64> {
-    Ok(6.0 * positive("params", params)? * positive("tokens", tokens)?)
+    finite(
+        "training FLOPs 6·N·D",
+        6.0 * positive("params", params)? * positive("tokens", tokens)?,
+    )
 }
 
 /// Attention-score FLOPs per token for training: `12·l·s·h` (PaLM, Appendix B), halved if
@@ -43,7 +46,8 @@ pub fn attention_flops_per_token(
 /// projection `V·h`, but not the position embedding (a lookup). This is the numerator of MFU.
 pub fn model_flops_per_token(cfg: &TransformerConfig) -> Result<f64> {
     cfg.validate()?;
-    let n = cfg.non_embedding_params() + (cfg.vocab * cfg.hidden) as f64;
+    // V·h in f64: the u64 product can overflow for (absurd) validated sizes up to 2^53.
+    let n = cfg.non_embedding_params() + cfg.vocab as f64 * cfg.hidden as f64;
     Ok(6.0 * n + attention_flops_per_token(cfg.layers, cfg.seq_len, cfg.hidden, false)?)
 }
 
@@ -52,7 +56,7 @@ pub fn model_flops_per_token(cfg: &TransformerConfig) -> Result<f64> {
 /// selective repeats the attention core's forward (`4·l·s·h`).
 pub fn hardware_flops_per_token(cfg: &TransformerConfig, recompute: Recompute) -> Result<f64> {
     let model = model_flops_per_token(cfg)?;
-    let attn_fwd = 4.0 * (cfg.layers * cfg.seq_len * cfg.hidden) as f64;
+    let attn_fwd = 4.0 * cfg.layers as f64 * cfg.seq_len as f64 * cfg.hidden as f64;
     Ok(model
         + match recompute {
             Recompute::None => 0.0,
@@ -155,7 +159,10 @@ pub fn utilisation_from_step(
 
 /// FLOP/s achieved at `tokens_per_s` with `flops_per_token`: `tokens_per_s × flops_per_token`.
 pub fn tokens_per_s_to_flops(tokens_per_s: f64, flops_per_token: f64) -> Result<f64> {
-    Ok(positive("tokens/s", tokens_per_s)? * positive("FLOPs per token", flops_per_token)?)
+    finite(
+        "achieved FLOP/s",
+        positive("tokens/s", tokens_per_s)? * positive("FLOPs per token", flops_per_token)?,
+    )
 }
 
 /// Tokens/s at `flops` FLOP/s with `flops_per_token`: `flops / flops_per_token`.
@@ -200,9 +207,10 @@ pub fn estimate_time(
 ) -> Result<TimeEstimate> {
     let flops_6nd = training_flops(params, tokens)?;
     let flops_with_attention = match cfg {
-        Some(c) => Some(
+        Some(c) => Some(finite(
+            "training FLOPs with attention",
             flops_6nd + tokens * attention_flops_per_token(c.layers, c.seq_len, c.hidden, false)?,
-        ),
+        )?),
         None => None,
     };
     let flops = flops_with_attention.unwrap_or(flops_6nd);

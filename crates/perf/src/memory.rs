@@ -15,7 +15,7 @@
 //! - Parameter count: Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
 //!   Clusters Using Megatron-LM" (SC 2021), Section 5.1, eq. (2).
 
-use crate::error::{PerfError, Result, at_least_one, divides};
+use crate::error::{PerfError, Result, at_least_one, checked_product, divides, finite};
 use serde::Serialize;
 
 /// A GPT-style decoder: learned positions, LayerNorm with bias, GELU MLP, biases everywhere.
@@ -39,6 +39,11 @@ pub struct TransformerConfig {
     pub learned_positions: bool,
 }
 
+/// Largest size (layers, hidden, heads, sequence, vocabulary, MLP width) a
+/// [`TransformerConfig`] accepts: `2^53`, beyond which `f64` no longer holds every integer, so
+/// the estimates could not be trusted (and no model is anywhere near it).
+pub const MAX_MODEL_SIZE: u64 = 1 << 53;
+
 /// Named configurations for the CLI and tests: `(name, layers, hidden, heads, seq, vocab)`.
 /// GPT-2: Radford et al. 2019 (HF configs); GPT-3: Brown et al. 2020, Table 2.1; MT-NLG:
 /// Smith et al. 2022; the Megatron-LM weak-scaling models: Narayanan et al. 2021, Table 1 (all
@@ -61,6 +66,7 @@ pub const PRESETS: &[(&str, u64, u64, u64, u64, u64)] = &[
 
 impl TransformerConfig {
     /// A GPT-style model with `ffn_hidden = 4h`, tied embeddings and learned positions.
+    /// (`4h` saturates rather than wraps, so an absurd `hidden` fails [`Self::validate`].)
     pub fn gpt(layers: u64, hidden: u64, heads: u64, seq_len: u64, vocab: u64) -> Self {
         Self {
             layers,
@@ -68,7 +74,7 @@ impl TransformerConfig {
             heads,
             seq_len,
             vocab,
-            ffn_hidden: 4 * hidden,
+            ffn_hidden: hidden.saturating_mul(4),
             tied_embeddings: true,
             learned_positions: true,
         }
@@ -88,7 +94,8 @@ impl TransformerConfig {
             })
     }
 
-    /// Checks every size is at least 1 and `hidden` divides into `heads`.
+    /// Checks every size is at least 1 and at most [`MAX_MODEL_SIZE`], and `hidden` divides
+    /// into `heads`.
     pub fn validate(&self) -> Result<()> {
         for (name, v) in [
             ("layers", self.layers),
@@ -99,6 +106,13 @@ impl TransformerConfig {
             ("ffn_hidden", self.ffn_hidden),
         ] {
             at_least_one(name, v)?;
+            if v > MAX_MODEL_SIZE {
+                return Err(PerfError::OutOfRange {
+                    name,
+                    value: v as f64,
+                    expected: "at most 2^53 (the estimates use f64, exact for integers up to 2^53)",
+                });
+            }
         }
         divides("hidden", self.hidden, "heads", self.heads)
     }
@@ -511,12 +525,11 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
     )?;
     if let PipelineSchedule::Interleaved { chunks } = setup.schedule {
         at_least_one("interleaved chunks", chunks)?;
-        divides(
-            "layers",
-            cfg.layers,
+        let stages = checked_product(
             "pipeline stages × chunks",
-            pp * chunks,
+            &[("pipeline parallel degree", pp), ("chunks", chunks)],
         )?;
+        divides("layers", cfg.layers, "pipeline stages × chunks", stages)?;
     }
 
     let layers_per_stage = cfg.layers / pp;
@@ -577,23 +590,40 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
         0.0
     };
 
-    let global_batch = micro_batch * grad_accum * dp;
-    Ok(MemoryBreakdown {
+    let gpus = checked_product("GPUs (DP × TP × PP)", &[("DP", dp), ("TP", tp), ("PP", pp)])?;
+    let global_batch = checked_product(
+        "global batch (sequences per step)",
+        &[
+            ("micro-batch", micro_batch),
+            ("micro-batches per step", grad_accum),
+            ("DP", dp),
+        ],
+    )?;
+    let tokens_per_step = checked_product(
+        "tokens per step",
+        &[
+            ("global batch", global_batch),
+            ("sequence length", cfg.seq_len),
+        ],
+    )?;
+    let breakdown = MemoryBreakdown {
         model: cfg.clone(),
         setup: setup.clone(),
         params_total: cfg.params(),
         params_per_gpu,
-        gpus: dp * tp * pp,
+        gpus,
         layers_per_stage,
         microbatches_in_flight: in_flight,
         global_batch,
-        tokens_per_step: global_batch * cfg.seq_len,
+        tokens_per_step,
         states,
         activations_per_layer: per_layer,
         activations_layers,
         activations_other,
         gather_buffer,
-    })
+    };
+    finite("memory per GPU", breakdown.total())?;
+    Ok(breakdown)
 }
 
 #[cfg(test)]

@@ -155,12 +155,12 @@ pub fn roofline_svg(
 }
 
 /// Draws the per-GPU memory breakdown as one stacked horizontal bar (weights, gradients,
-/// master weights, optimizer states, activations, buffers) in GB, with the GPU's capacity as a
-/// vertical black line when given.
+/// master weights, optimizer states, activations, buffers) in GiB, the unit GPU capacities come
+/// in, with the GPU's capacity as a vertical black line when given.
 pub fn memory_svg(title: &str, m: &MemoryBreakdown, capacity_bytes: Option<f64>) -> Result<String> {
-    let gb = 1e9;
-    let total = m.total() / gb;
-    let cap = capacity_bytes.filter(|c| *c > 0.0).map(|c| c / gb);
+    let gib = 1024.0 * 1024.0 * 1024.0;
+    let total = m.total() / gib;
+    let cap = capacity_bytes.filter(|c| *c > 0.0).map(|c| c / gib);
     let x_max = total.max(cap.unwrap_or(0.0)).max(1e-9) * 1.15;
     let mut svg = String::new();
     {
@@ -177,7 +177,7 @@ pub fn memory_svg(title: &str, m: &MemoryBreakdown, capacity_bytes: Option<f64>)
             .configure_mesh()
             .disable_y_mesh()
             .disable_y_axis()
-            .x_desc("GB per GPU")
+            .x_desc("GiB per GPU (2^30 bytes)")
             .draw()
             .map_err(plot_err)?;
         let mut x0 = 0.0;
@@ -186,14 +186,14 @@ pub fn memory_svg(title: &str, m: &MemoryBreakdown, capacity_bytes: Option<f64>)
                 continue;
             }
             let color = PALETTE[i % PALETTE.len()];
-            let x1 = x0 + bytes / gb;
+            let x1 = x0 + bytes / gib;
             chart
                 .draw_series(std::iter::once(Rectangle::new(
                     [(x0, 0.65), (x1, 0.95)],
                     color.filled(),
                 )))
                 .map_err(plot_err)?
-                .label(format!("{label}: {}", table::bytes(bytes)))
+                .label(format!("{label}: {}", table::bytes_binary(bytes)))
                 .legend(move |(x, y)| {
                     Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
                 });
@@ -206,7 +206,7 @@ pub fn memory_svg(title: &str, m: &MemoryBreakdown, capacity_bytes: Option<f64>)
                     BLACK.stroke_width(3),
                 )))
                 .map_err(plot_err)?
-                .label(format!("GPU memory: {}", table::bytes(c * gb)))
+                .label(format!("GPU memory: {}", table::bytes_binary(c * gib)))
                 .legend(|(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(3))
                 });
@@ -257,7 +257,8 @@ mod tests {
             &TrainingSetup::default(),
         )
         .unwrap();
-        let svg = memory_svg("GPT-2", &m, Some(24e9)).unwrap();
-        assert!(svg.contains("optimizer states") && svg.contains("GPU memory: 24.0 GB"));
+        let svg = memory_svg("GPT-2", &m, Some(24.0 * 1024f64.powi(3))).unwrap();
+        assert!(svg.contains("optimizer states") && svg.contains("GPU memory: 24.0 GiB"));
+        assert!(svg.contains("GiB per GPU (2^30 bytes)"));
     }
 }

@@ -86,6 +86,10 @@ fn to_json<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
+/// Says which byte units a report uses: capacities binary, traffic and bandwidth decimal.
+const UNITS_NOTE: &str =
+    "Units: memory capacities in GiB/MiB (2^30/2^20 bytes), bandwidths in GB/s (1e9 bytes/s).";
+
 fn opt_bw(b: Option<f64>) -> String {
     b.map(table::bandwidth).unwrap_or_else(|| "-".into())
 }
@@ -117,9 +121,11 @@ pub fn gpu_list(gpus: &[GpuSpec]) -> Report {
                 .map(table::flops_per_s)
                 .unwrap_or_else(|_| "-".into()),
             table::bandwidth(g.memory_bandwidth),
-            table::bytes(g.memory_bytes),
+            table::bytes_binary(g.memory_bytes),
             g.sm_count.to_string(),
-            g.l2_bytes.map(table::bytes).unwrap_or_else(|| "-".into()),
+            g.l2_bytes
+                .map(table::bytes_binary)
+                .unwrap_or_else(|| "-".into()),
             opt_bw(g.nvlink_bandwidth),
             opt_bw(g.network_bandwidth),
             tc.map(|(p, _)| format!("{} FLOP/B", table::sig3(p / g.memory_bandwidth)))
@@ -131,6 +137,7 @@ pub fn gpu_list(gpus: &[GpuSpec]) -> Report {
         to_json(&gpus),
     );
     r.table("", t);
+    r.note(UNITS_NOTE);
     r.note("Sources: NVIDIA datasheets and architecture whitepapers, cited per entry in brrr-perf's specs.rs.");
     r
 }
@@ -159,7 +166,7 @@ pub fn gpu_detail(g: &GpuSpec) -> Report {
     if is_cpu(g) {
         r.note(format!(
             "memory {} at {} (measured, STREAM triad), {} cores",
-            table::bytes(g.memory_bytes),
+            table::bytes_binary(g.memory_bytes),
             table::bandwidth(g.memory_bandwidth),
             g.sm_count
         ));
@@ -172,16 +179,19 @@ pub fn gpu_detail(g: &GpuSpec) -> Report {
     }
     r.note(format!(
         "memory {} at {}, {} SMs, L2 {}, NVLink {}, PCIe {}, network {} per GPU, {} GPUs per node",
-        table::bytes(g.memory_bytes),
+        table::bytes_binary(g.memory_bytes),
         table::bandwidth(g.memory_bandwidth),
         g.sm_count,
-        g.l2_bytes.map(table::bytes).unwrap_or_else(|| "-".into()),
+        g.l2_bytes
+            .map(table::bytes_binary)
+            .unwrap_or_else(|| "-".into()),
         opt_bw(g.nvlink_bandwidth),
         opt_bw(g.pcie_bandwidth),
         opt_bw(g.network_bandwidth),
         g.gpus_per_node
     ));
     r.table("Dense peaks and ridge points (peak / HBM bandwidth)", t);
+    r.note(UNITS_NOTE);
     r.note(format!("Source: {}", g.source));
     r
 }
@@ -276,6 +286,7 @@ impl RooflineAnalysis {
             ]);
         }
         r.table("Ceilings", roofs);
+        r.note("Units: bytes and bandwidths decimal (GB = 1e9 bytes, GB/s = 1e9 bytes/s).");
         if !self.predictions.is_empty() {
             let mut t = Table::new([
                 "op",
@@ -409,7 +420,7 @@ pub fn memory_report(m: &MemoryBreakdown, gpu: Option<&GpuSpec>) -> Report {
     let s = &m.setup;
     let c = &m.model;
     r.note(format!(
-        "model: {} params (l={}, h={}, a={}, s={}, V={}); {} per GPU shard",
+        "model: {} params (l={}, h={}, a={}, s={}, V={}); {} params per GPU shard",
         table::count(m.params_total),
         c.layers,
         c.hidden,
@@ -435,32 +446,36 @@ pub fn memory_report(m: &MemoryBreakdown, gpu: Option<&GpuSpec>) -> Report {
         m.global_batch,
         table::count(m.tokens_per_step as f64)
     ));
-    let mut t = Table::new(["component", "bytes", "share"]);
+    let mut t = Table::new(["component", "memory (GiB = 2^30 bytes)", "share"]);
     for (label, b) in m.rows() {
         if b > 0.0 || !label.starts_with("ZeRO") {
             t.row([
                 label.to_string(),
-                table::bytes(b),
+                table::bytes_binary(b),
                 table::percent(if total > 0.0 { b / total } else { 0.0 }),
             ]);
         }
     }
-    t.row(["total".to_string(), table::bytes(total), "100.0%".into()]);
+    t.row([
+        "total".to_string(),
+        table::bytes_binary(total),
+        "100.0%".into(),
+    ]);
     r.table("", t);
     r.note(format!(
         "activations: {} per layer per micro-batch × {} layers × {} micro-batches in flight + {} outside the layers \
          (Korthikanti et al. 2022, Table 2 and Section 4.3)",
-        table::bytes(m.activations_per_layer),
+        table::bytes_binary(m.activations_per_layer),
         m.layers_per_stage,
         table::sig3(m.microbatches_in_flight),
-        table::bytes(m.activations_other)
+        table::bytes_binary(m.activations_other)
     ));
     if let Some(g) = gpu {
         r.note(format!(
-            "{}: {} of {} ({}) — {}. Not counted: CUDA context, allocator fragmentation, workspaces (~1-3 GB).",
+            "{}: {} of {} ({}) — {}. Not counted: CUDA context, allocator fragmentation, workspaces (~1-3 GiB).",
             g.id,
-            table::bytes(total),
-            table::bytes(g.memory_bytes),
+            table::bytes_binary(total),
+            table::bytes_binary(g.memory_bytes),
             table::percent(total / g.memory_bytes),
             if total <= g.memory_bytes { "fits" } else { "does NOT fit" }
         ));
@@ -524,12 +539,12 @@ pub fn time_report(inp: &TimeInputs) -> Result<Report> {
     let mut t = Table::new(["quantity", "value", "formula"]);
     t.row([
         "parameters N".to_string(),
-        table::count(est.params),
+        format!("{} params", table::count(est.params)),
         String::new(),
     ]);
     t.row([
         "tokens D".to_string(),
-        table::count(est.tokens),
+        format!("{} tokens", table::count(est.tokens)),
         String::new(),
     ]);
     t.row([
@@ -650,6 +665,13 @@ pub fn time_report(inp: &TimeInputs) -> Result<Report> {
             }
         }
         r.table("Measured", m);
+        if mfu > 1.0 {
+            r.note(format!(
+                "warning: MFU above 100%: {} GPUs cannot compute that fast; check the \
+                 measurement, --gpus and --dtype",
+                inp.gpus
+            ));
+        }
         j["measured"] = mj;
     }
     r.json = j;
@@ -679,11 +701,54 @@ pub struct CommsInputs {
     pub alpha_s: Option<f64>,
 }
 
+/// Checks the comms inputs before any arithmetic, so that a bad flag is an error even when the
+/// part of the report that uses it is not printed.
+///
+/// One GPU is an error rather than a table of zeros: a collective over one rank moves nothing
+/// and takes 0 s, so its bandwidths (bytes / 0 s) are undefined.
+fn validate_comms_inputs(inp: &CommsInputs) -> Result<()> {
+    if inp.gpus < 2 {
+        return Err(PerfError::OutOfRange {
+            name: "GPUs",
+            value: inp.gpus as f64,
+            expected: "at least 2: a collective over one GPU communicates nothing (0 s)",
+        });
+    }
+    if !(inp.bytes.is_finite() && inp.bytes >= 1.0) {
+        return Err(PerfError::OutOfRange {
+            name: "message bytes",
+            value: inp.bytes,
+            expected: "finite and at least 1 byte",
+        });
+    }
+    for (name, v) in [
+        ("d_model", inp.d_model),
+        ("d_ff", inp.d_ff),
+        ("tokens per GPU", inp.tokens_per_gpu),
+    ] {
+        if let Some(v) = v {
+            positive(name, v)?;
+        }
+    }
+    if let Some(a) = inp.alpha_s {
+        Link::new(a, 1.0)?;
+    }
+    if let Some((e, k)) = inp.moe {
+        at_least_one("experts", e)?;
+        at_least_one("top-k", k)?;
+        if k > e {
+            return Err(PerfError::Invalid(format!(
+                "top-k {k} exceeds the {e} experts"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Collective costs at both levels (within a node, across nodes) and the parallelism
 /// rooflines of the JAX scaling book's GPU chapter.
 pub fn comms_report(inp: &CommsInputs) -> Result<Report> {
-    at_least_one("GPUs", inp.gpus)?;
-    positive("bytes", inp.bytes)?;
+    validate_comms_inputs(inp)?;
     let g = &inp.gpu;
     let (c, _) = g.matmul_peak(inp.dtype)?;
     let node = u64::from(g.gpus_per_node.max(1));
@@ -697,16 +762,14 @@ pub fn comms_report(inp: &CommsInputs) -> Result<Report> {
         Value::Null,
     );
     let mut levels: Vec<(&str, Link)> = Vec::new();
-    let with_alpha = |l: Link| Link {
-        alpha_s: inp.alpha_s.unwrap_or(l.alpha_s),
-        ..l
-    };
+    // Link::new checks the latency: a negative or NaN --alpha-us is an error, not a row.
+    let with_alpha = |l: Link| Link::new(inp.alpha_s.unwrap_or(l.alpha_s), l.bandwidth);
     if let Ok(l) = Link::intra_node(g) {
-        levels.push(("intra-node", with_alpha(l)));
+        levels.push(("intra-node", with_alpha(l)?));
     }
     if inp.gpus > node {
         match Link::inter_node(g) {
-            Ok(l) => levels.push(("inter-node", with_alpha(l))),
+            Ok(l) => levels.push(("inter-node", with_alpha(l)?)),
             Err(e) => r.note(format!("no inter-node figures: {e}")),
         }
     }
@@ -734,12 +797,9 @@ pub fn comms_report(inp: &CommsInputs) -> Result<Report> {
                 else {
                     continue;
                 };
-                let alg = if time > 0.0 {
-                    inp.bytes / time
-                } else {
-                    f64::INFINITY
-                };
-                let bus = alg * coll.bus_factor(inp.gpus);
+                // With n ≥ 2 ranks and at least a byte, every collective takes time > 0.
+                let alg = comms::alg_bandwidth(inp.bytes, time)?;
+                let bus = comms::bus_bandwidth(coll, inp.gpus, inp.bytes, time)?;
                 t.row([
                     level.to_string(),
                     coll.name().to_string(),
@@ -758,9 +818,12 @@ pub fn comms_report(inp: &CommsInputs) -> Result<Report> {
         }
     }
     r.table(
-        "Alpha-beta costs (busbw = algbw × nccl-tests factor: 2(n-1)/n all-reduce, (n-1)/n RS/AG/A2A)",
+        "Alpha-beta costs (algbw = bytes / time; busbw = algbw · 2(n−1)/n for all-reduce, \
+         algbw · (n−1)/n for reduce-scatter, all-gather and all-to-all, algbw for broadcast: \
+         nccl-tests PERFORMANCE.md)",
         t,
     );
+    r.note("Units: message sizes in GB and bandwidths in GB/s, both decimal (1e9 bytes).");
 
     // Parallelism rooflines (scaling book ch. 12).
     let w_gpu = g.intra_node_bandwidth().ok();

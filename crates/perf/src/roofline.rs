@@ -18,7 +18,7 @@
 //! Real kernels move more (re-reads when tiles do not fit on chip), so measured intensity is
 //! lower; FLOP counts count a fused multiply-add as 2.
 
-use crate::error::{Result, at_least_one, positive};
+use crate::error::{Result, at_least_one, checked_product, positive};
 use crate::specs::{DType, GpuSpec, Unit};
 use serde::Serialize;
 
@@ -123,12 +123,14 @@ impl OpCost {
         dtype: DType,
     ) -> Result<Self> {
         at_least_one("n", n)?;
-        at_least_one("inputs + outputs", inputs + outputs)?;
+        // Summed in f64: two counts near u64::MAX must not overflow.
+        let tensors = inputs as f64 + outputs as f64;
+        crate::error::positive("inputs + outputs", tensors)?;
         let n = n as f64;
         Self::new(
             format!("elementwise n={n} {flops_per_element} flop/elem {dtype}"),
             n * flops_per_element,
-            n * (inputs + outputs) as f64 * dtype.bytes(),
+            n * tensors * dtype.bytes(),
             false,
         )
     }
@@ -523,9 +525,15 @@ pub fn gemm_quantization(
     }
     let tiles_m = m.div_ceil(tile_m);
     let tiles_n = n.div_ceil(tile_n);
-    let tiles = tiles_m * tiles_n;
+    let tiles = checked_product(
+        "GEMM tiles",
+        &[("tiles in m", tiles_m), ("tiles in n", tiles_n)],
+    )?;
     let tile_efficiency = (m as f64 * n as f64) / (tiles as f64 * tile_m as f64 * tile_n as f64);
-    let wave_size = sm_count * tiles_per_sm;
+    let wave_size = checked_product(
+        "tiles per wave",
+        &[("SMs", sm_count), ("tiles per SM", tiles_per_sm)],
+    )?;
     let waves = tiles as f64 / wave_size as f64;
     let wave_efficiency = waves / waves.ceil();
     Ok(GemmQuantization {
@@ -543,7 +551,10 @@ pub fn gemm_quantization(
 /// Rounds `x` up to a multiple of `multiple` (`round_up(50257, 64) = 50304`).
 pub fn round_up(x: u64, multiple: u64) -> Result<u64> {
     at_least_one("multiple", multiple)?;
-    Ok(x.div_ceil(multiple) * multiple)
+    checked_product(
+        "rounded-up size",
+        &[("blocks", x.div_ceil(multiple)), ("multiple", multiple)],
+    )
 }
 
 /// Elements per 16 bytes in `dtype` (8 for fp16/bf16, 4 for fp32/tf32, 16 for int8/fp8).

@@ -7,6 +7,11 @@
 //! for the one-way egress that collective costs need); the network figure is one direction per
 //! GPU in the vendor's reference system (one NIC per GPU in DGX A100/H100/H200/B200).
 //!
+//! Memory and cache *capacities* are binary: a datasheet's "80 GB" of HBM on an H100 is 80 GiB
+//! (`80 × 2^30` = 85.9e9 bytes; `nvidia-smi` reports 81559 MiB of its 81920 MiB usable), and
+//! so for every card here (DRAM and SRAM come in power-of-two sizes; JEDEC's "GB" is 2^30).
+//! Bandwidths and FLOP/s are decimal (`GB/s` = 1e9 bytes/s).
+//!
 //! Sources are cited next to each entry. Where sources disagree, the comment says so.
 
 use crate::error::{PerfError, Result};
@@ -168,11 +173,12 @@ pub struct GpuSpec {
     pub architecture: String,
     /// Streaming multiprocessors (for "this machine": cores), used for wave quantization.
     pub sm_count: u32,
-    /// Memory capacity in bytes (decimal GB as on datasheets).
+    /// Memory capacity in bytes: the datasheet's "GB" read as GiB (2^30 bytes), which is what
+    /// the cards hold (see the module docs).
     pub memory_bytes: f64,
     /// Peak DRAM/HBM bandwidth in bytes/s.
     pub memory_bandwidth: f64,
-    /// Last-level (L2) cache in bytes, where published.
+    /// Last-level (L2) cache in bytes (the datasheet's "MB" read as MiB), where published.
     pub l2_bytes: Option<f64>,
     /// NVLink bandwidth per GPU, bidirectional total, where the GPU has an all-to-all NVLink
     /// fabric (SXM boards). PCIe cards with pairwise bridges have `None`.
@@ -192,8 +198,12 @@ pub struct GpuSpec {
 }
 
 const T: f64 = 1e12;
+/// Decimal gigabyte, for bandwidths (`GB/s`).
 const GB: f64 = 1e9;
-const MB: f64 = 1e6;
+/// Binary gibibyte, for memory capacities.
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+/// Binary mebibyte, for cache capacities.
+const MIB: f64 = 1024.0 * 1024.0;
 
 fn peaks(list: &[(DType, Unit, f64)]) -> Vec<Peak> {
     list.iter()
@@ -211,9 +221,9 @@ fn spec(
     name: &str,
     architecture: &str,
     sm_count: u32,
-    memory_gb: f64,
+    memory_gib: f64,
     bandwidth_gb_s: f64,
-    l2_mb: Option<f64>,
+    l2_mib: Option<f64>,
     nvlink_gb_s: Option<f64>,
     pcie_gb_s: Option<f64>,
     network_gb_s: Option<f64>,
@@ -227,9 +237,9 @@ fn spec(
         name: name.to_string(),
         architecture: architecture.to_string(),
         sm_count,
-        memory_bytes: memory_gb * GB,
+        memory_bytes: memory_gib * GIB,
         memory_bandwidth: bandwidth_gb_s * GB,
-        l2_bytes: l2_mb.map(|m| m * MB),
+        l2_bytes: l2_mib.map(|m| m * MIB),
         nvlink_bandwidth: nvlink_gb_s.map(|b| b * GB),
         pcie_bandwidth: pcie_gb_s.map(|b| b * GB),
         network_bandwidth: network_gb_s.map(|b| b * GB),
@@ -278,6 +288,14 @@ pub fn gpus() -> Vec<GpuSpec> {
         (Fp8, Tensor, 1979.0),
         (Int8, Tensor, 1979.0),
     ];
+    // Capacities (the GiB column): each datasheet's "GB" read as GiB, which `nvidia-smi
+    // --query-gpu=memory.total` bears out, since it reports more than the decimal figure:
+    // V100 SXM2 32 GB: 32510 MiB; A100 40 GB: 40960 MiB; A100 80 GB: 81920 MiB; H100 80 GB
+    // (SXM and PCIe): 81559 MiB (85.5e9 bytes > 80e9); H200 141 GB: 143771 MiB; B200 180 GB:
+    // 183359 MiB; RTX 4090 24 GB: 24564 MiB; L4 24 GB: 23034 MiB with ECC on (GDDR6 ECC
+    // reserves 1/16 of 24576 MiB). The little missing from a full 2^30 multiple is
+    // driver-reserved; the estimates' "Not counted" note covers it. L2 sizes likewise: the
+    // whitepapers' "40 MB" (A100) is 40 MiB, the CUDA `l2CacheSize` 41943040.
     vec![
         // NVIDIA Tesla V100 GPU datasheet (2020, SXM2 column): FP64 7.8, FP32 15.7, Tensor
         // 125 TFLOP/s (FP16 inputs, FP32 accumulate; Volta has no BF16/TF32), 32 GB HBM2 at
@@ -625,7 +643,12 @@ impl GpuSpec {
             .map(|p| p.flops)
             .ok_or_else(|| PerfError::MissingSpec {
                 gpu: self.name.clone(),
-                what: format!("{dtype} peak on {unit}"),
+                // "this machine" is a CPU: its units are SIMD lanes, not CUDA/tensor cores.
+                what: if self.id == "this-machine" {
+                    format!("{dtype} peak on its SIMD units")
+                } else {
+                    format!("{dtype} peak on {unit}")
+                },
             })
     }
 

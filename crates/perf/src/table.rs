@@ -112,12 +112,16 @@ fn si(value: f64, unit: &str, prefixes: &[(f64, &str)]) -> String {
     format!("{} {unit}", sig3(value))
 }
 
-/// Three significant figures without trailing zeros beyond them (`312`, `2.04`, `0.125`).
+/// Three significant figures without trailing zeros beyond them (`312`, `2.04`, `0.125`);
+/// exponent form (`1.00e-12`, `3.00e20`) far from 1, rather than hundreds of digits.
 pub fn sig3(x: f64) -> String {
     if x == 0.0 || !x.is_finite() {
         return format!("{x}");
     }
     let digits = x.abs().log10().floor() as i32;
+    if !(-4..15).contains(&digits) {
+        return format!("{x:.2e}");
+    }
     let decimals = (2 - digits).max(0) as usize;
     format!("{x:.decimals$}")
 }
@@ -131,9 +135,25 @@ const DECIMAL: &[(f64, &str)] = &[
     (1e3, "k"),
 ];
 
-/// Bytes in decimal units, as datasheets use them (`80 GB`, `2.04 TB`).
+/// Bytes in decimal (SI) units, `GB` = 1e9 bytes (`1.00 GB`, `2.04 TB`): for traffic and
+/// message sizes, which pair with bandwidths in decimal `GB/s`.
 pub fn bytes(b: f64) -> String {
     si(b, "B", DECIMAL)
+}
+
+const BINARY: &[(f64, &str)] = &[
+    (1_152_921_504_606_846_976.0, "Ei"),
+    (1_125_899_906_842_624.0, "Pi"),
+    (1_099_511_627_776.0, "Ti"),
+    (1_073_741_824.0, "Gi"),
+    (1_048_576.0, "Mi"),
+    (1024.0, "Ki"),
+];
+
+/// Bytes in binary (IEC) units, `GiB` = 2^30 bytes (`80.0 GiB`, `512 MiB`): for memory
+/// capacities, which vendors size in powers of two (an "80 GB" H100 holds 80 GiB).
+pub fn bytes_binary(b: f64) -> String {
+    si(b, "B", BINARY)
 }
 
 /// FLOP/s (`312 TFLOP/s`).
@@ -155,11 +175,11 @@ pub fn bandwidth(b: f64) -> String {
     si(b, "B/s", DECIMAL)
 }
 
-/// A plain count (parameters, tokens) with the prefixes people use for them: `124 M`,
-/// `175 B`, `15.0 T`, `2.20 k`.
+/// A plain count (parameters, tokens) with SI prefixes: `124 M`, `175 G`, `15.0 T`,
+/// `2.20 k`. Never `B` for billion, which would read as bytes; callers add the noun
+/// (`175 G params`).
 pub fn count(c: f64) -> String {
-    const COUNT: &[(f64, &str)] = &[(1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")];
-    si(c, "", COUNT).trim_end().to_string()
+    si(c, "", DECIMAL).trim_end().to_string()
 }
 
 /// A duration: µs, ms, s, min, h or days, whichever reads best.
@@ -183,9 +203,15 @@ pub fn duration(s: f64) -> String {
     }
 }
 
-/// A fraction as a percentage (`45.2%`).
+/// A fraction as a percentage (`45.2%`); absurd ones in exponent form (`1.00e6%`), not as
+/// hundreds of digits.
 pub fn percent(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
+    let p = x * 100.0;
+    if p.abs() >= 1e4 {
+        format!("{p:.2e}%")
+    } else {
+        format!("{p:.1}%")
+    }
 }
 
 /// Parses a quantity with an optional SI suffix, for CLI flags: `175e9`, `175B` or `175G`
@@ -221,6 +247,73 @@ pub fn parse_quantity(s: &str) -> crate::Result<f64> {
     Ok(v * scale)
 }
 
+/// Splits `s` (without `_` separators) into its number and its unit suffix.
+fn split_suffix(s: &str) -> Option<(f64, String)> {
+    let t = s.trim().replace('_', "");
+    let split = t
+        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+        .unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    let v: f64 = num.trim().parse().ok()?;
+    v.is_finite().then(|| (v, suffix.trim().to_string()))
+}
+
+/// Parses a count (parameters, tokens) for CLI flags: `175e9`, `175G`, `175B` or `175bn`
+/// (billion: on input a count's `B` cannot mean bytes), `1.5T`, `8k`, `4M`. Byte units
+/// (`GB`, `GiB`) are refused: a count is not a size. `_` separators allowed.
+pub fn parse_count(s: &str) -> crate::Result<f64> {
+    let bad = || {
+        crate::PerfError::Invalid(format!(
+            "'{s}' is not a count (e.g. 175e9, 175G, 175B = 175 billion, 1.5T, 8k)"
+        ))
+    };
+    let (v, suffix) = split_suffix(s).ok_or_else(bad)?;
+    let scale = match suffix.as_str() {
+        "" => 1.0,
+        "k" | "K" => 1e3,
+        "M" => 1e6,
+        "B" | "G" | "bn" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        _ => return Err(bad()),
+    };
+    Ok(v * scale)
+}
+
+/// Parses a size in bytes for CLI flags: `1e9`, `512B`, `1GB`/`1G` (1e9), `256MB`, `1GiB`
+/// (2^30), `64KiB`. Here `B` is bytes, so `1B` is one byte. `_` separators allowed.
+pub fn parse_bytes(s: &str) -> crate::Result<f64> {
+    let bad = || {
+        crate::PerfError::Invalid(format!(
+            "'{s}' is not a size in bytes (e.g. 1e9, 1GB = 1e9 bytes, 1GiB = 2^30 bytes, 256MiB)"
+        ))
+    };
+    let (v, suffix) = split_suffix(s).ok_or_else(bad)?;
+    let decimal = |p: &str| ["", "B"].iter().any(|b| suffix == format!("{p}{b}"));
+    let binary = |p: &str| suffix == format!("{p}iB") || suffix == format!("{p}i");
+    let scale = [
+        ("", 0),
+        ("k", 1),
+        ("K", 1),
+        ("M", 2),
+        ("G", 3),
+        ("T", 4),
+        ("P", 5),
+    ]
+    .iter()
+    .find_map(|&(p, e)| {
+        if decimal(p) {
+            Some(1e3f64.powi(e))
+        } else if !p.is_empty() && binary(p) {
+            Some(1024f64.powi(e))
+        } else {
+            None
+        }
+    })
+    .ok_or_else(bad)?;
+    Ok(v * scale)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,7 +328,14 @@ mod tests {
         assert_eq!(duration(34.0 * 86400.0), "34.0 days");
         assert_eq!(flops(3.15e23), "3.150e23 FLOP");
         assert_eq!(percent(0.4525), "45.2%");
+        assert_eq!(percent(1e300), "1.00e302%");
+        assert_eq!(duration(1e-306), "1.00e-300 µs");
+        assert_eq!(sig3(0.000123), "0.000123");
         assert_eq!(count(124_439_808.0), "124 M");
+        assert_eq!(count(175e9), "175 G");
+        assert_eq!(bytes_binary(80.0 * 1024f64.powi(3)), "80.0 GiB");
+        assert_eq!(bytes_binary(512.0 * 1024.0 * 1024.0), "512 MiB");
+        assert_eq!(bytes_binary(100.0), "100 B");
     }
 
     #[test]
@@ -250,6 +350,30 @@ mod tests {
         assert!(parse_quantity("lots").is_err());
         assert!(parse_quantity("5X").is_err());
         assert!(parse_quantity("inf").is_err());
+    }
+
+    /// On input a count's `B` is a billion and a size's `B` is a byte; neither parser accepts
+    /// the other's units.
+    #[test]
+    fn parses_counts_and_bytes_apart() {
+        assert_eq!(parse_count("175B").unwrap(), 175e9);
+        assert_eq!(parse_count("175G").unwrap(), 175e9);
+        assert_eq!(parse_count("1_000").unwrap(), 1000.0);
+        assert_eq!(parse_count("-5").unwrap(), -5.0);
+        assert!(parse_count("1GB").is_err());
+        assert!(parse_count("1GiB").is_err());
+        assert!(parse_count("nan").is_err());
+        assert!(parse_count("1e999").is_err());
+        assert_eq!(parse_bytes("1B").unwrap(), 1.0);
+        assert_eq!(parse_bytes("1GB").unwrap(), 1e9);
+        assert_eq!(parse_bytes("1G").unwrap(), 1e9);
+        assert_eq!(parse_bytes("256MiB").unwrap(), 256.0 * 1048576.0);
+        assert_eq!(parse_bytes("1GiB").unwrap(), 1073741824.0);
+        assert_eq!(parse_bytes("64KiB").unwrap(), 65536.0);
+        assert_eq!(parse_bytes("1e9").unwrap(), 1e9);
+        assert!(parse_bytes("1bn").is_err());
+        assert!(parse_bytes("1iB").is_err());
+        assert!(parse_bytes("inf").is_err());
     }
 
     #[test]

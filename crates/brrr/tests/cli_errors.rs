@@ -1,0 +1,515 @@
+//! `brrr estimate`, `brrr roofline` and `brrr sample` on hostile input: every bad flag is a
+//! clear error on stderr with a failing exit status, never a panic, a wrapped integer, or an
+//! `inf`/`NaN` in the output; a reader that closes the pipe early is not an error.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// Runs `brrr args...`; returns (success, stdout, stderr) and fails the test on a panic.
+fn brrr(args: &[&str]) -> (bool, String, String) {
+    let out: Output = Command::new(env!("CARGO_BIN_EXE_brrr"))
+        .args(args)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert!(
+        !stderr.contains("panicked"),
+        "brrr {args:?} panicked:\n{stderr}"
+    );
+    (out.status.success(), stdout, stderr)
+}
+
+/// Asserts `brrr args...` fails with an error on stderr that contains `expect`.
+fn fails_with(args: &[&str], expect: &str) {
+    let (ok, stdout, stderr) = brrr(args);
+    assert!(
+        !ok,
+        "brrr {args:?} succeeded; it should fail with '{expect}':\n{stdout}"
+    );
+    assert!(
+        stderr.contains(expect),
+        "brrr {args:?}: expected '{expect}' in the error:\n{stderr}"
+    );
+}
+
+/// Asserts `brrr args...` succeeds and prints no `inf` or `NaN` anywhere.
+fn succeeds_finite(args: &[&str]) -> String {
+    let (ok, stdout, stderr) = brrr(args);
+    assert!(ok, "brrr {args:?} failed:\n{stderr}");
+    for bad in ["inf", "NaN", "nan"] {
+        let found = stdout
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|w| w == bad);
+        assert!(!found, "brrr {args:?} printed '{bad}':\n{stdout}");
+    }
+    stdout
+}
+
+/// `brrr ... | head -c 100`: the reader takes a little and closes the pipe. The output is made
+/// larger than a pipe buffer (64 KiB on Linux), so the writer hits the closed pipe whatever
+/// the timing. Before: a panic ("failed printing to stdout: Broken pipe"), exit 101.
+fn closed_early(args: &[&str]) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brrr"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 100];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked"),
+        "brrr {args:?} panicked on a closed pipe:\n{stderr}"
+    );
+    assert!(
+        out.status.success(),
+        "brrr {args:?} on a closed pipe: {:?}\n{stderr}",
+        out.status
+    );
+}
+
+#[test]
+fn a_closed_stdout_is_a_clean_exit() {
+    // 400 GEMMs as JSON: several hundred KiB.
+    let ops: Vec<String> = (1..=400)
+        .map(|i| format!("--op=gemm:{},{},{}", 64 * i, 4096, 4096))
+        .collect();
+    let mut args = vec!["roofline", "--gpu", "h100", "--json"];
+    args.extend(ops.iter().map(String::as_str));
+    closed_early(&args);
+    let mut args = vec!["roofline", "--gpu", "h100"];
+    args.extend(ops.iter().map(String::as_str));
+    closed_early(&args);
+}
+
+#[test]
+fn size_products_that_overflow_are_errors_not_wrapped() {
+    // Before: "2 GPUs" printed as "0 GPUs = DP 9223372036854775808 × TP 2 × PP 1".
+    let memory = ["estimate", "memory", "--model", "gpt2"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        memory.iter().chain(extra).copied().collect()
+    };
+    fails_with(
+        &with(&["--dp", "9223372036854775808", "--tp", "2"]),
+        "GPUs (DP × TP × PP) is too large",
+    );
+    fails_with(
+        &with(&["--micro-batch", "9223372036854775808", "--grad-accum", "2"]),
+        "global batch (sequences per step) is too large",
+    );
+    fails_with(
+        &with(&["--micro-batch", "4611686018427387904", "--seq-len", "1024"]),
+        "tokens per step is too large",
+    );
+    fails_with(
+        &with(&["--pp", "2", "--schedule", "interleaved:9223372036854775808"]),
+        "pipeline stages × chunks is too large",
+    );
+    fails_with(
+        &[
+            "estimate",
+            "memory",
+            "--layers",
+            "12",
+            "--hidden",
+            "4611686018427387904",
+            "--heads",
+            "1",
+        ],
+        "--hidden 4611686018427387904 is too large",
+    );
+    fails_with(
+        &[
+            "estimate",
+            "memory",
+            "--layers",
+            "12",
+            "--hidden",
+            "768",
+            "--heads",
+            "12",
+            "--vocab",
+            "18446744073709551615",
+        ],
+        "at most 2^53",
+    );
+    // f64 overflow: 6·N·D beyond f64::MAX is an error, not "inf FLOP".
+    fails_with(
+        &["estimate", "time", "--params", "1e300", "--tokens", "1e300"],
+        "training FLOPs 6·N·D is too large",
+    );
+    // Roofline sizes: tiles m × n beyond u64.
+    fails_with(
+        &[
+            "roofline",
+            "--op",
+            "gemm:18000000000000000000,18000000000000000000,1",
+        ],
+        "GEMM tiles is too large",
+    );
+}
+
+#[test]
+fn one_gpu_has_no_collectives_and_nothing_prints_inf() {
+    // Before: every algbw "inf B/s" and busbw "NaN B/s".
+    fails_with(
+        &["estimate", "comms", "--gpus", "1"],
+        "at least 2: a collective over one GPU communicates nothing (0 s)",
+    );
+    fails_with(&["estimate", "comms", "--gpus", "0"], "at least 2");
+    let cases: &[&[&str]] = &[
+        &["estimate", "comms"],
+        &["estimate", "comms", "--gpus", "2", "--bytes", "1B"],
+        &["estimate", "comms", "--gpus", "16", "--model", "gpt3-175b"],
+        &["estimate", "comms", "--gpus", "18446744073709551615"],
+        &["estimate", "comms", "--gpus", "64", "--alpha-us", "0"],
+        &["estimate", "comms", "--gpu", "l4", "--gpus", "4"],
+        &["estimate", "time", "--model", "gpt2", "--tokens", "1e6"],
+        &[
+            "roofline",
+            "--gpu",
+            "h100",
+            "--op",
+            "elementwise:1",
+            "--measured-us",
+            "1e-300",
+        ],
+    ];
+    for args in cases {
+        succeeds_finite(args);
+    }
+}
+
+#[test]
+fn negative_nan_and_infinite_flags_are_rejected() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["estimate", "comms", "--alpha-us=-5"], "--alpha-us"),
+        (&["estimate", "comms", "--alpha-us", "NaN"], "--alpha-us"),
+        (&["estimate", "comms", "--alpha-us", "inf"], "--alpha-us"),
+        (&["estimate", "comms", "--bytes=-1e9"], "--bytes"),
+        (&["estimate", "comms", "--bytes", "inf"], "--bytes"),
+        (&["estimate", "comms", "--bytes", "0"], "--bytes"),
+        (&["estimate", "comms", "--bytes", "0.5"], "at least 1 byte"),
+        (&["estimate", "comms", "--params=-1G"], "--params"),
+        (&["estimate", "comms", "--d-model=-1"], "--d-model"),
+        (&["estimate", "comms", "--d-ff", "NaN"], "--d-ff"),
+        (
+            &["estimate", "comms", "--tokens-per-gpu", "0"],
+            "--tokens-per-gpu",
+        ),
+        (
+            &["estimate", "comms", "--experts", "4", "--top-k", "8"],
+            "top-k 8 exceeds",
+        ),
+        (
+            &["estimate", "comms", "--experts", "0", "--top-k", "0"],
+            "experts",
+        ),
+        (
+            &["estimate", "time", "--params", "1G", "--tokens=-1G"],
+            "--tokens",
+        ),
+        (
+            &["estimate", "time", "--params", "NaN", "--tokens", "1G"],
+            "--params",
+        ),
+        (
+            &[
+                "estimate", "time", "--params", "1G", "--tokens", "1G", "--mfu", "NaN",
+            ],
+            "--mfu",
+        ),
+        (
+            &[
+                "estimate", "time", "--params", "1G", "--tokens", "1G", "--mfu", "1.5",
+            ],
+            "MFU",
+        ),
+        (
+            &[
+                "estimate",
+                "time",
+                "--params",
+                "1G",
+                "--tokens",
+                "1G",
+                "--step-time=-1",
+            ],
+            "--step-time",
+        ),
+        (
+            &[
+                "estimate", "time", "--params", "1G", "--tokens", "1G", "--gpus", "0",
+            ],
+            "GPUs",
+        ),
+        (
+            &["estimate", "time", "--params", "1GB", "--tokens", "1G"],
+            "not a count",
+        ),
+        (
+            &["roofline", "--op", "gemm:8,8,8", "--measured-us=-3"],
+            "--measured-us",
+        ),
+        (
+            &["roofline", "--op", "gemm:8,8,8", "--measured-us", "inf"],
+            "--measured-us",
+        ),
+        (&["roofline", "--op", "gemm:0,8,8"], "m must be positive"),
+        (
+            &["estimate", "memory", "--model", "gpt2", "--zero", "4"],
+            "ZeRO stage",
+        ),
+        (
+            &["estimate", "memory", "--model", "gpt2", "--dp", "0"],
+            "data parallel degree",
+        ),
+        (
+            &[
+                "estimate",
+                "memory",
+                "--model",
+                "gpt2",
+                "--schedule",
+                "interleaved:0",
+                "--pp",
+                "2",
+            ],
+            "chunks",
+        ),
+    ];
+    for (args, expect) in cases {
+        fails_with(args, expect);
+    }
+}
+
+#[test]
+fn bench_sizes_that_cannot_run_are_errors() {
+    // Before: size 0 printed a row of zeros; a huge size aborted on a failed allocation.
+    fails_with(&["bench", "gemm", "--sizes", "0"], "at least 1");
+    // The memory check reads /proc/meminfo; elsewhere the size is not checked.
+    if cfg!(target_os = "linux") {
+        fails_with(
+            &["bench", "gemm", "--sizes", "100000000", "--reps", "1"],
+            "GiB for its matrices",
+        );
+    }
+    fails_with(
+        &["bench", "gemm", "--sizes", "18446744073709551615"],
+        "at least 1",
+    );
+}
+
+#[test]
+fn bus_bandwidth_follows_nccl_tests() {
+    // nccl-tests PERFORMANCE.md: busbw = algbw · 2(n−1)/n for all-reduce, · (n−1)/n for
+    // reduce-scatter and all-gather, · 1 for broadcast.
+    let text = succeeds_finite(&["estimate", "comms", "--gpus", "8"]);
+    assert!(
+        text.contains("busbw = algbw · 2(n−1)/n for all-reduce"),
+        "{text}"
+    );
+    let json = succeeds_finite(&["estimate", "comms", "--gpus", "8", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let rows = v["collectives"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for row in rows {
+        let ratio = row["busbw"].as_f64().unwrap() / row["algbw"].as_f64().unwrap();
+        let want = match row["collective"].as_str().unwrap() {
+            "all-reduce" => 2.0 * 7.0 / 8.0,
+            "reduce-scatter" | "all-gather" | "all-to-all" => 7.0 / 8.0,
+            "broadcast" => 1.0,
+            other => panic!("unexpected collective {other}"),
+        };
+        assert!((ratio - want).abs() < 1e-12, "{row}");
+    }
+}
+
+#[test]
+fn units_say_params_tokens_and_which_bytes() {
+    // Before: "parameters N  175 B" (bytes?) and capacities "80.0 GB" (80e9 bytes).
+    let t = succeeds_finite(&["estimate", "time", "--params", "175B", "--tokens", "300G"]);
+    assert!(
+        t.contains("175 G params") && t.contains("300 G tokens"),
+        "{t}"
+    );
+    let m = succeeds_finite(&[
+        "estimate",
+        "memory",
+        "--model",
+        "gpt3-175b",
+        "--gpu",
+        "h100",
+    ]);
+    assert!(m.contains("175 G params"), "{m}");
+    assert!(m.contains("of 80.0 GiB"), "{m}");
+    assert!(m.contains("GiB = 2^30 bytes"), "{m}");
+    let list = succeeds_finite(&["roofline", "--list"]);
+    assert!(
+        list.contains("80.0 GiB") && list.contains("141 GiB"),
+        "{list}"
+    );
+    assert!(list.contains("GB/s (1e9 bytes/s)"), "{list}");
+    for out in [&t, &m, &list] {
+        // A number followed by a bare "B" would be ambiguous (billions or bytes).
+        let ambiguous = out
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .any(|w| w[0].parse::<f64>().is_ok() && w[1].trim_end_matches([',', ')']) == "B");
+        assert!(!ambiguous, "{out}");
+    }
+    // A count's B on input is a billion; a size's B is a byte.
+    let one_byte = succeeds_finite(&["estimate", "comms", "--bytes", "1B", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&one_byte).unwrap();
+    assert_eq!(v["bytes"].as_f64(), Some(1.0));
+}
+
+/// Trains a one-step model through the CLI and returns its run directory.
+fn tiny_run(dir: &Path) -> String {
+    let corpus = dir.join("corpus.txt");
+    std::fs::write(
+        &corpus,
+        "the quick brown fox jumps over the lazy dog. ".repeat(20),
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let (ok, _, stderr) = brrr(&[
+        "train",
+        "--steps",
+        "1",
+        "--n-layer",
+        "1",
+        "--n-head",
+        "2",
+        "--n-embd",
+        "16",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "8",
+        "--grad-accum",
+        "1",
+        "--eval-every",
+        "1",
+        "--eval-batches",
+        "1",
+        "--quiet",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    out.to_str().unwrap().to_string()
+}
+
+/// Sets every element of the first f32 model weight of a safetensors checkpoint to NaN,
+/// through the format's own header (8-byte little-endian length, JSON with `data_offsets`).
+/// Returns the tensor's name.
+fn poison_checkpoint(path: &Path) -> String {
+    let mut bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let (name, info) = header
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, v)| k.starts_with("model.") && v["dtype"] == "F32")
+        .unwrap();
+    let offset = |i: usize| 8 + n + info["data_offsets"][i].as_u64().unwrap() as usize;
+    for x in bytes[offset(0)..offset(1)].chunks_exact_mut(4) {
+        x.copy_from_slice(&f32::NAN.to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
+    name.clone()
+}
+
+/// `brrr args...` must finish within `secs` seconds (it is killed otherwise, failing the test).
+fn finishes_within(args: &[&str], secs: u64) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brrr"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed().as_secs() > secs {
+            child.kill().unwrap();
+            panic!("brrr {args:?} still running after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn sample_rejects_hostile_flags_instead_of_panicking_or_hanging() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tiny_run(tmp.path());
+    fails_with(&["sample", &run, "--temperature=-1"], "--temperature");
+    fails_with(&["sample", &run, "--temperature", "NaN"], "--temperature");
+    fails_with(&["sample", &run, "--temperature", "inf"], "--temperature");
+    // Before: generated forever.
+    let out = finishes_within(&["sample", &run, "--tokens", "18446744073709551615"], 60);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--tokens"),
+        "{stderr}"
+    );
+    let flags: &[&[&str]] = &[
+        &["--temperature", "0"],
+        &["--temperature", "1e-30"],
+        &["--temperature", "1e30"],
+        &["--top-k", "0"],
+        &["--top-k", "1"],
+        &["--top-k", "100000"],
+        &["--prompt", ""],
+        &["--tokens", "0"],
+    ];
+    for extra in flags {
+        let mut args = vec!["sample", run.as_str()];
+        args.extend_from_slice(extra);
+        if !extra.contains(&"--tokens") {
+            args.extend(["--tokens", "5"]);
+        }
+        let (ok, _, stderr) = brrr(&args);
+        assert!(ok, "brrr {args:?}: {stderr}");
+    }
+    // A prompt longer than the context (seq-len 8 here) keeps its last tokens.
+    let long = "the lazy dog ".repeat(50);
+    let (ok, text, stderr) = brrr(&["sample", &run, "--prompt", &long, "--tokens", "3"]);
+    assert!(ok && text.starts_with(&long), "{stderr}");
+}
+
+#[test]
+fn sample_names_non_finite_weights_instead_of_panicking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tiny_run(tmp.path());
+
+    // A NaN weight. Before: panic "cannot sample empty range".
+    let poisoned = poison_checkpoint(&Path::new(&run).join("checkpoint.safetensors"));
+    fails_with(
+        &["sample", &run, "--prompt", "the", "--tokens", "5"],
+        "non-finite logits at position 3",
+    );
+    let (_, _, stderr) = brrr(&["sample", &run, "--tokens", "5"]);
+    assert!(
+        stderr.contains("the checkpoint's weights are not finite")
+            && stderr.contains(&format!("{poisoned}[0] = NaN")),
+        "{stderr}"
+    );
+}
