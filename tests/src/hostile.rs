@@ -257,7 +257,7 @@ async fn clip_routes<X: Backend>(x: &X, dtype: DType) -> brrr_backend::Result<Op
         DType::F32,
         &vals(4, 0.01).iter().map(|v| v.abs()).collect::<Vec<_>>(),
     );
-    let coef = 0.3183099_f32; // 1/π: every bit of the mantissa matters
+    let coef = std::f32::consts::FRAC_1_PI; // every bit of the mantissa matters
     let hp = AdamWParams {
         lr: 1e-2,
         weight_decay: 0.1,
