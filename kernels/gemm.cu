@@ -36,18 +36,19 @@ template <class T> BRRR_DEVICE typename Acc<T>::type load_b(const T* B, const Ge
     return to_acc(g.trans_b ? B[j * g.k + p] : B[p * g.n + j]);
 }
 // C = alpha * acc + beta * C; C is not read when beta == 0 (so NaN garbage in a fresh
-// buffer does not leak into the result), as in BLAS.
-template <class T> BRRR_DEVICE void store_c(T* C, u64 idx, typename Acc<T>::type acc, const GemmArgs& g) {
+// buffer does not leak into the result), as in BLAS. C's element type TC is T, or float
+// for f16/bf16 operands (mixed precision: the f32 accumulator is stored unrounded).
+template <class T, class TC> BRRR_DEVICE void store_c(TC* C, u64 idx, typename Acc<T>::type acc, const GemmArgs& g) {
     typedef typename Acc<T>::type A;
     A r = A(g.alpha) * acc;
-    if (g.beta != 0.0f) r += A(g.beta) * to_acc(C[idx]);
-    C[idx] = from_acc<T>(r);
+    if (g.beta != 0.0f) r += A(g.beta) * A(to_acc(C[idx]));
+    C[idx] = from_acc<TC>(r);
 }
 
 // ---- v1: naive -------------------------------------------------------------------------
 // Block (16, 16); thread (x, y) computes C[by*16 + y][bx*16 + x].
 
-template <class T> BRRR_DEVICE void gemm_v1_impl(T* C, const T* A, const T* B, const GemmArgs& g) {
+template <class T, class TC> BRRR_DEVICE void gemm_v1_impl(TC* C, const T* A, const T* B, const GemmArgs& g) {
     typedef typename Acc<T>::type Ac;
     const u64 b = blockIdx.z;
     A += b * g.stride_a;
@@ -58,7 +59,7 @@ template <class T> BRRR_DEVICE void gemm_v1_impl(T* C, const T* A, const T* B, c
     if (i >= g.m || j >= g.n) return;
     Ac acc = Ac(0);
     for (u64 p = 0; p < g.k; p++) acc += load_a(A, g, i, p) * load_b(B, g, p, j);
-    store_c(C, i * g.n + j, acc, g);
+    store_c<T, TC>(C, i * g.n + j, acc, g);
 }
 
 // ---- v2: shared-memory tiling --------------------------------------------------------------
@@ -68,7 +69,7 @@ template <class T> BRRR_DEVICE void gemm_v1_impl(T* C, const T* A, const T* B, c
 
 #define V2_TILE 32
 
-template <class T> BRRR_DEVICE void gemm_v2_impl(T* C, const T* A, const T* B, const GemmArgs& g) {
+template <class T, class TC> BRRR_DEVICE void gemm_v2_impl(TC* C, const T* A, const T* B, const GemmArgs& g) {
     typedef typename Acc<T>::type Ac;
     __shared__ Ac As[V2_TILE][V2_TILE + 1];
     __shared__ Ac Bs[V2_TILE][V2_TILE + 1];
@@ -88,7 +89,7 @@ template <class T> BRRR_DEVICE void gemm_v2_impl(T* C, const T* A, const T* B, c
         for (int p = 0; p < V2_TILE; p++) acc += As[ty][p] * Bs[p][tx];
         __syncthreads();
     }
-    if (i < g.m && j < g.n) store_c(C, i * g.n + j, acc, g);
+    if (i < g.m && j < g.n) store_c<T, TC>(C, i * g.n + j, acc, g);
 }
 
 // ---- v3: register blocking ----------------------------------------------------------------
@@ -104,7 +105,7 @@ template <class T> BRRR_DEVICE void gemm_v2_impl(T* C, const T* A, const T* B, c
 #define V3_TM 8
 #define V3_TN 8
 
-template <class T> BRRR_DEVICE void gemm_v3_impl(T* C, const T* A, const T* B, const GemmArgs& g) {
+template <class T, class TC> BRRR_DEVICE void gemm_v3_impl(TC* C, const T* A, const T* B, const GemmArgs& g) {
     typedef typename Acc<T>::type Ac;
     __shared__ Ac As[V3_BK][V3_BM];
     __shared__ Ac Bs[V3_BK][V3_BN];
@@ -170,25 +171,29 @@ template <class T> BRRR_DEVICE void gemm_v3_impl(T* C, const T* A, const T* B, c
 #pragma unroll
         for (int c = 0; c < V3_TN; c++) {
             const u64 j = bn + tc * V3_TN + c;
-            if (j < g.n) store_c(C, i * g.n + j, acc[r][c], g);
+            if (j < g.n) store_c<T, TC>(C, i * g.n + j, acc[r][c], g);
         }
     }
 }
 
-#define GEMM_SIMT_KERNELS(T, S)                                                                \
-    extern "C" __global__ void BRRR_FLAT gemm_v1_##S(T* C, const T* A, const T* B, GemmArgs g) { gemm_v1_impl<T>(C, A, B, g); } \
+// Operands T, output TC; S names them (`f16`, or `bf16_f32` for bf16 into f32).
+#define GEMM_SIMT_KERNELS(T, TC, S)                                                            \
+    extern "C" __global__ void BRRR_FLAT gemm_v1_##S(TC* C, const T* A, const T* B, GemmArgs g) { gemm_v1_impl<T, TC>(C, A, B, g); } \
     BRRR_REGISTER(gemm_v1_##S)                                                                 \
-    extern "C" __global__ void BRRR_ROWS gemm_v2_##S(T* C, const T* A, const T* B, GemmArgs g) { gemm_v2_impl<T>(C, A, B, g); } \
+    extern "C" __global__ void BRRR_ROWS gemm_v2_##S(TC* C, const T* A, const T* B, GemmArgs g) { gemm_v2_impl<T, TC>(C, A, B, g); } \
     BRRR_REGISTER(gemm_v2_##S)                                                                 \
-    extern "C" __global__ void __launch_bounds__(256) gemm_v3_##S(T* C, const T* A, const T* B, GemmArgs g) { \
-        gemm_v3_impl<T>(C, A, B, g);                                                           \
+    extern "C" __global__ void __launch_bounds__(256) gemm_v3_##S(TC* C, const T* A, const T* B, GemmArgs g) { \
+        gemm_v3_impl<T, TC>(C, A, B, g);                                                       \
     }                                                                                          \
     BRRR_REGISTER(gemm_v3_##S)
 
-GEMM_SIMT_KERNELS(f16_t, f16)
-GEMM_SIMT_KERNELS(bf16_t, bf16)
-GEMM_SIMT_KERNELS(float, f32)
-GEMM_SIMT_KERNELS(double, f64)
+GEMM_SIMT_KERNELS(f16_t, f16_t, f16)
+GEMM_SIMT_KERNELS(bf16_t, bf16_t, bf16)
+GEMM_SIMT_KERNELS(float, float, f32)
+GEMM_SIMT_KERNELS(double, double, f64)
+// Mixed precision: 16-bit operands accumulated into an f32 C.
+GEMM_SIMT_KERNELS(f16_t, float, f16_f32)
+GEMM_SIMT_KERNELS(bf16_t, float, bf16_f32)
 
 // ---- v4: tensor cores ------------------------------------------------------------------------
 //
@@ -401,7 +406,7 @@ BRRR_DEVICE void gemm_v4_impl(T* C, const T* A, const T* B, const GemmArgs& g) {
             for (int e = 0; e < 4; e++) {
                 const u64 i = bm + wm * TC_WM + mi * 16 + gq + 8 * (e >> 1);
                 const u64 jj = bn + wn * TC_WN + ni * 8 + 2 * t4 + (e & 1);
-                if (i < g.m && jj < g.n) store_c(C, i * g.n + jj, acc[mi][ni][e], g);
+                if (i < g.m && jj < g.n) store_c<T, T>(C, i * g.n + jj, acc[mi][ni][e], g);
             }
         }
     }

@@ -22,24 +22,52 @@ struct AdamWArgs {
     double inv_bias_correction2;  // 1 / (1 - beta2^step)
 };
 
+// One element of the step in the compute type A: updates m and v, returns the parameter.
+template <class A>
+BRRR_DEVICE A adamw_elem(A p, A g, float* m, float* v, const AdamWArgs& a, A gscale) {
+    const A b1 = A(a.beta1), b2 = A(a.beta2);
+    g = g * gscale;
+    const A mi = b1 * A(*m) + (A(1) - b1) * g;
+    const A vi = b2 * A(*v) + (A(1) - b2) * g * g;
+    *m = (float)mi;
+    *v = (float)vi;
+    const A mhat = mi * A(a.inv_bias_correction1);
+    const A vhat = vi * A(a.inv_bias_correction2);
+    return p - A(a.lr) * (mhat / (m_sqrt(vhat) + A(a.eps)) + A(a.weight_decay) * p);
+}
+
+// The gradient factor: grad_scale times *inv_scale (when given), in the compute type. With
+// grad_scale = 1 the product is exactly *inv_scale, so a factor passed either way (the
+// clip coefficient, say) gives bitwise the same step.
+template <class A> BRRR_DEVICE A adamw_gscale(const AdamWArgs& a, const float* inv_scale) {
+    A gscale = A(a.grad_scale);
+    if (inv_scale != 0) gscale *= A(*inv_scale);
+    return gscale;
+}
+
 template <class P, class G>
 BRRR_DEVICE void adamw_impl(P* param, const G* grad, float* m, float* v, u64 n, const AdamWArgs& a,
                             const float* inv_scale, const float* found_inf) {
     typedef typename Acc<P>::type A;
     if (found_inf != 0 && *found_inf != 0.0f) return;  // a skipped step
-    A gscale = A(a.grad_scale);
-    if (inv_scale != 0) gscale *= A(*inv_scale);
-    const A b1 = A(a.beta1), b2 = A(a.beta2);
+    const A gscale = adamw_gscale<A>(a, inv_scale);
     for (u64 i = global_thread_id(); i < n; i += global_thread_count()) {
-        const A g = A(to_acc(grad[i])) * gscale;
-        const A mi = b1 * A(m[i]) + (A(1) - b1) * g;
-        const A vi = b2 * A(v[i]) + (A(1) - b2) * g * g;
-        m[i] = (float)mi;
-        v[i] = (float)vi;
-        const A mhat = mi * A(a.inv_bias_correction1);
-        const A vhat = vi * A(a.inv_bias_correction2);
         const A p = to_acc(param[i]);
-        param[i] = from_acc<P>(p - A(a.lr) * (mhat / (m_sqrt(vhat) + A(a.eps)) + A(a.weight_decay) * p));
+        param[i] = from_acc<P>(adamw_elem<A>(p, A(to_acc(grad[i])), &m[i], &v[i], a, gscale));
+    }
+}
+
+// Master weights (as llm.c's adamw_update): the f32 master takes the f32 step, and the
+// compute copy (f16/bf16/f32) gets the new value rounded once, in the same pass.
+template <class P, class G>
+BRRR_DEVICE void adamw_master_impl(float* master, P* copy, const G* grad, float* m, float* v, u64 n,
+                                   const AdamWArgs& a, const float* inv_scale, const float* found_inf) {
+    if (found_inf != 0 && *found_inf != 0.0f) return;  // a skipped step
+    const float gscale = adamw_gscale<float>(a, inv_scale);
+    for (u64 i = global_thread_id(); i < n; i += global_thread_count()) {
+        const float w = adamw_elem<float>(master[i], to_acc(grad[i]), &m[i], &v[i], a, gscale);
+        master[i] = w;
+        copy[i] = from_acc<P>(w);
     }
 }
 
@@ -61,6 +89,34 @@ ADAMW_FOR(f16_t, f16)
 ADAMW_FOR(bf16_t, bf16)
 ADAMW_FOR(float, f32)
 ADAMW_FOR(double, f64)
+
+#define ADAMW_MASTER(P, PS, G, GS)                                                             \
+    extern "C" __global__ void BRRR_FLAT adamw_master_##PS##_##GS(float* master, P* copy, const G* grad, float* m, \
+                                                 float* v, u64 n, AdamWArgs a,                 \
+                                                 const float* inv_scale, const float* found_inf) { \
+        adamw_master_impl<P, G>(master, copy, grad, m, v, n, a, inv_scale, found_inf);        \
+    }                                                                                          \
+    BRRR_REGISTER(adamw_master_##PS##_##GS)
+
+ADAMW_MASTER(f16_t, f16, f16_t, f16)
+ADAMW_MASTER(f16_t, f16, float, f32)
+ADAMW_MASTER(bf16_t, bf16, bf16_t, bf16)
+ADAMW_MASTER(bf16_t, bf16, float, f32)
+ADAMW_MASTER(float, f32, float, f32)
+
+// torch.nn.utils.clip_grad_norm_'s factor from the f32 sum of squares, one thread, in f64
+// as brrr-cpu computes it (IEEE sqrt and division are correctly rounded in both, so the
+// two agree bitwise): norm = sqrt(sumsq), coef = min(1, max_norm / (norm + 1e-6)). The
+// comparison form of the min gives 1 for a NaN norm, as Rust's f64::min does.
+extern "C" __global__ void BRRR_FLAT clip_coefficient(const float* sumsq, double max_norm, float* norm,
+                                            float* coef) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    const double nrm = m_sqrt((double)*sumsq);
+    const double c = max_norm / (nrm + 1e-6);
+    *norm = (float)nrm;
+    *coef = (float)(c < 1.0 ? c : 1.0);
+}
+BRRR_REGISTER(clip_coefficient)
 
 // grads *= inv_scale[0]; found_inf[0] = 1 if any gradient is inf or NaN, before or
 // after unscaling.

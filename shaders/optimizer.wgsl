@@ -59,3 +59,121 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let w = param[i];
     param[i] = w - p.lr * (mhat / (sqrt(vhat) + p.eps) + p.weight_decay * w);
 }
+
+// ==== kernel: adamw_master ====
+// AdamW on an f32 master copy, writing the compute copy (f16, bf16 or f32) in the same
+// pass, as llm.c's adamw_update does (rounded to nearest even here, not stochastically).
+// The master's arithmetic is the `adamw` kernel's (moments named as PyTorch names
+// them). The copy is bound as raw u32 words:
+// the substituted STORE converts an f32 to the copy's bits. For a 16-bit copy (`pairs`) one
+// invocation owns one word, i.e. two elements, because storage writes are whole words
+// and two invocations writing halves of one word would race (see cast.wgsl); for an f32
+// copy (`single`) one invocation owns one element.
+struct Params {
+    n: u32,
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    weight_decay: f32,
+    bc1: f32,
+    bc2: f32,
+    grad_scale: f32,
+    has_inv_scale: u32,
+    has_found_inf: u32,
+    _pad: u32,
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> grad: array<f32>;
+@group(0) @binding(2) var<storage, read> inv_scale: array<f32>;
+@group(0) @binding(3) var<storage, read> found_inf: array<f32>;
+@group(0) @binding(4) var<storage, read_write> master: array<f32>;
+@group(0) @binding(5) var<storage, read_write> exp_avg: array<f32>;
+@group(0) @binding(6) var<storage, read_write> exp_avg_sq: array<f32>;
+@group(0) @binding(7) var<storage, read_write> param_copy: array<u32>;
+
+// `v` is the name the substituted conversion reads.
+fn store(v: f32) -> u32 {
+    {{STORE}}
+}
+
+fn skipped() -> bool {
+    return p.has_found_inf != 0u && found_inf[0] != 0.0;
+}
+
+fn gscale() -> f32 {
+    var gs = p.grad_scale;
+    if (p.has_inv_scale != 0u) {
+        gs = gs * inv_scale[0];
+    }
+    return gs;
+}
+
+// Updates element i of the master and its moments; returns the new master value.
+fn update(i: u32, gs: f32) -> f32 {
+    let g = grad[i] * gs;
+    let mi = p.beta1 * exp_avg[i] + (1.0 - p.beta1) * g;
+    let vi = p.beta2 * exp_avg_sq[i] + (1.0 - p.beta2) * g * g;
+    exp_avg[i] = mi;
+    exp_avg_sq[i] = vi;
+    let mhat = mi / p.bc1;
+    let vhat = vi / p.bc2;
+    let w = master[i];
+    let nw = w - p.lr * (mhat / (sqrt(vhat) + p.eps) + p.weight_decay * w);
+    master[i] = nw;
+    return nw;
+}
+
+@compute @workgroup_size(256)
+fn single(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let i = flat_id(wid, nwg, lid);
+    if (i >= p.n || skipped()) {
+        return;
+    }
+    param_copy[i] = store(update(i, gscale()));
+}
+
+@compute @workgroup_size(256)
+fn pairs(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+    let w = flat_id(wid, nwg, lid);
+    let i = 2u * w;
+    if (i >= p.n || skipped()) {
+        return;
+    }
+    let gs = gscale();
+    var word = store(update(i, gs)) & 0xffffu;
+    if (i + 1u < p.n) {
+        word = word | (store(update(i + 1u, gs)) << 16u);
+    } else {
+        // The last word of an odd-length buffer: keep the upper half as it was.
+        word = word | (param_copy[w] & 0xffff0000u);
+    }
+    param_copy[w] = word;
+}
+
+// ==== kernel: clip_coefficient ====
+// torch.nn.utils.clip_grad_norm_'s factor from the f32 sum of squared gradients, one
+// invocation: norm = sqrt(sumsq), coef = min(1, max_norm / (norm + 1e-6)). WGSL has no
+// f64, so this is f32 throughout, where brrr-cpu and CUDA compute in f64 and round once:
+// results may differ from theirs in the last bits. `select` gives 1 for a NaN quotient
+// (the comparison is false), as Rust's f64::min does; WGSL's `min` leaves NaN unspecified.
+struct Params {
+    max_norm: f32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> sumsq: array<f32>;
+@group(0) @binding(2) var<storage, read_write> norm: array<f32>;
+@group(0) @binding(3) var<storage, read_write> coef: array<f32>;
+
+@compute @workgroup_size(1)
+fn main() {
+    let nrm = sqrt(sumsq[0]);
+    let c = p.max_norm / (nrm + 1e-6);
+    norm[0] = nrm;
+    coef[0] = select(1.0, c, c < 1.0);
+}

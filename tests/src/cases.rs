@@ -30,10 +30,13 @@ pub const OPS: &[&str] = &[
     "cross_entropy",
     "cross_entropy_backward",
     "adamw",
+    "adamw_master",
+    "clip_coefficient",
     "unscale_check_finite",
     "update_loss_scale",
     "attention",
     "attention_backward",
+    "hostile",
 ];
 
 /// The core the browser run covers.
@@ -84,6 +87,14 @@ pub(crate) enum Op {
         inv: bool,
         found: bool,
     },
+    /// Inputs: grad (+ inv_scale) (+ found_inf); outputs: master, copy, m, v.
+    AdamWMaster {
+        p: AdamWParams,
+        inv: bool,
+        found: bool,
+    },
+    /// Input: sumsq; outputs: norm, coef.
+    ClipCoefficient(f64),
     Unscale,
     UpdateScale(ScaleUpdateParams),
     Attention(Attn),
@@ -207,6 +218,20 @@ impl Op {
                 let found_inf = found.then(|| &ins[if *inv { 2 } else { 1 }]);
                 x.adamw(p, param, &ins[0], m, v, inv_scale, found_inf)
             }
+            Op::AdamWMaster { p, inv, found } => {
+                let [master, copy, m, v] = outs else {
+                    unreachable!("adamw_master has four outputs")
+                };
+                let inv_scale = inv.then(|| &ins[1]);
+                let found_inf = found.then(|| &ins[if *inv { 2 } else { 1 }]);
+                x.adamw_master(p, master, copy, &ins[0], m, v, inv_scale, found_inf)
+            }
+            Op::ClipCoefficient(max_norm) => {
+                let [norm, coef] = outs else {
+                    unreachable!("clip_coefficient has two outputs")
+                };
+                x.clip_coefficient(&ins[0], *max_norm, norm, coef)
+            }
             Op::Unscale => {
                 let [grads, found] = outs else {
                     unreachable!("unscale has two outputs")
@@ -272,7 +297,7 @@ const INT_POISON: i64 = 0x7EAD_BEEF;
 
 impl Out {
     /// Filled with NaN (integers: 0x7EADBEEF): every element must be written.
-    fn poison(name: &'static str, dtype: DType, len: usize) -> Out {
+    pub(crate) fn poison(name: &'static str, dtype: DType, len: usize) -> Out {
         let v = if dtype.is_float() {
             f64::NAN
         } else {
@@ -285,14 +310,14 @@ impl Out {
         }
     }
     /// Starts from data (accumulating outputs, partially written views).
-    fn init(name: &'static str, init: HostData) -> Out {
+    pub(crate) fn init(name: &'static str, init: HostData) -> Out {
         Out {
             name,
             init,
             compared: true,
         }
     }
-    fn ignored(name: &'static str, init: HostData) -> Out {
+    pub(crate) fn ignored(name: &'static str, init: HostData) -> Out {
         Out {
             name,
             init,
@@ -313,7 +338,7 @@ pub(crate) struct Case {
 }
 
 /// Case-local random numbers.
-struct Gen(ChaCha8Rng);
+pub(crate) struct Gen(ChaCha8Rng);
 
 impl Gen {
     fn new(seed: u64, op: &str, label: &str, dtype: DType) -> Gen {
@@ -343,7 +368,7 @@ impl Gen {
     fn vals(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
         (0..n).map(|_| self.uniform(lo, hi)).collect()
     }
-    fn data(&mut self, dtype: DType, n: usize, lo: f64, hi: f64) -> HostData {
+    pub(crate) fn data(&mut self, dtype: DType, n: usize, lo: f64, hi: f64) -> HostData {
         HostData::from_f64(dtype, &self.vals(n, lo, hi))
     }
     /// Magnitudes in [lo, hi] with random signs (keeps divisors away from 0).
@@ -358,14 +383,14 @@ impl Gen {
     }
 }
 
-struct Builder<'a> {
+pub(crate) struct Builder<'a> {
     opts: &'a SuiteOptions,
     dtype: DType,
     out: Vec<Case>,
 }
 
 impl Builder<'_> {
-    fn add(
+    pub(crate) fn add(
         &mut self,
         op_name: &'static str,
         label: impl Into<String>,
@@ -696,7 +721,7 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
             },
         );
         b.add("gemm", label, |g, d| {
-            let (la, lb, lc) = s.required_lens();
+            let (la, lb, lc) = s.required_lens().expect("the suite's specs fit usize");
             let c = if s.beta != 0.0 {
                 Out::init("c", g.data(d, lc, -1.0, 1.0))
             } else {
@@ -1191,6 +1216,9 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
             });
         }
     }
+
+    // ---- mixed precision: gemm into f32, AdamW with master weights, clipping -------
+    crate::mixed::add_cases(&mut b, dtype, large);
 
     // ---- attention (composite of gemm, causal softmax, gemm) ------------------------
     let mut attns = vec![(1usize, 1usize, 4usize), (6, 13, 8)];

@@ -39,6 +39,8 @@
 
 mod cases;
 mod compare;
+mod hostile;
+mod mixed;
 
 pub use brrr_cpu::CpuBackend;
 pub use cases::{CORE_OPS, OPS};
@@ -167,6 +169,23 @@ pub async fn run_suite_async<B: Backend, R: Backend>(
                 outcome,
             });
         }
+        if opts.wants("adamw") {
+            if backend.supports(dtype) {
+                results.push(hostile::clip_routes_agree(backend, dtype).await);
+            } else {
+                results.push(CaseResult {
+                    backend: name.clone(),
+                    op: "adamw",
+                    dtype,
+                    case: "clip coef as inv_scale ≡ as grad_scale (bitwise)".to_string(),
+                    outcome: Outcome::Skipped(format!("{name} does not support {dtype}")),
+                });
+            }
+        }
+    }
+    // Sizes that overflow: every backend must refuse them (once per suite, in f32).
+    if opts.wants(hostile::OP) {
+        results.extend(hostile::run(backend));
     }
     results
 }

@@ -260,6 +260,29 @@ impl Backend for Broken {
         }
         self.cpu.adamw(p, param, grad, m, v, inv_scale, found_inf)
     }
+    fn adamw_master(
+        &self,
+        p: &AdamWParams,
+        master: &mut HostData,
+        copy: &mut HostData,
+        grad: &HostData,
+        m: &mut HostData,
+        v: &mut HostData,
+        inv_scale: Option<&HostData>,
+        found_inf: Option<&HostData>,
+    ) -> Result<()> {
+        self.cpu
+            .adamw_master(p, master, copy, grad, m, v, inv_scale, found_inf)
+    }
+    fn clip_coefficient(
+        &self,
+        sumsq: &HostData,
+        max_norm: f64,
+        norm: &mut HostData,
+        coef: &mut HostData,
+    ) -> Result<()> {
+        self.cpu.clip_coefficient(sumsq, max_norm, norm, coef)
+    }
     fn unscale_check_finite(
         &self,
         grads: &mut HostData,

@@ -75,8 +75,12 @@ pub trait Backend: Clone + 'static {
 
     // ---- dense algebra ------------------------------------------------------------
 
-    /// Batched GEMM; see [`GemmSpec`]. A, B and C share one dtype; accumulation is f32
-    /// (f64 for f64).
+    /// Batched GEMM; see [`GemmSpec`]. A and B share one dtype; C has that dtype too, or
+    /// is f32 when A and B are f16 or bf16 (a low-precision product accumulated into an
+    /// f32 gradient or master buffer, with `beta`). Accumulation is f32 (f64 for f64)
+    /// either way; a 16-bit C is rounded once at the end, an f32 C not at all. Sizes are
+    /// checked with [`GemmSpec::required_lens`], so a spec whose extents overflow is an
+    /// error.
     fn gemm(
         &self,
         spec: &GemmSpec,
@@ -225,6 +229,44 @@ pub trait Backend: Clone + 'static {
         v: &mut Self::Buffer,
         inv_scale: Option<&Self::Buffer>,
         found_inf: Option<&Self::Buffer>,
+    ) -> Result<()>;
+
+    /// AdamW on an f32 master copy of a parameter that also exists in a lower compute
+    /// precision, as llm.c keeps it (its `adamw_update`; llm.c rounds the copy
+    /// stochastically, brrr to nearest even, so runs stay deterministic): `master` (f32)
+    /// is updated exactly
+    /// as [`Backend::adamw`] updates an f32 parameter, and the new value, rounded once to
+    /// `param_copy`'s dtype (f16, bf16 or f32, round-to-nearest-even), is written to
+    /// `param_copy` in the same pass, so the compute copy never drifts from the master.
+    /// `grad` is f32 or `param_copy`'s dtype; `m`, `v`, `inv_scale` and `found_inf` are
+    /// as in [`Backend::adamw`]. A step skipped by `found_inf` writes nothing at all.
+    #[allow(clippy::too_many_arguments)]
+    fn adamw_master(
+        &self,
+        params: &AdamWParams,
+        master: &mut Self::Buffer,
+        param_copy: &mut Self::Buffer,
+        grad: &Self::Buffer,
+        m: &mut Self::Buffer,
+        v: &mut Self::Buffer,
+        inv_scale: Option<&Self::Buffer>,
+        found_inf: Option<&Self::Buffer>,
+    ) -> Result<()>;
+
+    /// The clip factor of `torch.nn.utils.clip_grad_norm_`, without a host read: from the
+    /// one-element f32 sum of squared gradients `sumsq`, writes `norm = sqrt(sumsq)` and
+    /// `coef = min(1, max_norm / (norm + 1e-6))`, both one-element f32. A NaN norm gives
+    /// `coef = 1` (the non-NaN operand of the `min`, as `f64::min` and C's `fmin` pick).
+    /// brrr-cpu (and CUDA) compute in f64 from the f32 sum and round each result once;
+    /// WGSL has no f64 and computes in f32. `coef` is meant as [`Backend::adamw`]'s
+    /// `inv_scale`: with `grad_scale = 1` that is bitwise the same update as passing the
+    /// factor as `grad_scale`. `max_norm` must be positive.
+    fn clip_coefficient(
+        &self,
+        sumsq: &Self::Buffer,
+        max_norm: f64,
+        norm: &mut Self::Buffer,
+        coef: &mut Self::Buffer,
     ) -> Result<()>;
 
     /// `grads *= inv_scale[0]` in place, and sets `found_inf[0] = 1.0` if any element

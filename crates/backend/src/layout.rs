@@ -22,9 +22,26 @@ impl Shape {
         self.0.len()
     }
 
-    /// Number of elements (1 for a scalar of rank 0).
+    /// Number of elements (1 for a scalar of rank 0). For dimensions that come from
+    /// outside (files, users, specs) use [`Shape::checked_elem_count`].
     pub fn elem_count(&self) -> usize {
         self.0.iter().product()
+    }
+
+    /// [`Shape::elem_count`], or an error naming `op` when the product overflows `usize`.
+    pub fn checked_elem_count(&self, op: &'static str) -> Result<usize> {
+        if self.0.contains(&0) {
+            return Ok(0);
+        }
+        self.0
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| {
+                Error::shape(
+                    op,
+                    format!("shape {self} has more elements than usize can count"),
+                )
+            })
     }
 
     /// Row-major (C-contiguous) strides in elements.
@@ -157,20 +174,40 @@ impl Layout {
     }
 
     /// Index one past the furthest element this view touches (0 for an empty view):
-    /// the buffer must hold at least this many elements.
-    pub fn span(&self) -> usize {
-        if self.shape.elem_count() == 0 {
-            return 0;
+    /// the buffer must hold at least this many elements. Checked: a layout comes from
+    /// the caller, and a wrapped span would pass a length check and let a kernel address
+    /// memory outside the buffer, so an overflow is an error naming `op`.
+    pub fn span(&self, op: &'static str) -> Result<usize> {
+        if self.shape.dims().contains(&0) {
+            return Ok(0);
         }
-        self.offset
-            + self
-                .shape
-                .dims()
-                .iter()
-                .zip(&self.strides)
-                .map(|(d, s)| (d - 1) * s)
-                .sum::<usize>()
-            + 1
+        let overflow = || {
+            Error::invalid(
+                op,
+                format!(
+                    "layout {} with strides {:?} and offset {} spans more than usize can index",
+                    self.shape, self.strides, self.offset
+                ),
+            )
+        };
+        if self.strides.len() != self.shape.rank() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "layout has {} strides for shape {}",
+                    self.strides.len(),
+                    self.shape
+                ),
+            ));
+        }
+        let mut last = self.offset;
+        for (&d, &s) in self.shape.dims().iter().zip(&self.strides) {
+            last = (d - 1)
+                .checked_mul(s)
+                .and_then(|x| x.checked_add(last))
+                .ok_or_else(overflow)?;
+        }
+        last.checked_add(1).ok_or_else(overflow)
     }
 
     /// This layout read as if it had shape `target`, by the broadcasting rule
@@ -272,6 +309,38 @@ mod tests {
     }
 
     #[test]
+    fn span_and_count_overflow_is_an_error() {
+        let huge = Layout {
+            shape: Shape::new([3, 2]),
+            strides: vec![usize::MAX / 2, 1],
+            offset: 0,
+        };
+        let e = huge.span("copy_strided").unwrap_err();
+        assert!(e.to_string().contains("copy_strided"), "{e}");
+        let off = Layout {
+            shape: Shape::new([1]),
+            strides: vec![1],
+            offset: usize::MAX,
+        };
+        assert!(off.span("t").is_err());
+        let empty = Layout {
+            shape: Shape::new([0, 5]),
+            strides: vec![usize::MAX, usize::MAX],
+            offset: 7,
+        };
+        assert_eq!(empty.span("t").unwrap(), 0);
+        let big = Shape::new([usize::MAX, 2]);
+        assert!(big.checked_elem_count("zeros").is_err());
+        assert_eq!(
+            Shape::new([0, usize::MAX, 2])
+                .checked_elem_count("t")
+                .unwrap(),
+            0
+        );
+        assert_eq!(Shape::new([]).checked_elem_count("t").unwrap(), 1);
+    }
+
+    #[test]
     fn offsets_of_a_transpose() {
         let l = Layout {
             shape: Shape::new([3, 2]),
@@ -280,7 +349,7 @@ mod tests {
         };
         assert!(!l.is_contiguous());
         assert_eq!(l.offsets().collect::<Vec<_>>(), vec![0, 3, 1, 4, 2, 5]);
-        assert_eq!(l.span(), 6);
+        assert_eq!(l.span("t").unwrap(), 6);
         let b = Layout::contiguous([3])
             .broadcast_to("t", &Shape::new([2, 3]))
             .unwrap();

@@ -1,6 +1,8 @@
 //! Small descriptions of kernel launches. They carry sizes and hyper-parameters only;
 //! buffers are passed separately so that the borrow checker sees which are written.
 
+use crate::{Error, Result};
+
 /// `C[b] = alpha * op(A[b]) · op(B[b]) + beta * C[b]` for `b` in `0..batch`.
 ///
 /// All matrices are row-major and dense. `C[b]` is `m × n`. `A[b]` is stored `m × k`,
@@ -37,9 +39,10 @@ impl GemmSpec {
             trans_b: false,
             alpha: 1.0,
             beta: 0.0,
-            stride_a: m * k,
-            stride_b: k * n,
-            stride_c: m * n,
+            // Saturating: an overflowing size is reported by `required_lens`, not here.
+            stride_a: m.saturating_mul(k),
+            stride_b: k.saturating_mul(n),
+            stride_c: m.saturating_mul(n),
         }
     }
 
@@ -68,25 +71,66 @@ impl GemmSpec {
         self
     }
 
-    /// Floating-point operations: one multiply and one add per term.
-    pub fn flops(&self) -> u64 {
-        2 * (self.batch * self.m * self.n * self.k) as u64
+    /// Floating-point operations: one multiply and one add per term. An error when the
+    /// count does not fit a `u64` (the sizes come from callers; a wrapped count would
+    /// report a tiny GEMM).
+    pub fn flops(&self) -> Result<u64> {
+        const OP: &str = "gemm";
+        let terms = [self.batch, self.m, self.n, self.k]
+            .into_iter()
+            .try_fold(2u64, |acc, d| acc.checked_mul(d as u64));
+        terms.ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!(
+                    "flop count 2 × batch {} × m {} × n {} × k {} overflows u64",
+                    self.batch, self.m, self.n, self.k
+                ),
+            )
+        })
     }
 
-    /// Elements each operand must hold.
-    pub fn required_lens(&self) -> (usize, usize, usize) {
-        let need = |stride: usize, size: usize| {
-            if self.batch == 0 || size == 0 {
-                0
-            } else {
-                (self.batch - 1) * stride + size
-            }
-        };
-        (
-            need(self.stride_a, self.m * self.k),
-            need(self.stride_b, self.k * self.n),
-            need(self.stride_c, self.m * self.n),
-        )
+    /// Elements each operand (A, B, C) must hold: `(batch - 1) * stride + rows * cols`,
+    /// or 0 when the batch or the matrix is empty. Checked: the spec comes from the caller,
+    /// and a wrapped length would pass every backend's length check and let a kernel read
+    /// or write out of bounds, so an overflow is an error naming the operand.
+    pub fn required_lens(&self) -> Result<(usize, usize, usize)> {
+        Ok((
+            self.required_len("A", self.stride_a, self.m, self.k)?,
+            self.required_len("B", self.stride_b, self.k, self.n)?,
+            self.required_len("C", self.stride_c, self.m, self.n)?,
+        ))
+    }
+
+    fn required_len(
+        &self,
+        operand: &str,
+        stride: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<usize> {
+        const OP: &str = "gemm";
+        let size = rows.checked_mul(cols).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("{operand} is {rows} × {cols} elements, which overflows usize"),
+            )
+        })?;
+        if self.batch == 0 || size == 0 {
+            return Ok(0);
+        }
+        (self.batch - 1)
+            .checked_mul(stride)
+            .and_then(|x| x.checked_add(size))
+            .ok_or_else(|| {
+                Error::invalid(
+                    OP,
+                    format!(
+                        "{operand}: batch {} × stride {stride} + {size} elements overflows usize",
+                        self.batch
+                    ),
+                )
+            })
     }
 }
 
@@ -260,5 +304,59 @@ impl Default for ScaleUpdateParams {
             backoff_factor: 0.5,
             growth_interval: 2000,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn required_lens_of_ordinary_specs() {
+        let s = GemmSpec::batched(3, 4, 5, 6);
+        assert_eq!(s.required_lens().unwrap(), (72, 90, 60));
+        assert_eq!(s.flops().unwrap(), 2 * 3 * 4 * 5 * 6);
+        // A shared operand (stride 0) needs one matrix; an empty batch needs nothing.
+        let shared = GemmSpec {
+            stride_b: 0,
+            ..GemmSpec::batched(4, 2, 3, 5)
+        };
+        assert_eq!(shared.required_lens().unwrap(), (40, 15, 24));
+        assert_eq!(
+            GemmSpec::batched(0, 4, 5, 6).required_lens().unwrap(),
+            (0, 0, 0)
+        );
+        assert_eq!(GemmSpec::new(0, 5, 6).required_lens().unwrap(), (0, 30, 0));
+    }
+
+    #[test]
+    fn overflowing_specs_are_errors_naming_the_op() {
+        let big = 1usize << 40;
+        let batch = GemmSpec {
+            batch: big,
+            stride_a: big,
+            ..GemmSpec::new(1, 1, 1)
+        };
+        let e = batch.required_lens().unwrap_err().to_string();
+        assert!(
+            e.contains("gemm") && e.contains("A") && e.contains("overflows"),
+            "{e}"
+        );
+        // (batch - 1) * stride + size wraps to 0 in unchecked arithmetic.
+        let wraps = GemmSpec {
+            batch: 2,
+            stride_c: usize::MAX,
+            ..GemmSpec::new(1, 1, 1)
+        };
+        assert!(wraps.required_lens().unwrap_err().to_string().contains("C"));
+        let mk = GemmSpec::new(1 << 63, 1, 2);
+        assert!(mk.required_lens().is_err());
+        // The size is checked even when another dimension is 0.
+        assert!(GemmSpec::new(0, 1 << 33, 1 << 33).required_lens().is_err());
+        assert!(
+            GemmSpec::batched(1 << 20, 1 << 20, 1 << 20, 1 << 20)
+                .flops()
+                .is_err()
+        );
     }
 }

@@ -67,7 +67,8 @@ pub fn gemm<B: Backend>(
         backend.gemm(&spec, &a, &b, &mut c)?;
         brrr_backend::block_on(backend.synchronize())?;
         // Enough repetitions for ~0.2 s of work at small sizes, at least `reps`.
-        let inner = (2e8 / spec.flops() as f64).ceil().clamp(1.0, 64.0) as usize;
+        let flops = spec.flops()? as f64;
+        let inner = (2e8 / flops).ceil().clamp(1.0, 64.0) as usize;
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps.max(1) {
             let t0 = Instant::now();
@@ -82,7 +83,7 @@ pub fn gemm<B: Backend>(
         rows.push(GemmRow {
             n,
             seconds,
-            gflops: spec.flops() as f64 / seconds / 1e9,
+            gflops: flops / seconds / 1e9,
         });
     }
     Ok(rows)

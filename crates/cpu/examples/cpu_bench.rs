@@ -46,7 +46,10 @@ fn main() {
             let spec = GemmSpec::new(n, n, n).trans_b(tb);
             let (a, b, mut c) = (buf(dtype, n * n), buf(dtype, n * n), buf(dtype, n * n));
             let s = time(|| cpu.gemm(&spec, &a, &b, &mut c).unwrap());
-            row += &format!(" {:>8.1}", spec.flops() as f64 / s / 1e9);
+            row += &format!(
+                " {:>8.1}",
+                spec.flops().expect("benchmark sizes fit u64") as f64 / s / 1e9
+            );
         }
         println!("{row}");
     }
@@ -65,7 +68,7 @@ fn main() {
         "{:<40} {:>8.2} ms ({:.0} GFLOP/s)",
         "attention scores Q·Kᵀ (96 × 256×256×64)",
         sec * 1e3,
-        att.flops() as f64 / sec / 1e9
+        att.flops().expect("benchmark sizes fit u64") as f64 / sec / 1e9
     );
     let sm = SoftmaxSpec {
         rows: 8 * heads * t,
@@ -142,6 +145,6 @@ fn main() {
         "{:<40} {:>8.2} ms ({:.0} GFLOP/s)",
         "lm head X·Wᵀ [2048×768]·[768×50257]",
         sec * 1e3,
-        lm.flops() as f64 / sec / 1e9
+        lm.flops().expect("benchmark sizes fit u64") as f64 / sec / 1e9
     );
 }

@@ -39,6 +39,10 @@
 //! load; the conversions are O(n²) next to O(n³) work) and on ARM CPUs with FP16 it
 //! accumulates in f16, while the trait asks for f32 accumulation everywhere.
 //!
+//! An f32 C with f16/bf16 operands (mixed precision: a bf16 product accumulated into an
+//! f32 gradient) takes the same route without the final rounding: the widened operands
+//! multiply into C's f32 values directly.
+//!
 //! # Threads
 //!
 //! One big product uses `gemm`'s own rayon parallelism (it splits the output into
@@ -49,7 +53,7 @@
 use crate::check;
 use crate::par;
 use crate::scalar::Float;
-use brrr_backend::{Error, GemmSpec, HostData, Result};
+use brrr_backend::{DType, Error, GemmSpec, HostData, Result};
 
 /// Below this many flops per matrix a batch is spread over threads one matrix per
 /// task; above it each matrix is itself split by `gemm`.
@@ -57,7 +61,7 @@ const SMALL_GEMM_FLOPS: usize = 1 << 23;
 
 pub(crate) fn gemm(spec: &GemmSpec, a: &HostData, b: &HostData, c: &mut HostData) -> Result<()> {
     const OP: &str = "gemm";
-    let (need_a, need_b, need_c) = required_lens(spec)?;
+    let (need_a, need_b, need_c) = spec.required_lens()?;
     check::len(OP, a, need_a)?;
     check::len(OP, b, need_b)?;
     check::len(OP, c, need_c)?;
@@ -83,29 +87,38 @@ pub(crate) fn gemm(spec: &GemmSpec, a: &HostData, b: &HostData, c: &mut HostData
         (HostData::BF16(a), HostData::BF16(b), HostData::BF16(c)) => {
             via_f32(spec, &a[..need_a], &b[..need_b], &mut c[..need_c]);
         }
-        (a, b, c) => return Err(check::dtype_error(OP, &[c, a, b])),
+        // Mixed precision: 16-bit operands, f32 C (a gradient or master buffer). The
+        // operands are widened exactly, and C is read and written in f32 directly.
+        (HostData::F16(a), HostData::F16(b), HostData::F32(c)) => {
+            batched(
+                spec,
+                &widen(&a[..need_a]),
+                &widen(&b[..need_b]),
+                &mut c[..need_c],
+            );
+        }
+        (HostData::BF16(a), HostData::BF16(b), HostData::F32(c)) => {
+            batched(
+                spec,
+                &widen(&a[..need_a]),
+                &widen(&b[..need_b]),
+                &mut c[..need_c],
+            );
+        }
+        (a, b, c) => {
+            if a.dtype() == b.dtype() && c.dtype() == DType::F32 && a.dtype().is_float() {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "an f32 C takes f16 or bf16 operands (or f32), got {}",
+                        a.dtype()
+                    ),
+                ));
+            }
+            return Err(check::dtype_error(OP, &[c, a, b]));
+        }
     }
     Ok(())
-}
-
-/// The lengths A, B and C must have, computed without overflow (the spec comes from the
-/// caller and a wrapped product would pass the length checks).
-fn required_lens(spec: &GemmSpec) -> Result<(usize, usize, usize)> {
-    const OP: &str = "gemm";
-    let need = |stride: usize, rows: usize, cols: usize| -> Result<usize> {
-        let size = check::mul(OP, rows, cols)?;
-        if spec.batch == 0 || size == 0 {
-            return Ok(0);
-        }
-        check::mul(OP, spec.batch - 1, stride)?
-            .checked_add(size)
-            .ok_or_else(|| Error::invalid(OP, "operand extent overflows usize"))
-    };
-    Ok((
-        need(spec.stride_a, spec.m, spec.k)?,
-        need(spec.stride_b, spec.k, spec.n)?,
-        need(spec.stride_c, spec.m, spec.n)?,
-    ))
 }
 
 /// Elements per task when converting operands (a memory-bound loop).

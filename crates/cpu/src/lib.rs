@@ -304,6 +304,30 @@ impl Backend for CpuBackend {
         optim::adamw(params, param, grad, m, v, inv_scale, found_inf)
     }
 
+    fn adamw_master(
+        &self,
+        params: &AdamWParams,
+        master: &mut HostData,
+        param_copy: &mut HostData,
+        grad: &HostData,
+        m: &mut HostData,
+        v: &mut HostData,
+        inv_scale: Option<&HostData>,
+        found_inf: Option<&HostData>,
+    ) -> Result<()> {
+        optim::adamw_master(params, master, param_copy, grad, m, v, inv_scale, found_inf)
+    }
+
+    fn clip_coefficient(
+        &self,
+        sumsq: &HostData,
+        max_norm: f64,
+        norm: &mut HostData,
+        coef: &mut HostData,
+    ) -> Result<()> {
+        optim::clip_coefficient(sumsq, max_norm, norm, coef)
+    }
+
     fn unscale_check_finite(
         &self,
         grads: &mut HostData,

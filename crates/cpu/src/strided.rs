@@ -108,17 +108,9 @@ pub(crate) fn check_layout(
             format!("{what} has shape {}, expected {:?}", layout.shape, expected),
         ));
     }
-    // `span` multiplies sizes by strides; reject layouts whose arithmetic overflows
-    // before calling it.
-    let mut span: usize = layout.offset;
-    for (&d, &s) in layout.shape.dims().iter().zip(&layout.strides) {
-        if d == 0 {
-            return Ok(()); // empty view: touches nothing
-        }
-        span = (d - 1)
-            .checked_mul(s)
-            .and_then(|x| x.checked_add(span))
-            .ok_or_else(|| Error::invalid(op, format!("{what}: strided layout overflows usize")))?;
-    }
-    Error::check_len(op, span + 1, buf_len)
+    // Checked: a wrapped span would pass the length check.
+    let span = layout
+        .span(op)
+        .map_err(|e| Error::invalid(op, format!("{what}: {e}")))?;
+    Error::check_len(op, span, buf_len)
 }

@@ -1140,18 +1140,7 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok(());
         }
-        // Bias corrections on the host in f64, as the reference does.
-        let step = f64::from(params.step);
-        let args = AdamWArgs {
-            lr: params.lr,
-            beta1: params.beta1,
-            beta2: params.beta2,
-            eps: params.eps,
-            weight_decay: params.weight_decay,
-            grad_scale: params.grad_scale,
-            inv_bias_correction1: 1.0 / (1.0 - f64::from(params.beta1).powf(step)),
-            inv_bias_correction2: 1.0 / (1.0 - f64::from(params.beta2).powf(step)),
-        };
+        let args = adamw_args(params);
         self.launch(
             Family::Optim,
             &format!("adamw_{}_{}", suffix(param.dtype), suffix(grad.dtype)),
@@ -1165,6 +1154,101 @@ impl Backend for CudaBackend {
                 Arg::pod(&args),
                 Arg::Ptr(inv_scale.map_or(0, CudaBuffer::device_ptr)),
                 Arg::Ptr(found_inf.map_or(0, CudaBuffer::device_ptr)),
+            ],
+        )
+    }
+
+    fn adamw_master(
+        &self,
+        params: &AdamWParams,
+        master: &mut CudaBuffer,
+        param_copy: &mut CudaBuffer,
+        grad: &CudaBuffer,
+        m: &mut CudaBuffer,
+        v: &mut CudaBuffer,
+        inv_scale: Option<&CudaBuffer>,
+        found_inf: Option<&CudaBuffer>,
+    ) -> Result<()> {
+        const OP: &str = "adamw_master";
+        for b in [&*master, &*m, &*v] {
+            same_dtype(OP, DType::F32, b.dtype)?;
+        }
+        let copy_dt = param_copy.dtype;
+        if !matches!(copy_dt, DType::F16 | DType::BF16 | DType::F32)
+            || !(grad.dtype == DType::F32 || grad.dtype == copy_dt)
+        {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the compute copy must be f16, bf16 or f32 and the gradient f32 or the \
+                     copy's dtype; got copy {copy_dt} and gradient {}",
+                    grad.dtype
+                ),
+            ));
+        }
+        if params.step == 0 {
+            return Err(Error::invalid(OP, "step counts from 1"));
+        }
+        let n = master.len;
+        for len in [param_copy.len, grad.len, m.len, v.len] {
+            Error::check_len(OP, n, len)?;
+        }
+        for b in [inv_scale, found_inf].into_iter().flatten() {
+            same_dtype(OP, DType::F32, b.dtype)?;
+            Error::check_len(OP, 1, b.len)?;
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        self.launch(
+            Family::Optim,
+            &format!("adamw_master_{}_{}", suffix(copy_dt), suffix(grad.dtype)),
+            self.flat_cfg(n),
+            &[
+                Arg::Ptr(master.device_ptr()),
+                Arg::Ptr(param_copy.device_ptr()),
+                Arg::Ptr(grad.device_ptr()),
+                Arg::Ptr(m.device_ptr()),
+                Arg::Ptr(v.device_ptr()),
+                Arg::U64(n as u64),
+                Arg::pod(&adamw_args(params)),
+                Arg::Ptr(inv_scale.map_or(0, CudaBuffer::device_ptr)),
+                Arg::Ptr(found_inf.map_or(0, CudaBuffer::device_ptr)),
+            ],
+        )
+    }
+
+    fn clip_coefficient(
+        &self,
+        sumsq: &CudaBuffer,
+        max_norm: f64,
+        norm: &mut CudaBuffer,
+        coef: &mut CudaBuffer,
+    ) -> Result<()> {
+        const OP: &str = "clip_coefficient";
+        if max_norm.is_nan() || max_norm <= 0.0 {
+            return Err(Error::invalid(
+                OP,
+                format!("max_norm must be positive, got {max_norm}"),
+            ));
+        }
+        for b in [sumsq, &*norm, &*coef] {
+            same_dtype(OP, DType::F32, b.dtype)?;
+            Error::check_len(OP, 1, b.len)?;
+        }
+        self.launch(
+            Family::Optim,
+            "clip_coefficient",
+            LaunchCfg {
+                grid: (1, 1, 1),
+                block: (32, 1, 1),
+                smem: 0,
+            },
+            &[
+                Arg::Ptr(sumsq.device_ptr()),
+                Arg::pod(&max_norm),
+                Arg::Ptr(norm.device_ptr()),
+                Arg::Ptr(coef.device_ptr()),
             ],
         )
     }
@@ -1230,5 +1314,21 @@ impl Backend for CudaBackend {
                 Arg::I32(interval),
             ],
         )
+    }
+}
+
+/// The host-side constants of one AdamW step: bias corrections in f64, as the reference
+/// computes them.
+fn adamw_args(params: &AdamWParams) -> AdamWArgs {
+    let step = f64::from(params.step);
+    AdamWArgs {
+        lr: params.lr,
+        beta1: params.beta1,
+        beta2: params.beta2,
+        eps: params.eps,
+        weight_decay: params.weight_decay,
+        grad_scale: params.grad_scale,
+        inv_bias_correction1: 1.0 / (1.0 - f64::from(params.beta1).powf(step)),
+        inv_bias_correction2: 1.0 / (1.0 - f64::from(params.beta2).powf(step)),
     }
 }

@@ -147,7 +147,7 @@ fn own_supports(which: GemmImpl, dtype: DType) -> bool {
 pub fn gemm(cuda: &CudaBackend, cfg: &GemmBench) -> Result<Vec<BenchRow>> {
     let n = cfg.n;
     let spec = GemmSpec::new(n, n, n);
-    let flops = spec.flops() as f64;
+    let flops = spec.flops()? as f64;
     let tf32_before = cuda.allow_tf32();
     let mut rows = Vec::new();
     for &(dtype, tf32) in &cfg.dtypes {

@@ -71,7 +71,10 @@ pub(crate) enum AllocFail {
 /// [`crate::gemm`] for how a row-major [`brrr_backend::GemmSpec`] becomes one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct BlasGemm {
+    /// The dtype of A and B (and of the scale factors' compute type).
     pub dtype: DType,
+    /// The dtype of C: `dtype`, or f32 for f16/bf16 operands (mixed precision).
+    pub c_dtype: DType,
     /// op(A) = A^T (cuBLAS `CUBLAS_OP_T`).
     pub trans_a: bool,
     pub trans_b: bool,

@@ -577,7 +577,9 @@ impl Device for CudaDevice {
                 g.stride_b as i64,
                 pb,
                 g.c as *mut c_void,
-                t,
+                // f32 for a mixed-precision product (16-bit A/B, compute 32F): one of
+                // the combinations cublasGemmEx documents.
+                blas_dtype(g.c_dtype),
                 g.ldc.max(1) as i32,
                 g.stride_c as i64,
                 g.batch as i32,

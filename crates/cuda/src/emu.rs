@@ -200,7 +200,8 @@ unsafe fn write_elem(ptr: DevPtr, i: usize, dtype: DType, v: f64) {
 /// The documented semantics of `cublasGemmStridedBatchedEx` (column-major): for each
 /// batch, `C = alpha * op(A) op(B) + beta * C` with `op(A)` m x k, `op(B)` k x n, element
 /// (i, j) of a matrix X with leading dimension ld at `X[i + j * ld]`, C not read when
-/// beta is 0. Followed by the cuBLASLt epilogue when `lt` is given.
+/// beta is 0; C has its own dtype (`c_dtype`, f32 for a mixed-precision product).
+/// Followed by the cuBLASLt epilogue when `lt` is given.
 ///
 /// # Safety
 /// The pointers must hold the matrices the descriptor describes.
@@ -213,7 +214,7 @@ unsafe fn reference_gemm(g: &BlasGemm, lt: Option<&LtMatmul>) {
         let (pa, pb, pc) = (
             g.a + (b * g.stride_a * g.dtype.size_in_bytes()) as u64,
             g.b + (b * g.stride_b * g.dtype.size_in_bytes()) as u64,
-            g.c + (b * g.stride_c * g.dtype.size_in_bytes()) as u64,
+            g.c + (b * g.stride_c * g.c_dtype.size_in_bytes()) as u64,
         );
         for j in 0..g.n {
             for i in 0..g.m {
@@ -234,7 +235,8 @@ unsafe fn reference_gemm(g: &BlasGemm, lt: Option<&LtMatmul>) {
                 let idx = i + j * g.ldc;
                 let mut r = f64::from(g.alpha) * acc;
                 if g.beta != 0.0 {
-                    r += f64::from(g.beta) * at(pc, idx);
+                    // SAFETY: idx is inside C per the descriptor.
+                    r += f64::from(g.beta) * unsafe { read_elem(pc, idx, g.c_dtype) };
                 }
                 if let Some(lt) = lt {
                     if let Some(bias) = lt.bias {
@@ -246,7 +248,7 @@ unsafe fn reference_gemm(g: &BlasGemm, lt: Option<&LtMatmul>) {
                     }
                 }
                 // SAFETY: idx is inside C per the descriptor.
-                unsafe { write_elem(pc, idx, g.dtype, r) };
+                unsafe { write_elem(pc, idx, g.c_dtype, r) };
             }
         }
     }

@@ -127,17 +127,19 @@ fn check_i32(op: &'static str, what: &'static str, v: usize) -> Result<()> {
     }
 }
 
-/// The cuBLAS call for a row-major spec (see the module documentation).
+/// The cuBLAS call for a row-major spec (see the module documentation). `dtype` is the
+/// operands' dtype, `c_dtype` C's.
 pub(crate) fn blas_for(
     spec: &GemmSpec,
     a: u64,
     b: u64,
     c: u64,
-    dtype: DType,
+    (dtype, c_dtype): (DType, DType),
     tf32: bool,
 ) -> BlasGemm {
     BlasGemm {
         dtype,
+        c_dtype,
         trans_a: spec.trans_b,
         trans_b: spec.trans_a,
         m: spec.n,
@@ -160,18 +162,22 @@ pub(crate) fn blas_for(
 }
 
 impl CudaBackend {
+    /// Dtypes and lengths. `allow_mixed` admits an f32 C with f16/bf16 operands. The
+    /// lengths come from the checked [`GemmSpec::required_lens`]: every kernel below
+    /// trusts them.
     fn check_gemm(
         &self,
         op: &'static str,
         spec: &GemmSpec,
-        a: &CudaBuffer,
-        b: &CudaBuffer,
-        c: &CudaBuffer,
+        (a, b, c): (&CudaBuffer, &CudaBuffer, &CudaBuffer),
+        allow_mixed: bool,
     ) -> Result<()> {
         check_float(op, a.dtype())?;
         Error::check_dtype(op, a.dtype(), b.dtype())?;
-        Error::check_dtype(op, a.dtype(), c.dtype())?;
-        let (na, nb, nc) = spec.required_lens();
+        if !(allow_mixed && is_mixed(a.dtype(), c.dtype())) {
+            Error::check_dtype(op, a.dtype(), c.dtype())?;
+        }
+        let (na, nb, nc) = spec.required_lens()?;
         Error::check_len(op, na, a.len())?;
         Error::check_len(op, nb, b.len())?;
         Error::check_len(op, nc, c.len())?;
@@ -179,6 +185,7 @@ impl CudaBackend {
     }
 
     /// Whether the tensor-core kernel (v4) can run this GEMM (see gemm.cu).
+    /// Only same-dtype products: the tensor-core kernel stores C in the operands' dtype.
     pub fn v4_eligible(&self, spec: &GemmSpec, dtype: DType) -> bool {
         let cc = self.compute_capability();
         let lda_contig = if spec.trans_a { spec.m } else { spec.k };
@@ -194,7 +201,8 @@ impl CudaBackend {
     /// [`brrr_backend::Backend::gemm`] with an explicit implementation. Returns the
     /// implementation that actually ran: v4 runs v3 where it is not eligible (wrong
     /// dtype, pre-Ampere GPU, unaligned extents), cuBLASLt runs cuBLAS for batched specs,
-    /// and the cuBLAS paths run v1 for `k = 0` (which only scales C).
+    /// and the cuBLAS paths run v1 for `k = 0` (which only scales C). A mixed product
+    /// (f16/bf16 operands, f32 C) runs cuBLAS for cuBLASLt and v3 for v4.
     pub fn gemm_with(
         &self,
         which: GemmImpl,
@@ -204,19 +212,20 @@ impl CudaBackend {
         c: &mut CudaBuffer,
     ) -> Result<GemmImpl> {
         const OP: &str = "gemm";
-        self.check_gemm(OP, spec, a, b, c)?;
+        self.check_gemm(OP, spec, (a, b, c), true)?;
         if spec.batch == 0 || spec.m == 0 || spec.n == 0 {
             return Ok(which);
         }
         let dtype = a.dtype();
+        let mixed = is_mixed(dtype, c.dtype());
         let mut which = which;
         if spec.k == 0 && matches!(which, GemmImpl::Cublas | GemmImpl::CublasLt) {
             which = GemmImpl::V1Naive;
         }
-        if which == GemmImpl::CublasLt && spec.batch > 1 {
+        if which == GemmImpl::CublasLt && (spec.batch > 1 || mixed) {
             which = GemmImpl::Cublas;
         }
-        if which == GemmImpl::V4TensorCore && !self.v4_eligible(spec, dtype) {
+        if which == GemmImpl::V4TensorCore && (mixed || !self.v4_eligible(spec, dtype)) {
             which = GemmImpl::V3RegisterBlocked;
         }
         match which {
@@ -234,7 +243,7 @@ impl CudaBackend {
                     a.device_ptr(),
                     b.device_ptr(),
                     c.device_ptr(),
-                    dtype,
+                    (dtype, c.dtype()),
                     self.allow_tf32(),
                 );
                 self.dev().blas_gemm(&g)?;
@@ -264,7 +273,7 @@ impl CudaBackend {
             a.device_ptr(),
             b.device_ptr(),
             c.device_ptr(),
-            a.dtype(),
+            (a.dtype(), c.dtype()),
             self.allow_tf32(),
         );
         self.dev().lt_matmul(&LtMatmul {
@@ -289,7 +298,7 @@ impl CudaBackend {
         c: &mut CudaBuffer,
     ) -> Result<()> {
         const OP: &str = "gemm_bias_gelu";
-        self.check_gemm(OP, spec, a, b, c)?;
+        self.check_gemm(OP, spec, (a, b, c), false)?;
         if spec.batch != 1 {
             return Err(Error::invalid(
                 OP,
@@ -318,8 +327,16 @@ impl CudaBackend {
         c: &mut CudaBuffer,
     ) -> Result<()> {
         let dtype = a.dtype();
-        let s = suffix(dtype);
-        let es = dtype.size_in_bytes() as u64;
+        // Same-dtype kernels are named by the dtype (`f16`), mixed ones by both (`f16_f32`).
+        let s = if is_mixed(dtype, c.dtype()) {
+            format!("{}_{}", suffix(dtype), suffix(c.dtype()))
+        } else {
+            suffix(dtype).to_string()
+        };
+        let (es, es_c) = (
+            dtype.size_in_bytes() as u64,
+            c.dtype().size_in_bytes() as u64,
+        );
         let (name, block, tile_m, tile_n, smem) = match which {
             GemmImpl::V1Naive => (format!("gemm_v1_{s}"), (16, 16, 1), 16, 16, 0),
             GemmImpl::V2Tiled => (format!("gemm_v2_{s}"), (32, 32, 1), 32, 32, 0),
@@ -366,7 +383,8 @@ impl CudaBackend {
         let mut start = 0;
         while start < spec.batch {
             let count = (spec.batch - start).min(MAX_GRID_Z);
-            let off = |stride: usize| (start * stride) as u64 * es;
+            // In range: `start * stride` is below the checked `required_lens`.
+            let off = |stride: usize, es: u64| (start * stride) as u64 * es;
             self.launch(
                 Family::Gemm,
                 &name,
@@ -376,9 +394,9 @@ impl CudaBackend {
                     smem,
                 },
                 &[
-                    Arg::Ptr(c.device_ptr() + off(spec.stride_c)),
-                    Arg::Ptr(a.device_ptr() + off(spec.stride_a)),
-                    Arg::Ptr(b.device_ptr() + off(spec.stride_b)),
+                    Arg::Ptr(c.device_ptr() + off(spec.stride_c, es_c)),
+                    Arg::Ptr(a.device_ptr() + off(spec.stride_a, es)),
+                    Arg::Ptr(b.device_ptr() + off(spec.stride_b, es)),
                     Arg::pod(&args),
                 ],
             )?;
@@ -386,6 +404,12 @@ impl CudaBackend {
         }
         Ok(())
     }
+}
+
+/// Whether a product of `ab` operands into a `c` output is the mixed-precision case
+/// (f16/bf16 operands, f32 C).
+pub(crate) fn is_mixed(ab: DType, c: DType) -> bool {
+    matches!(ab, DType::F16 | DType::BF16) && c == DType::F32
 }
 
 /// Dynamic shared memory of the v4 kernel: 4 pipeline stages of a 128x32 A tile and a
@@ -399,7 +423,7 @@ mod tests {
     #[test]
     fn cublas_mapping_swaps_operands() {
         let spec = GemmSpec::new(2, 3, 4).trans_b(true);
-        let g = blas_for(&spec, 0xA, 0xB, 0xC, DType::F32, false);
+        let g = blas_for(&spec, 0xA, 0xB, 0xC, (DType::F32, DType::F32), false);
         assert_eq!((g.m, g.n, g.k), (3, 2, 4));
         assert_eq!((g.a, g.b, g.c), (0xB, 0xA, 0xC));
         assert!(g.trans_a && !g.trans_b);

@@ -63,18 +63,12 @@ pub(crate) fn check_layout(
             format!("{what} has shape {}, expected {expected:?}", layout.shape),
         ));
     }
-    let mut span = layout.offset;
-    for (&d, &s) in layout.shape.dims().iter().zip(&layout.strides) {
-        if d == 0 {
-            return Ok(0);
-        }
-        span = (d - 1)
-            .checked_mul(s)
-            .and_then(|x| x.checked_add(span))
-            .ok_or_else(|| Error::invalid(op, format!("{what}: strided layout overflows usize")))?;
-    }
-    Error::check_len(op, span + 1, buf_len)?;
-    Ok(span + 1)
+    // Checked: a wrapped span would pass the length check.
+    let span = layout
+        .span(op)
+        .map_err(|e| Error::invalid(op, format!("{what}: {e}")))?;
+    Error::check_len(op, span, buf_len)?;
+    Ok(span)
 }
 
 /// Rejects destination views that map two elements to one place: sorted by stride,

@@ -779,7 +779,7 @@ fn gemm_case(
     expect_ran: Option<GemmImpl>,
 ) {
     let cpu = CpuBackend::new();
-    let (na, nb, nc) = spec.required_lens();
+    let (na, nb, nc) = spec.required_lens().unwrap();
     let ha = data(dt, &rand_vec(r, na, -1.0, 1.0));
     let hb = data(dt, &rand_vec(r, nb, -1.0, 1.0));
     let hc = data(dt, &rand_vec(r, nc, -1.0, 1.0));
@@ -907,7 +907,7 @@ fn gemm_with_fused_bias_and_gelu() {
     let mut r = rng(15);
     for dt in [DType::F32, DType::BF16] {
         let spec = GemmSpec::new(7, 12, 16).trans_b(true);
-        let (na, nb, nc) = spec.required_lens();
+        let (na, nb, nc) = spec.required_lens().unwrap();
         let ha = data(dt, &rand_vec(&mut r, na, -1.0, 1.0));
         let hb = data(dt, &rand_vec(&mut r, nb, -1.0, 1.0));
         let hbias = data(dt, &rand_vec(&mut r, spec.n, -1.0, 1.0));

@@ -54,7 +54,7 @@ pub use gpt::{Gpt, GptConfig};
 pub use layernorm::LayerNorm;
 pub use linear::{Linear, LinearLayer};
 pub use mlp::Mlp;
-pub use optim::{AdamW, AdamWConfig};
+pub use optim::{AdamW, AdamWConfig, clip_grad_norm_on_device};
 /// Native only: they read one number back, which blocks (in a browser, read the
 /// summed squares with `Tensor::to_host().await`).
 #[cfg(not(target_arch = "wasm32"))]

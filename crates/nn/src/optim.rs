@@ -48,6 +48,25 @@ impl<B: Backend> AdamW<B> {
     /// One update of every parameter with learning rate `lr`; `grad_scale` multiplies
     /// every gradient first (gradient clipping folds in here, fused into the kernel).
     pub fn step(&mut self, params: Vec<&mut Param<B>>, lr: f32, grad_scale: f32) -> Result<()> {
+        self.step_scaled(params, lr, grad_scale, None, None)
+    }
+
+    /// [`AdamW::step`] with factors that live on the device, so the step needs no host
+    /// read: `inv_scale` (f32, one element) multiplies every gradient after `grad_scale`
+    /// (the AMP inverse loss scale, or the clip coefficient of
+    /// [`clip_grad_norm_on_device`] with `grad_scale = 1`, which is bitwise the same
+    /// update as passing that coefficient as `grad_scale`), and a non-zero `found_inf`
+    /// (f32, one element) skips the whole update, as a GradScaler-managed step does.
+    /// A parameter with an f32 master ([`Param::with_master`]) has its master updated
+    /// and its compute `value` rewritten from it in the same kernel.
+    pub fn step_scaled(
+        &mut self,
+        params: Vec<&mut Param<B>>,
+        lr: f32,
+        grad_scale: f32,
+        inv_scale: Option<&Tensor<B>>,
+        found_inf: Option<&Tensor<B>>,
+    ) -> Result<()> {
         if self.moments.is_empty() {
             for p in &params {
                 let z = || Tensor::zeros(p.value.backend(), p.value.shape().clone(), DType::F32);
@@ -64,6 +83,8 @@ impl<B: Backend> AdamW<B> {
                 ),
             ));
         }
+        let inv_scale = inv_scale.map(Tensor::buffer).transpose()?;
+        let found_inf = found_inf.map(Tensor::buffer).transpose()?;
         self.step += 1;
         for (p, (m, v)) in params.into_iter().zip(&mut self.moments) {
             if m.shape() != p.value.shape() {
@@ -92,15 +113,28 @@ impl<B: Backend> AdamW<B> {
             };
             let backend = p.value.backend().clone();
             let grad = p.grad.contiguous()?;
-            backend.adamw(
-                &hp,
-                p.value.buffer_mut()?,
-                grad.buffer()?,
-                m.buffer_mut()?,
-                v.buffer_mut()?,
-                None,
-                None,
-            )?;
+            let (m, v) = (m.buffer_mut()?, v.buffer_mut()?);
+            match &mut p.master {
+                None => backend.adamw(
+                    &hp,
+                    p.value.buffer_mut()?,
+                    grad.buffer()?,
+                    m,
+                    v,
+                    inv_scale,
+                    found_inf,
+                )?,
+                Some(master) => backend.adamw_master(
+                    &hp,
+                    master.buffer_mut()?,
+                    p.value.buffer_mut()?,
+                    grad.buffer()?,
+                    m,
+                    v,
+                    inv_scale,
+                    found_inf,
+                )?,
+            }
         }
         Ok(())
     }
@@ -137,4 +171,48 @@ pub fn clip_grad_norm<B: Backend>(params: &[&Param<B>], max_norm: f64) -> Result
     }
     let norm = grad_norm(params)?;
     Ok((norm, (max_norm / (norm + 1e-6)).min(1.0) as f32))
+}
+
+/// [`clip_grad_norm`] without reading anything back: the squared gradients are summed on
+/// the device in the same order as [`grad_norm`], and [`Backend::clip_coefficient`]
+/// turns the sum into `(norm, coef)`, two one-element f32 tensors. Pass `coef` to
+/// [`AdamW::step_scaled`] as `inv_scale` with `grad_scale = 1`; on brrr-cpu the result is
+/// bitwise what [`clip_grad_norm`]'s factor passed as `grad_scale` gives. Read `norm`
+/// only when it is logged. Works on wasm32 (nothing blocks).
+pub fn clip_grad_norm_on_device<B: Backend>(
+    params: &[&Param<B>],
+    max_norm: f64,
+) -> Result<(Tensor<B>, Tensor<B>)> {
+    const OP: &str = "clip_grad_norm_on_device";
+    if max_norm.is_nan() || max_norm <= 0.0 {
+        return Err(Error::invalid(
+            OP,
+            format!("max_norm must be positive, got {max_norm}"),
+        ));
+    }
+    let Some(first) = params.first() else {
+        return Err(Error::invalid(
+            OP,
+            "no parameters (no device to compute on)",
+        ));
+    };
+    let backend = first.grad.backend().clone();
+    let mut total: Option<Tensor<B>> = None;
+    for p in params {
+        let ss = p.grad.to_dtype(DType::F32)?.square()?.sum_all()?;
+        match &mut total {
+            None => total = Some(ss),
+            Some(t) => t.add_(&ss)?,
+        }
+    }
+    let total = total.ok_or_else(|| Error::invalid(OP, "no parameters"))?;
+    let mut norm = Tensor::zeros(&backend, [1], DType::F32)?;
+    let mut coef = Tensor::zeros(&backend, [1], DType::F32)?;
+    backend.clip_coefficient(
+        total.buffer()?,
+        max_norm,
+        norm.buffer_mut()?,
+        coef.buffer_mut()?,
+    )?;
+    Ok((norm, coef))
 }

@@ -1,21 +1,77 @@
-use brrr_backend::{Backend, Result};
+use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
 
-/// A trainable tensor and its gradient (same shape and dtype). Gradients accumulate
-/// across backward calls until [`Param::zero_grad`].
+/// A trainable tensor and its gradient (same shape). Gradients accumulate across
+/// backward calls until [`Param::zero_grad`].
+///
+/// Mixed-precision training keeps an f32 `master` beside a low-precision `value`
+/// ([`Param::with_master`]): layers compute with `value`, the optimizer updates `master`
+/// and rewrites `value` from it (rounded once), so updates smaller than `value`'s
+/// precision still add up (Micikevicius et al. 2018, "Mixed Precision Training", §3.1).
 pub struct Param<B: Backend> {
     pub name: String,
+    /// The values layers compute with (the compute dtype).
     pub value: Tensor<B>,
+    /// The gradient: `value`'s dtype, or f32 beside a master copy.
     pub grad: Tensor<B>,
+    /// The f32 master copy that [`crate::AdamW`] updates, when there is one.
+    pub master: Option<Tensor<B>>,
 }
 
 impl<B: Backend> Param<B> {
+    /// A parameter trained in its own dtype; the gradient has the same dtype.
     pub fn new(name: impl Into<String>, value: Tensor<B>) -> Result<Self> {
         let grad = Tensor::zeros(value.backend(), value.shape().clone(), value.dtype())?;
         Ok(Param {
             name: name.into(),
             value,
             grad,
+            master: None,
+        })
+    }
+
+    /// A parameter with an f32 master copy: `value_f32` becomes the master, `value` its
+    /// copy in `compute_dtype` (f16, bf16 or f32, rounded to nearest even), and the
+    /// gradient is zeros in `grad_dtype` (f32, or `compute_dtype`).
+    pub fn with_master(
+        name: impl Into<String>,
+        value_f32: Tensor<B>,
+        compute_dtype: DType,
+        grad_dtype: DType,
+    ) -> Result<Self> {
+        const OP: &str = "Param::with_master";
+        let name = name.into();
+        if value_f32.dtype() != DType::F32 {
+            return Err(Error::invalid(
+                OP,
+                format!("{name}: the master must be f32, got {}", value_f32.dtype()),
+            ));
+        }
+        if !matches!(compute_dtype, DType::F16 | DType::BF16 | DType::F32)
+            || !(grad_dtype == DType::F32 || grad_dtype == compute_dtype)
+        {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "{name}: compute dtype must be f16, bf16 or f32 and the gradient f32 or \
+                     the compute dtype; got {compute_dtype} and {grad_dtype}"
+                ),
+            ));
+        }
+        // A private buffer for the master (the optimizer writes it in place), and a
+        // private compute copy even when the dtypes agree.
+        let master = value_f32.contiguous()?.deep_clone()?;
+        let value = if compute_dtype == DType::F32 {
+            master.deep_clone()?
+        } else {
+            master.to_dtype(compute_dtype)?
+        };
+        let grad = Tensor::zeros(master.backend(), master.shape().clone(), grad_dtype)?;
+        Ok(Param {
+            name,
+            value,
+            grad,
+            master: Some(master),
         })
     }
 

@@ -177,7 +177,9 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// `out = alpha * a @ b + beta * out`, writing into an existing dense tensor.
-    /// With `beta = 1` this accumulates (how parameter gradients add up).
+    /// With `beta = 1` this accumulates (how parameter gradients add up). `out` has the
+    /// operands' dtype, or is f32 for f16/bf16 operands (mixed precision: a bf16 product
+    /// accumulated into an f32 gradient, unrounded).
     pub fn matmul_into(
         out: &mut Tensor<B>,
         a: &Tensor<B>,
@@ -186,7 +188,10 @@ impl<B: Backend> Tensor<B> {
         beta: f32,
     ) -> Result<()> {
         a.same_dtype("matmul", b)?;
-        a.same_dtype("matmul", out)?;
+        let mixed = matches!(a.dtype(), DType::F16 | DType::BF16) && out.dtype() == DType::F32;
+        if !mixed {
+            a.same_dtype("matmul", out)?;
+        }
         let (batch_dims, m, n) = matmul_out_dims(a, b)?;
         let mut want = batch_dims.clone();
         want.extend([m, n]);
@@ -217,7 +222,9 @@ impl<B: Backend> Tensor<B> {
             beta,
             stride_a: sa,
             stride_b: sb,
-            stride_c: m * n,
+            stride_c: m.checked_mul(n).ok_or_else(|| {
+                Error::shape("matmul", format!("output of {m} × {n} overflows usize"))
+            })?,
         };
         let backend = out.backend.clone();
         backend.gemm(&spec, &a.buf, &b.buf, out.buffer_mut()?)

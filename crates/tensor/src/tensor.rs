@@ -372,7 +372,7 @@ impl<B: Backend> Tensor<B> {
         }
         self.layout.validate("copy_into_view")?;
         dst_layout.validate("copy_into_view")?;
-        let dst_span = dst_layout.span();
+        let dst_span = dst_layout.span("copy_into_view")?;
         let dst_buf = Arc::get_mut(&mut dst.buf).ok_or_else(|| {
             Error::invalid(
                 "copy_into_view",

@@ -83,7 +83,7 @@ pub fn bench_gemm(
                 kernel: k.name().to_string(),
                 size: n,
                 seconds: secs,
-                rate: spec.flops() as f64 / secs / 1e9,
+                rate: spec.flops()? as f64 / secs / 1e9,
                 unit: "GFLOP/s",
             });
         }

@@ -202,8 +202,14 @@ impl WgpuBackend {
         let op = "gemm";
         check_float(op, a.dtype)?;
         Error::check_dtype(op, a.dtype, b.dtype)?;
-        Error::check_dtype(op, a.dtype, c.dtype)?;
-        let (la, lb, lc) = spec.required_lens();
+        // Mixed precision (f16/bf16 operands, f32 C) needs nothing more than the usual
+        // route: operands are widened to f32 and C is already f32, so it is neither
+        // widened nor rounded back.
+        let mixed = matches!(a.dtype, DType::F16 | DType::BF16) && c.dtype == DType::F32;
+        if !mixed {
+            Error::check_dtype(op, a.dtype, c.dtype)?;
+        }
+        let (la, lb, lc) = spec.required_lens()?;
         Error::check_len(op, la, a.len)?;
         Error::check_len(op, lb, b.len)?;
         Error::check_len(op, lc, c.len)?;
@@ -386,7 +392,7 @@ fn push_dims(mut p: Params, v: &[usize]) -> Result<Params> {
 
 fn check_layout(op: &'static str, l: &Layout, buf_len: usize) -> Result<()> {
     l.validate(op)?;
-    Error::check_len(op, l.span(), buf_len)
+    Error::check_len(op, l.span(op)?, buf_len)
 }
 
 /// The bits of `value` in `dtype`, repeated to fill a 32-bit word.
@@ -407,6 +413,42 @@ fn fill_bits(dtype: DType, value: f64) -> Result<u32> {
     })
 }
 
+/// The uniform of optimizer.wgsl's `adamw` and `adamw_master` kernels: bias corrections
+/// from the host in f64, rounded to f32.
+fn adamw_params(params: &AdamWParams, n: usize, inv: bool, found: bool) -> Result<Params> {
+    let step = i32::try_from(params.step).unwrap_or(i32::MAX);
+    let bc1 = 1.0 - f64::from(params.beta1).powi(step);
+    let bc2 = 1.0 - f64::from(params.beta2).powi(step);
+    Ok(Params::new()
+        .u(u32_of(n)?)
+        .f(params.lr)
+        .f(params.beta1)
+        .f(params.beta2)
+        .f(params.eps)
+        .f(params.weight_decay)
+        .f(bc1 as f32)
+        .f(bc2 as f32)
+        .f(params.grad_scale)
+        .u(u32::from(inv))
+        .u(u32::from(found))
+        .u(0))
+}
+
+/// optimizer.wgsl's `adamw_master` for a compute copy of dtype `copy`; `subst` holds its
+/// `STORE` conversion.
+fn adamw_master_kernel<'a>(copy: DType, subst: &'a [(&'a str, &'a str)]) -> Kernel<'a> {
+    Kernel {
+        family: Family::Optimizer,
+        name: "adamw_master",
+        entry: if copy == DType::F32 {
+            "single"
+        } else {
+            "pairs"
+        },
+        subst,
+    }
+}
+
 pub(crate) fn warm_up(b: &WgpuBackend) -> Result<()> {
     let i = &b.inner;
     for f in Family::ALL {
@@ -414,8 +456,15 @@ pub(crate) fn warm_up(b: &WgpuBackend) -> Result<()> {
             continue;
         }
         for name in f.kernels() {
+            if f == Family::Optimizer && name == "adamw_master" {
+                continue; // takes a substitution; warmed below
+            }
             i.pipeline(&Kernel::new(f, name))?;
         }
+    }
+    for copy in [DType::F16, DType::BF16, DType::F32] {
+        let subst = [("STORE", store_expr(copy))];
+        i.pipeline(&adamw_master_kernel(copy, &subst))?;
     }
     for (s, d) in [
         (DType::F16, DType::F32),
@@ -1090,22 +1139,7 @@ impl Backend for WgpuBackend {
         if n == 0 {
             return Ok(());
         }
-        let step = i32::try_from(params.step).unwrap_or(i32::MAX);
-        let bc1 = 1.0 - f64::from(params.beta1).powi(step);
-        let bc2 = 1.0 - f64::from(params.beta2).powi(step);
-        let p = Params::new()
-            .u(u32_of(n)?)
-            .f(params.lr)
-            .f(params.beta1)
-            .f(params.beta2)
-            .f(params.eps)
-            .f(params.weight_decay)
-            .f(bc1 as f32)
-            .f(bc2 as f32)
-            .f(params.grad_scale)
-            .u(u32::from(inv_scale.is_some()))
-            .u(u32::from(found_inf.is_some()))
-            .u(0);
+        let p = adamw_params(params, n, inv_scale.is_some(), found_inf.is_some())?;
         let wg = self.widen(name, grad)?;
         let wp = self.widen_out(name, param, true)?;
         let s = inv_scale.map_or(&self.inner.dummy[0], |b| &b.buf);
@@ -1117,6 +1151,94 @@ impl Backend for WgpuBackend {
             &[&wg.buf, s, f, &wp.buf, &m.buf, &v.buf],
         )?;
         self.narrow(wp, param)
+    }
+
+    fn adamw_master(
+        &self,
+        params: &AdamWParams,
+        master: &mut WgpuBuffer,
+        param_copy: &mut WgpuBuffer,
+        grad: &WgpuBuffer,
+        m: &mut WgpuBuffer,
+        v: &mut WgpuBuffer,
+        inv_scale: Option<&WgpuBuffer>,
+        found_inf: Option<&WgpuBuffer>,
+    ) -> Result<()> {
+        let name = "adamw_master";
+        let n = master.len;
+        check_f32(name, master, "master", n)?;
+        check_f32(name, m, "m", n)?;
+        check_f32(name, v, "v", n)?;
+        let copy_dt = param_copy.dtype;
+        if !matches!(copy_dt, DType::F16 | DType::BF16 | DType::F32)
+            || !(grad.dtype == DType::F32 || grad.dtype == copy_dt)
+        {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "the compute copy must be f16, bf16 or f32 and the gradient f32 or the \
+                     copy's dtype; got copy {copy_dt} and gradient {}",
+                    grad.dtype
+                ),
+            ));
+        }
+        Error::check_len(name, n, param_copy.len)?;
+        Error::check_len(name, n, grad.len)?;
+        if let Some(s) = inv_scale {
+            check_f32(name, s, "inv_scale", 1)?;
+        }
+        if let Some(f) = found_inf {
+            check_f32(name, f, "found_inf", 1)?;
+        }
+        if params.step == 0 {
+            return Err(Error::invalid(name, "step counts from 1"));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let p = adamw_params(params, n, inv_scale.is_some(), found_inf.is_some())?;
+        let wg = self.widen(name, grad)?;
+        let s = inv_scale.map_or(&self.inner.dummy[0], |b| &b.buf);
+        let f = found_inf.map_or(&self.inner.dummy[1], |b| &b.buf);
+        let subst = [("STORE", store_expr(copy_dt))];
+        let items = if copy_dt == DType::F32 {
+            n
+        } else {
+            n.div_ceil(2)
+        };
+        self.flat_kernel(
+            &adamw_master_kernel(copy_dt, &subst),
+            &p,
+            items,
+            &[&wg.buf, s, f, &master.buf, &m.buf, &v.buf, &param_copy.buf],
+        )
+    }
+
+    fn clip_coefficient(
+        &self,
+        sumsq: &WgpuBuffer,
+        max_norm: f64,
+        norm: &mut WgpuBuffer,
+        coef: &mut WgpuBuffer,
+    ) -> Result<()> {
+        let name = "clip_coefficient";
+        if max_norm.is_nan() || max_norm <= 0.0 {
+            return Err(Error::invalid(
+                name,
+                format!("max_norm must be positive, got {max_norm}"),
+            ));
+        }
+        check_f32(name, sumsq, "sumsq", 1)?;
+        check_f32(name, norm, "norm", 1)?;
+        check_f32(name, coef, "coef", 1)?;
+        // WGSL has no f64: the kernel computes in f32 (see optimizer.wgsl).
+        let p = Params::new().f(max_norm as f32).u(0).u(0).u(0);
+        self.inner.dispatch(
+            &Kernel::new(Family::Optimizer, "clip_coefficient"),
+            &p,
+            &[&sumsq.buf, &norm.buf, &coef.buf],
+            [1, 1, 1],
+        )
     }
 
     fn unscale_check_finite(

@@ -4,7 +4,7 @@ use brrr_backend::{Backend, DType, GemmSpec, HostData};
 /// Runs `spec` on random A, B, C of `dtype` and compares with the f64 reference.
 fn check(case: &str, dtype: DType, spec: GemmSpec, seed: u64) {
     let mut r = rng(seed);
-    let (la, lb, lc) = spec.required_lens();
+    let (la, lb, lc) = spec.required_lens().unwrap();
     let (a, ab) = input(&mut r, dtype, la, -1.0, 1.0);
     let (b, bb) = input(&mut r, dtype, lb, -1.0, 1.0);
     let (c, mut cb) = input(&mut r, dtype, lc, -1.0, 1.0);
@@ -144,4 +144,99 @@ fn odd_square_sizes() {
     for (i, &n) in ODD.iter().enumerate() {
         check("square", DType::F32, GemmSpec::new(n, n, n), 200 + i as u64);
     }
+}
+
+/// f16/bf16 operands into an f32 C (mixed precision) against naive f64: the operands
+/// are exact in f32, so only the f32 accumulation and the single f32 store round.
+fn check_mixed(case: &str, dtype: DType, spec: GemmSpec, seed: u64) {
+    let mut r = rng(seed);
+    let (la, lb, lc) = spec.required_lens().unwrap();
+    let (a, ab) = input(&mut r, dtype, la, -1.0, 1.0);
+    let (b, bb) = input(&mut r, dtype, lb, -1.0, 1.0);
+    let (c, mut cb) = input(&mut r, DType::F32, lc, -1.0, 1.0);
+    cpu().gemm(&spec, &ab, &bb, &mut cb).unwrap();
+    assert_eq!(cb.dtype(), DType::F32);
+    let (want, mag) = reference::gemm(&spec, &a, &b, &c);
+    let ec = eps_compute(DType::F32);
+    let k = spec.k as f64;
+    assert_close(
+        &format!("{case} {dtype}->f32 {spec:?}"),
+        &read(&cb),
+        &want,
+        |i| round_tol(DType::F32, want[i]) + 2.0 * (k + 2.0) * ec * mag[i],
+    );
+}
+
+#[test]
+fn sixteen_bit_operands_into_an_f32_c() {
+    let mut seed = 5_000;
+    for dtype in [DType::F16, DType::BF16] {
+        for (m, n, k) in [(1, 1, 1), (7, 33, 65), (130, 33, 7)] {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                for (alpha, beta) in [(1.0, 0.0), (1.0, 1.0), (-1.5, 0.25)] {
+                    seed += 1;
+                    let spec = GemmSpec::new(m, n, k)
+                        .trans_a(ta)
+                        .trans_b(tb)
+                        .alpha(alpha)
+                        .beta(beta);
+                    check_mixed("single", dtype, spec, seed);
+                }
+            }
+        }
+        let mut shared_c = GemmSpec::batched(6, 7, 5, 9).beta(1.0);
+        shared_c.stride_c = 0;
+        check_mixed("shared C", dtype, shared_c, seed + 100);
+        check_mixed(
+            "packed",
+            dtype,
+            GemmSpec::batched(5, 7, 33, 17).beta(0.5),
+            seed + 101,
+        );
+    }
+}
+
+#[test]
+fn mixed_products_equal_the_f32_product_of_the_widened_operands() {
+    // Bitwise: the mixed path is the f32 path on exactly widened operands.
+    let mut r = rng(77);
+    for dtype in [DType::F16, DType::BF16] {
+        let spec = GemmSpec::new(33, 17, 65).trans_a(true).beta(1.0);
+        let (la, lb, lc) = spec.required_lens().unwrap();
+        let (a, ab) = input(&mut r, dtype, la, -1.0, 1.0);
+        let (b, bb) = input(&mut r, dtype, lb, -1.0, 1.0);
+        let (_, c0) = input(&mut r, DType::F32, lc, -1.0, 1.0);
+        let mut mixed = c0.clone();
+        cpu().gemm(&spec, &ab, &bb, &mut mixed).unwrap();
+        let (a32, b32) = (
+            HostData::from_f64(DType::F32, &a),
+            HostData::from_f64(DType::F32, &b),
+        );
+        let mut plain = c0.clone();
+        cpu().gemm(&spec, &a32, &b32, &mut plain).unwrap();
+        assert_eq!(mixed, plain, "{dtype}");
+    }
+}
+
+#[test]
+fn mixed_dtypes_outside_the_rule_are_errors() {
+    let c = cpu();
+    let spec = GemmSpec::new(2, 2, 2);
+    let h = |d: DType| HostData::from_f64(d, &[0.5; 4]);
+    // f32 operands into a bf16 C, f64 operands into f32, f16 with bf16: all refused.
+    for (ab, cd) in [
+        (DType::F32, DType::BF16),
+        (DType::F64, DType::F32),
+        (DType::F16, DType::BF16),
+        (DType::BF16, DType::F64),
+    ] {
+        let mut out = h(cd);
+        let e = c.gemm(&spec, &h(ab), &h(ab), &mut out).unwrap_err();
+        assert!(e.to_string().contains("gemm"), "{ab}->{cd}: {e}");
+    }
+    let mut out = h(DType::F32);
+    assert!(
+        c.gemm(&spec, &h(DType::F16), &h(DType::BF16), &mut out)
+            .is_err()
+    );
 }

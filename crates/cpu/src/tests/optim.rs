@@ -88,3 +88,170 @@ fn adamw_skips_the_step_when_found_inf_is_set() {
         assert_eq!(read(&vb), vec![0.25; 9]);
     }
 }
+
+/// The master's arithmetic is the f32 step's, bit for bit, and the copy is the master
+/// rounded once.
+#[test]
+fn adamw_master_is_the_f32_step_plus_one_rounding() {
+    let mut seed = 20_000;
+    for copy_dt in [DType::F16, DType::BF16, DType::F32] {
+        for grad_dt in [DType::F32, copy_dt] {
+            for (inv, found) in [(None, None), (Some(0.125f32), Some(0.0f32))] {
+                seed += 1;
+                let n = 20_001;
+                let mut r = rng(seed);
+                let (_, master0) = input(&mut r, DType::F32, n, -2.0, 2.0);
+                let (g, gb) = input(&mut r, grad_dt, n, -1.0, 1.0);
+                let hp = AdamWParams {
+                    lr: 0.05,
+                    weight_decay: 0.1,
+                    step: 4,
+                    grad_scale: 0.5,
+                    ..Default::default()
+                };
+                let isb = inv.map(|s| HostData::F32(vec![s]));
+                let fb = found.map(|s| HostData::F32(vec![s]));
+                let (mut m1, mut v1) =
+                    (HostData::F32(vec![0.01; n]), HostData::F32(vec![0.001; n]));
+                let (mut m2, mut v2) = (m1.clone(), v1.clone());
+                let mut plain = master0.clone();
+                let g32 = HostData::from_f64(DType::F32, &g);
+                cpu()
+                    .adamw(
+                        &hp,
+                        &mut plain,
+                        &g32,
+                        &mut m1,
+                        &mut v1,
+                        isb.as_ref(),
+                        fb.as_ref(),
+                    )
+                    .unwrap();
+                let mut master = master0.clone();
+                let mut copy = HostData::from_f64(copy_dt, &vec![f64::NAN; n]);
+                cpu()
+                    .adamw_master(
+                        &hp,
+                        &mut master,
+                        &mut copy,
+                        &gb,
+                        &mut m2,
+                        &mut v2,
+                        isb.as_ref(),
+                        fb.as_ref(),
+                    )
+                    .unwrap();
+                let case = format!("copy {copy_dt} grad {grad_dt} inv {inv:?}");
+                assert_eq!(master, plain, "{case}: master");
+                assert_eq!((m1, v1), (m2, v2), "{case}: moments");
+                let want = HostData::from_f64(copy_dt, &read(&master));
+                assert_eq!(copy, want, "{case}: copy");
+            }
+        }
+    }
+}
+
+#[test]
+fn adamw_master_skips_everything_and_refuses_bad_dtypes() {
+    let c = cpu();
+    let hp = AdamWParams::default();
+    let f32s = |v: f32, n: usize| HostData::F32(vec![v; n]);
+    let mut master = f32s(0.5, 3);
+    let mut copy = HostData::from_f64(DType::BF16, &[7.0; 3]);
+    let (mut m, mut v) = (f32s(0.0, 3), f32s(0.0, 3));
+    c.adamw_master(
+        &hp,
+        &mut master,
+        &mut copy,
+        &f32s(1.0, 3),
+        &mut m,
+        &mut v,
+        None,
+        Some(&f32s(1.0, 1)),
+    )
+    .unwrap();
+    assert_eq!(master, f32s(0.5, 3));
+    assert_eq!(read(&copy), vec![7.0; 3], "a skipped step writes no copy");
+    assert_eq!((m.clone(), v.clone()), (f32s(0.0, 3), f32s(0.0, 3)));
+    let bad: [(DType, DType, DType); 4] = [
+        (DType::BF16, DType::BF16, DType::BF16), // master not f32
+        (DType::F32, DType::F64, DType::F64),    // f64 copy
+        (DType::F32, DType::BF16, DType::F16),   // gradient neither f32 nor the copy's
+        (DType::F32, DType::I32, DType::F32),    // integer copy
+    ];
+    for (md, cd, gd) in bad {
+        let mut master = HostData::from_f64(md, &[0.5; 3]);
+        let mut copy = HostData::from_f64(cd, &[0.5; 3]);
+        let g = HostData::from_f64(gd, &[0.5; 3]);
+        let e = c
+            .adamw_master(&hp, &mut master, &mut copy, &g, &mut m, &mut v, None, None)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("adamw_master"),
+            "{md} {cd} {gd}: {e}"
+        );
+    }
+    // A copy one element short.
+    let mut short = HostData::from_f64(DType::BF16, &[0.5; 2]);
+    let mut master = f32s(0.5, 3);
+    assert!(
+        c.adamw_master(
+            &hp,
+            &mut master,
+            &mut short,
+            &f32s(1.0, 3),
+            &mut m,
+            &mut v,
+            None,
+            None
+        )
+        .is_err()
+    );
+}
+
+/// The host code that `brrr-nn`'s `clip_grad_norm` runs, as the reference.
+fn host_clip(sumsq: f32, max_norm: f64) -> (f32, f32) {
+    let norm = f64::from(sumsq).sqrt();
+    (norm as f32, (max_norm / (norm + 1e-6)).min(1.0) as f32)
+}
+
+#[test]
+fn clip_coefficient_is_bitwise_the_host_formula() {
+    let c = cpu();
+    for (ss, max_norm) in [
+        (4.0f32, 1.0f64),
+        (0.25, 1.0),
+        (2.0, 1.0),
+        (1234.567, 0.75),
+        (3.0e-12, 1.0),
+        (0.0, 0.5),
+        (f32::INFINITY, 1.0),
+        (f32::NAN, 1.0),
+        (f32::MAX, 1e30),
+    ] {
+        let (mut norm, mut coef) = (HostData::F32(vec![f32::NAN]), HostData::F32(vec![f32::NAN]));
+        c.clip_coefficient(&HostData::F32(vec![ss]), max_norm, &mut norm, &mut coef)
+            .unwrap();
+        let (wn, wc) = host_clip(ss, max_norm);
+        let (HostData::F32(n), HostData::F32(k)) = (&norm, &coef) else {
+            panic!("outputs stay f32");
+        };
+        assert_eq!(n[0].to_bits(), wn.to_bits(), "norm of {ss}");
+        assert_eq!(k[0].to_bits(), wc.to_bits(), "coef of {ss}, {max_norm}");
+    }
+    let mut o = (HostData::F32(vec![0.0]), HostData::F32(vec![0.0]));
+    let one = HostData::F32(vec![1.0]);
+    for bad in [0.0, -1.0, f64::NAN] {
+        let e = c
+            .clip_coefficient(&one, bad, &mut o.0, &mut o.1)
+            .unwrap_err();
+        assert!(e.to_string().contains("clip_coefficient"), "{e}");
+    }
+    let f64_sum = HostData::F64(vec![1.0]);
+    assert!(
+        c.clip_coefficient(&f64_sum, 1.0, &mut o.0, &mut o.1)
+            .is_err()
+    );
+    let mut empty = HostData::F32(vec![]);
+    assert!(c.clip_coefficient(&one, 1.0, &mut empty, &mut o.1).is_err());
+}

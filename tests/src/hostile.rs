@@ -1,0 +1,304 @@
+//! Hostile arguments: sizes whose arithmetic overflows. Each must be an `Err` on every
+//! backend: not a panic, and above all not a success, since a wrapped length can pass a
+//! length check and let a kernel address memory outside its buffers.
+//!
+//! Also one bitwise invariant of the optimizer that the reference comparison cannot see:
+//! the clip coefficient passed as AdamW's `inv_scale` (with `grad_scale = 1`) gives
+//! exactly the update it gives as `grad_scale`.
+
+use crate::{CaseResult, Outcome};
+use brrr_backend::{AdamWParams, Backend, BinaryOp, DType, GemmSpec, HostData, Layout, Shape};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// The suite's name for these cases.
+pub(crate) const OP: &str = "hostile";
+
+/// A GEMM spec and the (small) buffer lengths it is called with.
+struct GemmCase {
+    label: &'static str,
+    spec: GemmSpec,
+    lens: (usize, usize, usize),
+}
+
+fn gemm_cases() -> Vec<GemmCase> {
+    const BIG: usize = 1 << 40;
+    let one = GemmSpec::new(1, 1, 1);
+    vec![
+        GemmCase {
+            label: "gemm: batch 2^40 × stride 2^40 overflows",
+            spec: GemmSpec {
+                batch: BIG,
+                stride_a: BIG,
+                stride_b: BIG,
+                stride_c: BIG,
+                ..one
+            },
+            lens: (4, 4, 4),
+        },
+        GemmCase {
+            // (batch - 1) * stride + 1 wraps to exactly 0: an unchecked length passes.
+            label: "gemm: batch 2, stride usize::MAX (wraps to a tiny length)",
+            spec: GemmSpec {
+                batch: 2,
+                stride_a: usize::MAX,
+                ..one
+            },
+            lens: (4, 4, 4),
+        },
+        GemmCase {
+            label: "gemm: m × k overflows (m = 2^63, k = 2)",
+            spec: GemmSpec {
+                m: 1 << 63,
+                k: 2,
+                n: 1,
+                ..one
+            },
+            lens: (4, 4, 4),
+        },
+        GemmCase {
+            label: "gemm: m × n overflows in C only (k = 0)",
+            spec: GemmSpec {
+                m: 1 << 40,
+                n: 1 << 40,
+                k: 0,
+                ..one
+            },
+            lens: (4, 4, 4),
+        },
+        GemmCase {
+            label: "gemm: m = 0 yet k × n overflows",
+            spec: GemmSpec {
+                m: 0,
+                n: 1 << 33,
+                k: 1 << 33,
+                ..one
+            },
+            lens: (4, 4, 4),
+        },
+        GemmCase {
+            label: "gemm: stride_c wraps (batch 3, stride 2^63)",
+            spec: GemmSpec {
+                batch: 3,
+                stride_c: 1 << 63,
+                ..one
+            },
+            lens: (4, 4, 4),
+        },
+        GemmCase {
+            label: "gemm: batch usize::MAX with stride 1",
+            spec: GemmSpec {
+                batch: usize::MAX,
+                stride_a: 1,
+                stride_b: 1,
+                stride_c: 1,
+                ..one
+            },
+            lens: (4, 4, 4),
+        },
+    ]
+}
+
+fn lay(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
+    Layout {
+        shape: Shape::new(shape.to_vec()),
+        strides: strides.to_vec(),
+        offset,
+    }
+}
+
+/// Layouts whose span overflows, each used as a source and as a destination view.
+fn hostile_layouts() -> Vec<(&'static str, Layout)> {
+    vec![
+        (
+            "stride usize::MAX/2 over 3 rows",
+            lay(&[3, 2], &[usize::MAX / 2, 1], 0),
+        ),
+        (
+            "offset usize::MAX, one element",
+            lay(&[1], &[1], usize::MAX),
+        ),
+        (
+            "strides that sum past usize::MAX",
+            lay(&[2, 2], &[usize::MAX / 2 + 1, usize::MAX / 2 + 1], 0),
+        ),
+        ("offset + span wraps to 0", lay(&[2], &[1], usize::MAX - 1)),
+    ]
+}
+
+/// Runs `f` and turns its result into an outcome: an error passes, a success or a
+/// panic fails.
+fn expect_err(f: impl FnOnce() -> brrr_backend::Result<()>) -> Outcome {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Err(_)) => Outcome::Pass { worst: 0.0 },
+        Ok(Ok(())) => Outcome::Fail("accepted (expected an error)".to_string()),
+        Err(_) => Outcome::Fail("panicked (expected an error)".to_string()),
+    }
+}
+
+fn result(backend: &str, dtype: DType, case: String, outcome: Outcome) -> CaseResult {
+    CaseResult {
+        backend: backend.to_string(),
+        op: OP,
+        dtype,
+        case,
+        outcome,
+    }
+}
+
+/// Every hostile case on `x`, in f32 (every backend has it).
+pub(crate) fn run<X: Backend>(x: &X) -> Vec<CaseResult> {
+    let name = x.info().name;
+    let dt = DType::F32;
+    let mut out = Vec::new();
+    let buf = |n: usize| x.upload(&HostData::F32(vec![0.5; n]));
+    for c in gemm_cases() {
+        let outcome = expect_err(|| {
+            let (a, b) = (buf(c.lens.0)?, buf(c.lens.1)?);
+            let mut cc = buf(c.lens.2)?;
+            x.gemm(&c.spec, &a, &b, &mut cc)
+        });
+        out.push(result(name, dt, c.label.to_string(), outcome));
+        // The same spec with 16-bit operands into f32 (the mixed-precision path).
+        if x.supports(DType::BF16) {
+            let outcome = expect_err(|| {
+                let a = x.upload(&HostData::from_f64(DType::BF16, &vec![0.5; c.lens.0]))?;
+                let b = x.upload(&HostData::from_f64(DType::BF16, &vec![0.5; c.lens.1]))?;
+                let mut cc = buf(c.lens.2)?;
+                x.gemm(&c.spec, &a, &b, &mut cc)
+            });
+            out.push(result(
+                name,
+                DType::BF16,
+                format!("{} (C=f32)", c.label),
+                outcome,
+            ));
+        }
+    }
+    let dense = Layout::contiguous([3, 2]);
+    for (label, l) in hostile_layouts() {
+        let shape = l.shape.dims().to_vec();
+        let n = Shape::new(shape.clone()).elem_count();
+        let d = Layout::contiguous(shape);
+        let outcome = expect_err(|| {
+            let src = buf(8)?;
+            let mut dst = buf(n.max(1))?;
+            x.copy_strided(&src, &l, &mut dst, &d)
+        });
+        out.push(result(
+            name,
+            dt,
+            format!("copy_strided source: {label}"),
+            outcome,
+        ));
+        let outcome = expect_err(|| {
+            let src = buf(n.max(1))?;
+            let mut dst = buf(8)?;
+            x.copy_strided(&src, &d, &mut dst, &l)
+        });
+        out.push(result(
+            name,
+            dt,
+            format!("copy_strided destination: {label}"),
+            outcome,
+        ));
+        let outcome = expect_err(|| {
+            let (a, b) = (buf(8)?, buf(n.max(1))?);
+            let mut o = buf(n.max(1))?;
+            x.binary(BinaryOp::Add, &a, &l, &b, &d, &mut o)
+        });
+        out.push(result(name, dt, format!("binary a: {label}"), outcome));
+    }
+    // A view that needs more than the buffer holds, without any overflow: still an error.
+    let outcome = expect_err(|| {
+        let src = buf(5)?;
+        let mut dst = buf(6)?;
+        x.copy_strided(&src, &dense, &mut dst, &dense)
+    });
+    out.push(result(
+        name,
+        dt,
+        "copy_strided: source one element short".to_string(),
+        outcome,
+    ));
+    out
+}
+
+/// AdamW with the clip coefficient as `inv_scale` (and `grad_scale = 1`) against the
+/// same coefficient as `grad_scale`: the parameters and moments must agree bitwise, on
+/// every backend, for a coefficient that is not a power of two.
+pub(crate) async fn clip_routes_agree<X: Backend>(x: &X, dtype: DType) -> CaseResult {
+    let label = "clip coef as inv_scale ≡ as grad_scale (bitwise), n=1001".to_string();
+    let outcome = match clip_routes(x, dtype).await {
+        Ok(None) => Outcome::Pass { worst: 0.0 },
+        Ok(Some(msg)) => Outcome::Fail(msg),
+        Err(e) => Outcome::Fail(format!("error: {e}")),
+    };
+    CaseResult {
+        backend: x.info().name.to_string(),
+        op: "adamw",
+        dtype,
+        case: label,
+        outcome,
+    }
+}
+
+async fn clip_routes<X: Backend>(x: &X, dtype: DType) -> brrr_backend::Result<Option<String>> {
+    let n = 1001;
+    let vals = |seed: u32, scale: f64| -> Vec<f64> {
+        (0..n)
+            .map(|i| (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 2001) as f64 / 1000.0 - 1.0)
+            .map(|v| v * scale)
+            .collect()
+    };
+    let param = HostData::from_f64(dtype, &vals(1, 1.0));
+    let grad = HostData::from_f64(dtype, &vals(2, 3.0));
+    let m0 = HostData::from_f64(DType::F32, &vals(3, 0.1));
+    let v0 = HostData::from_f64(
+        DType::F32,
+        &vals(4, 0.01).iter().map(|v| v.abs()).collect::<Vec<_>>(),
+    );
+    let coef = std::f32::consts::FRAC_1_PI; // every bit of the mantissa matters
+    let hp = AdamWParams {
+        lr: 1e-2,
+        weight_decay: 0.1,
+        step: 7,
+        ..AdamWParams::default()
+    };
+    let g = x.upload(&grad)?;
+    let mut outs = Vec::new();
+    for as_inv in [false, true] {
+        let mut p = x.upload(&param)?;
+        let mut m = x.upload(&m0)?;
+        let mut v = x.upload(&v0)?;
+        let inv = x.upload(&HostData::F32(vec![coef]))?;
+        let (gs, inv) = if as_inv {
+            (1.0, Some(&inv))
+        } else {
+            (coef, None)
+        };
+        x.adamw(
+            &AdamWParams {
+                grad_scale: gs,
+                ..hp
+            },
+            &mut p,
+            &g,
+            &mut m,
+            &mut v,
+            inv,
+            None,
+        )?;
+        outs.push((x.read(&p).await?, x.read(&m).await?, x.read(&v).await?));
+    }
+    let (a, b) = (&outs[0], &outs[1]);
+    for (what, l, r) in [("param", &a.0, &b.0), ("m", &a.1, &b.1), ("v", &a.2, &b.2)] {
+        let (l, r) = (l.to_f64(), r.to_f64());
+        if let Some(i) = (0..l.len()).find(|&i| l[i].to_bits() != r[i].to_bits()) {
+            return Ok(Some(format!(
+                "{what}[{i}]: {} as grad_scale, {} as inv_scale",
+                l[i], r[i]
+            )));
+        }
+    }
+    Ok(None)
+}
