@@ -4,7 +4,9 @@
 
 use brrr_backend::{DType, HostData};
 use brrr_cpu::CpuBackend;
-use brrr_nn::{AdamW, AdamWConfig, Linear, Param, clip_grad_norm, clip_grad_norm_on_device};
+use brrr_nn::{
+    AdamW, AdamWConfig, Linear, MicroBatch, Param, Stash, clip_grad_norm, clip_grad_norm_on_device,
+};
 use brrr_tensor::Tensor;
 
 fn f64s(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
@@ -40,7 +42,7 @@ fn bf16_linear_with_an_f32_master_tracks_f64_training() {
     let mut layer = Linear {
         weight: Param::with_master("w", master, DType::BF16, DType::F32).unwrap(),
         bias: None,
-        saved_input: None,
+        saved_input: Stash::new(),
     };
     assert_eq!(layer.weight.value.dtype(), DType::BF16);
     assert_eq!(layer.weight.grad.dtype(), DType::F32);
@@ -65,8 +67,8 @@ fn bf16_linear_with_an_f32_master_tracks_f64_training() {
     let (b1, b2) = (f64::from(config.beta1), f64::from(config.beta2));
     for step in 1..=5 {
         layer.weight.zero_grad().unwrap();
-        let _y = layer.forward(&xt).unwrap();
-        layer.backward(&dy).unwrap();
+        let _y = layer.forward(MicroBatch(0), &xt).unwrap();
+        layer.backward(MicroBatch(0), &dy).unwrap();
         opt.step(vec![&mut layer.weight], lr, 1.0).unwrap();
         for j in 0..w.len() {
             m[j] = b1 * m[j] + (1.0 - b1) * grad[j];
