@@ -10,6 +10,7 @@ use brrr_backend::{
 use brrr_conformance::{
     CpuBackend, OPS, Outcome, SuiteOptions, assert_all_passed, report, run_suite, summarize,
 };
+use brrr_cpu::CpuBuffer;
 use std::future::Future;
 
 #[test]
@@ -64,7 +65,7 @@ fn nudge(buf: &mut HostData, f: impl Fn(f64) -> f64, first_only: bool) {
 }
 
 impl Backend for Broken {
-    type Buffer = HostData;
+    type Buffer = CpuBuffer;
     fn info(&self) -> BackendInfo {
         BackendInfo {
             name: "broken",
@@ -74,37 +75,43 @@ impl Backend for Broken {
     fn supports(&self, dtype: DType) -> bool {
         self.cpu.supports(dtype)
     }
-    fn dtype(&self, buf: &HostData) -> DType {
+    fn dtype(&self, buf: &CpuBuffer) -> DType {
         buf.dtype()
     }
-    fn len(&self, buf: &HostData) -> usize {
+    fn len(&self, buf: &CpuBuffer) -> usize {
         buf.len()
     }
-    fn zeros(&self, dtype: DType, len: usize) -> Result<HostData> {
+    fn zeros(&self, dtype: DType, len: usize) -> Result<CpuBuffer> {
         self.cpu.zeros(dtype, len)
     }
-    fn upload(&self, data: &HostData) -> Result<HostData> {
+    fn upload(&self, data: &HostData) -> Result<CpuBuffer> {
         self.cpu.upload(data)
     }
-    fn write(&self, buf: &mut HostData, data: &HostData) -> Result<()> {
+    fn write(&self, buf: &mut CpuBuffer, data: &HostData) -> Result<()> {
         self.cpu.write(buf, data)
     }
-    fn read(&self, buf: &HostData) -> impl Future<Output = Result<HostData>> {
+    fn read(&self, buf: &CpuBuffer) -> impl Future<Output = Result<HostData>> {
         self.cpu.read(buf)
     }
     fn synchronize(&self) -> impl Future<Output = Result<()>> {
         self.cpu.synchronize()
     }
-    fn fill(&self, buf: &mut HostData, value: f64) -> Result<()> {
+    fn fill(&self, buf: &mut CpuBuffer, value: f64) -> Result<()> {
         self.cpu.fill(buf, value)
     }
-    fn copy_strided(&self, s: &HostData, sl: &Layout, d: &mut HostData, dl: &Layout) -> Result<()> {
+    fn copy_strided(
+        &self,
+        s: &CpuBuffer,
+        sl: &Layout,
+        d: &mut CpuBuffer,
+        dl: &Layout,
+    ) -> Result<()> {
         self.cpu.copy_strided(s, sl, d, dl)
     }
-    fn cast(&self, src: &HostData, dst: &mut HostData) -> Result<()> {
+    fn cast(&self, src: &CpuBuffer, dst: &mut CpuBuffer) -> Result<()> {
         self.cpu.cast(src, dst)?;
         if let Flaw::CastFlipsABit = self.flaw {
-            match dst {
+            match &mut **dst {
                 HostData::F32(v) => v[0] = f32::from_bits(v[0].to_bits() ^ 1),
                 HostData::F16(v) => v[0] = half::f16::from_bits(v[0].to_bits() ^ 1),
                 HostData::BF16(v) => v[0] = half::bf16::from_bits(v[0].to_bits() ^ 1),
@@ -115,42 +122,42 @@ impl Backend for Broken {
         }
         Ok(())
     }
-    fn gemm(&self, spec: &GemmSpec, a: &HostData, b: &HostData, c: &mut HostData) -> Result<()> {
+    fn gemm(&self, spec: &GemmSpec, a: &CpuBuffer, b: &CpuBuffer, c: &mut CpuBuffer) -> Result<()> {
         self.cpu.gemm(spec, a, b, c)?;
         if let Flaw::GemmOffByOnePercent = self.flaw {
             nudge(c, |x| x + 0.01 * (1.0 + x.abs()), true);
         }
         Ok(())
     }
-    fn unary(&self, op: UnaryOp, x: &HostData, out: &mut HostData) -> Result<()> {
+    fn unary(&self, op: UnaryOp, x: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
         self.cpu.unary(op, x, out)
     }
     fn binary(
         &self,
         op: BinaryOp,
-        a: &HostData,
+        a: &CpuBuffer,
         al: &Layout,
-        b: &HostData,
+        b: &CpuBuffer,
         bl: &Layout,
-        out: &mut HostData,
+        out: &mut CpuBuffer,
     ) -> Result<()> {
         self.cpu.binary(op, a, al, b, bl, out)
     }
-    fn axpy(&self, alpha: f32, x: &HostData, y: &mut HostData) -> Result<()> {
+    fn axpy(&self, alpha: f32, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
         self.cpu.axpy(alpha, x, y)
     }
     fn reduce(
         &self,
         op: ReduceOp,
-        x: &HostData,
+        x: &CpuBuffer,
         outer: usize,
         n: usize,
         inner: usize,
-        out: &mut HostData,
+        out: &mut CpuBuffer,
     ) -> Result<()> {
         self.cpu.reduce(op, x, outer, n, inner, out)
     }
-    fn softmax(&self, spec: &SoftmaxSpec, x: &HostData, y: &mut HostData) -> Result<()> {
+    fn softmax(&self, spec: &SoftmaxSpec, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
         if let Flaw::SoftmaxWritesNothing = self.flaw {
             return Ok(());
         }
@@ -159,21 +166,21 @@ impl Backend for Broken {
     fn softmax_backward(
         &self,
         spec: &SoftmaxSpec,
-        y: &HostData,
-        dy: &HostData,
-        dx: &mut HostData,
+        y: &CpuBuffer,
+        dy: &CpuBuffer,
+        dx: &mut CpuBuffer,
     ) -> Result<()> {
         self.cpu.softmax_backward(spec, y, dy, dx)
     }
     fn layernorm(
         &self,
         spec: &LayerNormSpec,
-        x: &HostData,
-        gamma: &HostData,
-        beta: &HostData,
-        y: &mut HostData,
-        mean: &mut HostData,
-        rstd: &mut HostData,
+        x: &CpuBuffer,
+        gamma: &CpuBuffer,
+        beta: &CpuBuffer,
+        y: &mut CpuBuffer,
+        mean: &mut CpuBuffer,
+        rstd: &mut CpuBuffer,
     ) -> Result<()> {
         if let Flaw::LayerNormForgetsRstd = self.flaw {
             let mut scratch = rstd.clone();
@@ -186,74 +193,74 @@ impl Backend for Broken {
     fn layernorm_backward(
         &self,
         spec: &LayerNormSpec,
-        dy: &HostData,
-        x: &HostData,
-        gamma: &HostData,
-        mean: &HostData,
-        rstd: &HostData,
-        dx: &mut HostData,
-        dgamma: &mut HostData,
-        dbeta: &mut HostData,
+        dy: &CpuBuffer,
+        x: &CpuBuffer,
+        gamma: &CpuBuffer,
+        mean: &CpuBuffer,
+        rstd: &CpuBuffer,
+        dx: &mut CpuBuffer,
+        dgamma: &mut CpuBuffer,
+        dbeta: &mut CpuBuffer,
     ) -> Result<()> {
         self.cpu
             .layernorm_backward(spec, dy, x, gamma, mean, rstd, dx, dgamma, dbeta)
     }
-    fn gelu(&self, x: &HostData, y: &mut HostData) -> Result<()> {
+    fn gelu(&self, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
         self.cpu.gelu(x, y)?;
         if let Flaw::GeluSlightlyOff = self.flaw {
             nudge(y, |v| v * 1.001, false);
         }
         Ok(())
     }
-    fn gelu_backward(&self, x: &HostData, dy: &HostData, dx: &mut HostData) -> Result<()> {
+    fn gelu_backward(&self, x: &CpuBuffer, dy: &CpuBuffer, dx: &mut CpuBuffer) -> Result<()> {
         self.cpu.gelu_backward(x, dy, dx)
     }
     fn embedding(
         &self,
-        ids: &HostData,
-        t: &HostData,
+        ids: &CpuBuffer,
+        t: &CpuBuffer,
         dim: usize,
-        out: &mut HostData,
+        out: &mut CpuBuffer,
     ) -> Result<()> {
         self.cpu.embedding(ids, t, dim, out)
     }
     fn embedding_backward(
         &self,
-        ids: &HostData,
-        dout: &HostData,
+        ids: &CpuBuffer,
+        dout: &CpuBuffer,
         dim: usize,
-        dtable: &mut HostData,
+        dtable: &mut CpuBuffer,
     ) -> Result<()> {
         self.cpu.embedding_backward(ids, dout, dim, dtable)
     }
     fn cross_entropy(
         &self,
-        l: &HostData,
-        t: &HostData,
+        l: &CpuBuffer,
+        t: &CpuBuffer,
         v: usize,
-        out: &mut HostData,
+        out: &mut CpuBuffer,
     ) -> Result<()> {
         self.cpu.cross_entropy(l, t, v, out)
     }
     fn cross_entropy_backward(
         &self,
-        l: &HostData,
-        t: &HostData,
-        dl: &HostData,
+        l: &CpuBuffer,
+        t: &CpuBuffer,
+        dl: &CpuBuffer,
         v: usize,
-        out: &mut HostData,
+        out: &mut CpuBuffer,
     ) -> Result<()> {
         self.cpu.cross_entropy_backward(l, t, dl, v, out)
     }
     fn adamw(
         &self,
         p: &AdamWParams,
-        param: &mut HostData,
-        grad: &HostData,
-        m: &mut HostData,
-        v: &mut HostData,
-        inv_scale: Option<&HostData>,
-        found_inf: Option<&HostData>,
+        param: &mut CpuBuffer,
+        grad: &CpuBuffer,
+        m: &mut CpuBuffer,
+        v: &mut CpuBuffer,
+        inv_scale: Option<&CpuBuffer>,
+        found_inf: Option<&CpuBuffer>,
     ) -> Result<()> {
         if let Flaw::AdamWErrors = self.flaw {
             return Err(brrr_backend::Error::invalid("adamw", "broken on purpose"));
@@ -285,18 +292,18 @@ impl Backend for Broken {
     }
     fn unscale_check_finite(
         &self,
-        grads: &mut HostData,
-        inv_scale: &HostData,
-        found_inf: &mut HostData,
+        grads: &mut CpuBuffer,
+        inv_scale: &CpuBuffer,
+        found_inf: &mut CpuBuffer,
     ) -> Result<()> {
         self.cpu.unscale_check_finite(grads, inv_scale, found_inf)
     }
     fn update_loss_scale(
         &self,
         p: &ScaleUpdateParams,
-        scale: &mut HostData,
-        tracker: &mut HostData,
-        found_inf: &HostData,
+        scale: &mut CpuBuffer,
+        tracker: &mut CpuBuffer,
+        found_inf: &CpuBuffer,
     ) -> Result<()> {
         self.cpu.update_loss_scale(p, scale, tracker, found_inf)
     }
@@ -306,7 +313,10 @@ impl Backend for Broken {
 /// case of every other op passes (none is skipped).
 fn check_flaw(flaw: Flaw, dtype: DType, broken: &[&str]) {
     let cpu = CpuBackend::new();
-    let b = Broken { cpu, flaw };
+    let b = Broken {
+        cpu: cpu.clone(),
+        flaw,
+    };
     let results = run_suite(&b, &cpu, &SuiteOptions::all(&[dtype]));
     for r in &results {
         // Integer cases (casts to and from i32/u32) run along with the first dtype.

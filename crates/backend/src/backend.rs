@@ -1,6 +1,6 @@
 use crate::{
-    AdamWParams, BinaryOp, DType, GemmSpec, HostData, LayerNormSpec, Layout, ReduceOp, Result,
-    ScaleUpdateParams, SoftmaxSpec, UnaryOp,
+    AdamWParams, BinaryOp, DType, DeviceLocation, GemmSpec, HostData, LayerNormSpec, Layout,
+    MemoryStats, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec, UnaryOp, WasmNotSendSync,
 };
 use std::future::Future;
 
@@ -30,10 +30,41 @@ pub struct BackendInfo {
 ///   Accumulating kernels are what make gradient accumulation free.
 /// - Calls enqueue work and return. Only [`Backend::read`] (and [`Backend::synchronize`])
 ///   wait, and they are `async`.
-pub trait Backend: Clone + 'static {
-    type Buffer: std::fmt::Debug + 'static;
+/// - Natively a backend and its buffers are `Send + Sync` ([`WasmNotSendSync`]): one
+///   thread per device drives its own backend. In the browser they are not.
+pub trait Backend: Clone + WasmNotSendSync + 'static {
+    type Buffer: std::fmt::Debug + WasmNotSendSync + 'static;
 
     fn info(&self) -> BackendInfo;
+
+    // ---- device identity ------------------------------------------------------------
+
+    /// Which device this handle drives. The default, `NAME:0` from [`Backend::info`],
+    /// suits a backend with one device; backends with several override it.
+    fn location(&self) -> DeviceLocation {
+        DeviceLocation::new(self.info().name, 0)
+    }
+
+    /// Whether `other` drives the same device, so that buffers of one can be passed to
+    /// the other's kernels. Default: the locations are equal.
+    fn same_device(&self, other: &Self) -> bool {
+        self.location() == other.location()
+    }
+
+    /// A copy of `src` (a buffer of this backend) in a new buffer on `dst`, another
+    /// instance of the same backend (another GPU, another simulated CPU device, or the
+    /// same device). The default goes through the host: read, then upload. Backends
+    /// override it with a direct copy where they have one.
+    fn copy_to_device(
+        &self,
+        src: &Self::Buffer,
+        dst: &Self,
+    ) -> impl Future<Output = Result<Self::Buffer>> {
+        async move {
+            let host = self.read(src).await?;
+            dst.upload(&host)
+        }
+    }
 
     /// Whether kernels accept this dtype (indices i32/u32 are always accepted where an
     /// op takes indices).
@@ -46,6 +77,12 @@ pub trait Backend: Clone + 'static {
 
     /// A zero-filled buffer.
     fn zeros(&self, dtype: DType, len: usize) -> Result<Self::Buffer>;
+    /// A buffer whose contents are unspecified: for outputs that a kernel overwrites
+    /// completely, so that no time goes into zeroing them first. Never read it before
+    /// writing it. The default is [`Backend::zeros`].
+    fn alloc(&self, dtype: DType, len: usize) -> Result<Self::Buffer> {
+        self.zeros(dtype, len)
+    }
     /// Copies host data to a new device buffer.
     fn upload(&self, data: &HostData) -> Result<Self::Buffer>;
     /// Overwrites an existing buffer with host data of the same dtype and length.
@@ -54,6 +91,14 @@ pub trait Backend: Clone + 'static {
     fn read(&self, buf: &Self::Buffer) -> impl Future<Output = Result<HostData>>;
     /// Waits until all enqueued work is done (for timing).
     fn synchronize(&self) -> impl Future<Output = Result<()>>;
+
+    /// Bytes held by this device's live buffers, their peak and their number. A backend
+    /// that does not count returns zeros (the default).
+    fn memory_stats(&self) -> MemoryStats {
+        MemoryStats::default()
+    }
+    /// Starts a new peak: [`MemoryStats::peak_bytes`] becomes the bytes in use now.
+    fn reset_peak_memory(&self) {}
 
     /// Sets every element to `value` (converted to the buffer's dtype).
     fn fill(&self, buf: &mut Self::Buffer, value: f64) -> Result<()>;

@@ -41,10 +41,15 @@ impl HostData {
     }
 
     /// `len` zeros of `dtype`.
+    ///
+    /// Every dtype comes from the allocator's zeroed memory (`calloc`): the standard
+    /// library does that for `vec![0; n]` of primitive numbers, and 16-bit floats are
+    /// made as `u16` zeros and reinterpreted (same size and alignment, and zero bits are
+    /// +0.0), rather than written element by element.
     pub fn zeros(dtype: DType, len: usize) -> Self {
         match dtype {
-            DType::F16 => HostData::F16(vec![f16::ZERO; len]),
-            DType::BF16 => HostData::BF16(vec![bf16::ZERO; len]),
+            DType::F16 => HostData::F16(bytemuck::allocation::cast_vec(vec![0u16; len])),
+            DType::BF16 => HostData::BF16(bytemuck::allocation::cast_vec(vec![0u16; len])),
             DType::F32 => HostData::F32(vec![0.0; len]),
             DType::F64 => HostData::F64(vec![0.0; len]),
             DType::I32 => HostData::I32(vec![0; len]),

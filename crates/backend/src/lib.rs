@@ -16,6 +16,7 @@
 //! callers use [`block_on`].
 
 mod backend;
+mod device;
 mod dtype;
 mod error;
 mod host;
@@ -23,6 +24,7 @@ mod layout;
 mod ops;
 
 pub use backend::{Backend, BackendInfo};
+pub use device::{DeviceLocation, MemoryCounter, MemoryStats, WasmNotSendSync};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use host::{HostData, bf16_from_f64, f16_from_f64, f64_to_f32_round_odd};

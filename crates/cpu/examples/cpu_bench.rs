@@ -3,7 +3,7 @@
 //! (Benchmarks print tables; they never assert timings.)
 
 use brrr_backend::{Backend, DType, GemmSpec, HostData, LayerNormSpec, SoftmaxSpec};
-use brrr_cpu::CpuBackend;
+use brrr_cpu::{CpuBackend, CpuBuffer};
 use std::time::Instant;
 
 /// Seconds per call: one warm-up, then repeats until about half a second has passed.
@@ -17,13 +17,14 @@ fn time(mut f: impl FnMut()) -> f64 {
     start.elapsed().as_secs_f64() / f64::from(n)
 }
 
-fn buf(dtype: DType, n: usize) -> HostData {
-    HostData::from_f64(
+fn buf(dtype: DType, n: usize) -> CpuBuffer {
+    let h = HostData::from_f64(
         dtype,
         &(0..n)
             .map(|i| ((i * 7919) % 1000) as f64 / 1000.0 - 0.5)
             .collect::<Vec<_>>(),
-    )
+    );
+    CpuBackend::new().upload(&h).unwrap()
 }
 
 fn main() {
@@ -118,6 +119,7 @@ fn main() {
     println!("{:<40} {:>8.2} ms", "gelu [2048, 3072]", sec * 1e3);
     let logits = buf(DType::F32, bt * vocab);
     let targets = HostData::I32((0..bt as i32).map(|i| i * 31 % vocab as i32).collect());
+    let targets = cpu.upload(&targets).unwrap();
     let mut losses = buf(DType::F32, bt);
     let sec = time(|| {
         cpu.cross_entropy(&logits, &targets, vocab, &mut losses)

@@ -19,8 +19,12 @@
 //! f16 and bf16 buffers are stored as such and computed in f32, rounded once per
 //! result; f64 is computed in f64 (it is the dtype of gradient checks).
 //!
-//! Storage is [`HostData`] itself: a buffer is a `Vec` of its dtype. `read` returns a
+//! Storage is a [`CpuBuffer`]: a [`HostData`] (a `Vec` of its dtype) that counts its
+//! bytes against the device that made it ([`Backend::memory_stats`]). `read` returns a
 //! future that is already complete, since CPU kernels finish before they return.
+//!
+//! One process can hold several CPU "devices" ([`CpuBackend::device`]), each with its
+//! own thread pool, to stand in for several GPUs.
 //!
 //! ```
 //! use brrr_backend::{Backend, GemmSpec, HostData, block_on};
@@ -35,6 +39,7 @@
 //! ```
 
 mod amp;
+mod buffer;
 mod check;
 mod elementwise;
 mod gemm;
@@ -50,27 +55,111 @@ mod strided;
 mod tests;
 
 pub use brrr_backend::HostData;
+pub use buffer::CpuBuffer;
 
 use brrr_backend::{
-    AdamWParams, Backend, BackendInfo, BinaryOp, DType, Error, GemmSpec, LayerNormSpec, Layout,
-    ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec, UnaryOp,
+    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec,
+    LayerNormSpec, Layout, MemoryCounter, MemoryStats, ReduceOp, Result, ScaleUpdateParams,
+    SoftmaxSpec, UnaryOp,
 };
 use std::future::Future;
+use std::sync::Arc;
 
-/// The CPU backend. It holds no state (rayon's global pool does the threading), so it
-/// is free to create and to clone.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CpuBackend;
+/// The CPU backend: a handle on one (possibly simulated) CPU device. Cheap to clone;
+/// clones share the device's thread pool and memory counters.
+///
+/// [`CpuBackend::new`] is device `cpu:0` on rayon's global pool. [`CpuBackend::device`]
+/// makes further devices, each with its own pool of threads, so that N CPU "devices"
+/// can train side by side in one process (as N GPUs would), each on its own cores.
+/// Results are bit-identical whatever the number of threads (see `par.rs`).
+#[derive(Clone, Debug)]
+pub struct CpuBackend {
+    inner: Arc<CpuDevice>,
+}
+
+#[derive(Debug)]
+struct CpuDevice {
+    ordinal: usize,
+    /// `None`: rayon's global pool (and no cost beyond it).
+    #[cfg(not(target_arch = "wasm32"))]
+    pool: Option<rayon::ThreadPool>,
+    memory: Arc<MemoryCounter>,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl CpuBackend {
+    /// Device `cpu:0` on rayon's global pool (`RAYON_NUM_THREADS` sets its size).
     pub fn new() -> Self {
-        CpuBackend
+        CpuBackend {
+            inner: Arc::new(CpuDevice {
+                ordinal: 0,
+                #[cfg(not(target_arch = "wasm32"))]
+                pool: None,
+                memory: Arc::new(MemoryCounter::new()),
+            }),
+        }
     }
 
-    /// Threads kernels spread over: rayon's pool size (set `RAYON_NUM_THREADS` to
-    /// change it), or 1 on wasm32.
+    /// Device `cpu:0` with its own pool of `threads` threads (at least 1). On wasm32
+    /// every kernel runs on the calling thread whatever `threads` says.
+    pub fn with_threads(threads: usize) -> Result<Self> {
+        Self::device(0, threads)
+    }
+
+    /// Simulated device `cpu:ORDINAL` with its own pool of `threads` threads (at least
+    /// 1; one on wasm32). Every kernel of this instance and its clones runs on that pool.
+    pub fn device(ordinal: usize, threads: usize) -> Result<Self> {
+        #[cfg(not(target_arch = "wasm32"))]
+        let pool = {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads.max(1))
+                .thread_name(move |i| format!("brrr-cpu{ordinal}-{i}"))
+                .build()
+                .map_err(|e| {
+                    Error::invalid(
+                        "CpuBackend::device",
+                        format!("cannot start {threads} threads for cpu:{ordinal}: {e}"),
+                    )
+                })?;
+            Some(pool)
+        };
+        #[cfg(target_arch = "wasm32")]
+        let _ = threads;
+        Ok(CpuBackend {
+            inner: Arc::new(CpuDevice {
+                ordinal,
+                #[cfg(not(target_arch = "wasm32"))]
+                pool,
+                memory: Arc::new(MemoryCounter::new()),
+            }),
+        })
+    }
+
+    /// Threads kernels spread over: this device's pool size, rayon's global pool size
+    /// for [`CpuBackend::new`] (set `RAYON_NUM_THREADS` to change it), or 1 on wasm32.
     pub fn threads(&self) -> usize {
-        par::threads()
+        self.install(par::threads)
+    }
+
+    /// Runs `f` on this device's thread pool (rayon's global one for `new()`), so that
+    /// the kernel's parallel loops and GEMM's threads use the device's cores.
+    #[inline]
+    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(pool) = &self.inner.pool {
+            return pool.install(f);
+        }
+        f()
+    }
+
+    /// A buffer holding `data`, counted against this device.
+    fn buffer(&self, data: HostData) -> CpuBuffer {
+        CpuBuffer::new(data, &self.inner.memory)
     }
 }
 
@@ -90,7 +179,7 @@ fn cpu_name() -> String {
 }
 
 impl Backend for CpuBackend {
-    type Buffer = HostData;
+    type Buffer = CpuBuffer;
 
     fn info(&self) -> BackendInfo {
         let t = self.threads();
@@ -109,23 +198,44 @@ impl Backend for CpuBackend {
         dtype.is_float()
     }
 
-    fn dtype(&self, buf: &HostData) -> DType {
+    fn dtype(&self, buf: &CpuBuffer) -> DType {
         buf.dtype()
     }
 
-    fn len(&self, buf: &HostData) -> usize {
+    fn len(&self, buf: &CpuBuffer) -> usize {
         buf.len()
     }
 
-    fn zeros(&self, dtype: DType, len: usize) -> Result<HostData> {
-        Ok(HostData::zeros(dtype, len))
+    fn location(&self) -> DeviceLocation {
+        DeviceLocation::new("cpu", self.inner.ordinal)
     }
 
-    fn upload(&self, data: &HostData) -> Result<HostData> {
-        Ok(data.clone())
+    /// A plain copy, counted against `dst`.
+    fn copy_to_device(
+        &self,
+        src: &CpuBuffer,
+        dst: &Self,
+    ) -> impl Future<Output = Result<CpuBuffer>> {
+        std::future::ready(Ok(dst.buffer(HostData::clone(src))))
     }
 
-    fn write(&self, buf: &mut HostData, data: &HostData) -> Result<()> {
+    fn zeros(&self, dtype: DType, len: usize) -> Result<CpuBuffer> {
+        Ok(self.buffer(HostData::zeros(dtype, len)))
+    }
+
+    fn upload(&self, data: &HostData) -> Result<CpuBuffer> {
+        Ok(self.buffer(data.clone()))
+    }
+
+    fn memory_stats(&self) -> MemoryStats {
+        self.inner.memory.stats()
+    }
+
+    fn reset_peak_memory(&self) {
+        self.inner.memory.reset_peak();
+    }
+
+    fn write(&self, buf: &mut CpuBuffer, data: &HostData) -> Result<()> {
         const OP: &str = "write";
         Error::check_dtype(OP, buf.dtype(), data.dtype())?;
         if buf.len() != data.len() {
@@ -134,174 +244,184 @@ impl Backend for CpuBackend {
                 format!("buffer has {} elements, data has {}", buf.len(), data.len()),
             ));
         }
-        buf.clone_from(data);
+        HostData::clone_from(buf, data);
         Ok(())
     }
 
-    fn read(&self, buf: &HostData) -> impl Future<Output = Result<HostData>> {
-        std::future::ready(Ok(buf.clone()))
+    fn read(&self, buf: &CpuBuffer) -> impl Future<Output = Result<HostData>> {
+        std::future::ready(Ok(HostData::clone(buf)))
     }
 
     fn synchronize(&self) -> impl Future<Output = Result<()>> {
         std::future::ready(Ok(()))
     }
 
-    fn fill(&self, buf: &mut HostData, value: f64) -> Result<()> {
-        memory::fill(buf, value)
+    fn fill(&self, buf: &mut CpuBuffer, value: f64) -> Result<()> {
+        self.install(|| memory::fill(buf, value))
     }
 
     fn copy_strided(
         &self,
-        src: &HostData,
+        src: &CpuBuffer,
         src_layout: &Layout,
-        dst: &mut HostData,
+        dst: &mut CpuBuffer,
         dst_layout: &Layout,
     ) -> Result<()> {
-        memory::copy_strided(src, src_layout, dst, dst_layout)
+        self.install(|| memory::copy_strided(src, src_layout, dst, dst_layout))
     }
 
-    fn cast(&self, src: &HostData, dst: &mut HostData) -> Result<()> {
-        memory::cast(src, dst)
+    fn cast(&self, src: &CpuBuffer, dst: &mut CpuBuffer) -> Result<()> {
+        self.install(|| memory::cast(src, dst))
     }
 
-    fn gemm(&self, spec: &GemmSpec, a: &HostData, b: &HostData, c: &mut HostData) -> Result<()> {
-        gemm::gemm(spec, a, b, c)
+    fn gemm(&self, spec: &GemmSpec, a: &CpuBuffer, b: &CpuBuffer, c: &mut CpuBuffer) -> Result<()> {
+        self.install(|| gemm::gemm(spec, a, b, c))
     }
 
-    fn unary(&self, op: UnaryOp, x: &HostData, out: &mut HostData) -> Result<()> {
-        elementwise::unary(op, x, out)
+    fn unary(&self, op: UnaryOp, x: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
+        self.install(|| elementwise::unary(op, x, out))
     }
 
     fn binary(
         &self,
         op: BinaryOp,
-        a: &HostData,
+        a: &CpuBuffer,
         a_layout: &Layout,
-        b: &HostData,
+        b: &CpuBuffer,
         b_layout: &Layout,
-        out: &mut HostData,
+        out: &mut CpuBuffer,
     ) -> Result<()> {
-        elementwise::binary(op, a, a_layout, b, b_layout, out)
+        self.install(|| elementwise::binary(op, a, a_layout, b, b_layout, out))
     }
 
-    fn axpy(&self, alpha: f32, x: &HostData, y: &mut HostData) -> Result<()> {
-        elementwise::axpy(alpha, x, y)
+    fn axpy(&self, alpha: f32, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
+        self.install(|| elementwise::axpy(alpha, x, y))
     }
 
     fn reduce(
         &self,
         op: ReduceOp,
-        x: &HostData,
+        x: &CpuBuffer,
         outer: usize,
         n: usize,
         inner: usize,
-        out: &mut HostData,
+        out: &mut CpuBuffer,
     ) -> Result<()> {
-        reduce::reduce(op, x, outer, n, inner, out)
+        self.install(|| reduce::reduce(op, x, outer, n, inner, out))
     }
 
-    fn softmax(&self, spec: &SoftmaxSpec, x: &HostData, y: &mut HostData) -> Result<()> {
-        nn::softmax(spec, x, y)
+    fn softmax(&self, spec: &SoftmaxSpec, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
+        self.install(|| nn::softmax(spec, x, y))
     }
 
     fn softmax_backward(
         &self,
         spec: &SoftmaxSpec,
-        y: &HostData,
-        dy: &HostData,
-        dx: &mut HostData,
+        y: &CpuBuffer,
+        dy: &CpuBuffer,
+        dx: &mut CpuBuffer,
     ) -> Result<()> {
-        nn::softmax_backward(spec, y, dy, dx)
+        self.install(|| nn::softmax_backward(spec, y, dy, dx))
     }
 
     fn layernorm(
         &self,
         spec: &LayerNormSpec,
-        x: &HostData,
-        gamma: &HostData,
-        beta: &HostData,
-        y: &mut HostData,
-        mean: &mut HostData,
-        rstd: &mut HostData,
+        x: &CpuBuffer,
+        gamma: &CpuBuffer,
+        beta: &CpuBuffer,
+        y: &mut CpuBuffer,
+        mean: &mut CpuBuffer,
+        rstd: &mut CpuBuffer,
     ) -> Result<()> {
-        nn::layernorm(spec, x, gamma, beta, y, mean, rstd)
+        self.install(|| nn::layernorm(spec, x, gamma, beta, y, mean, rstd))
     }
 
     fn layernorm_backward(
         &self,
         spec: &LayerNormSpec,
-        dy: &HostData,
-        x: &HostData,
-        gamma: &HostData,
-        mean: &HostData,
-        rstd: &HostData,
-        dx: &mut HostData,
-        dgamma: &mut HostData,
-        dbeta: &mut HostData,
+        dy: &CpuBuffer,
+        x: &CpuBuffer,
+        gamma: &CpuBuffer,
+        mean: &CpuBuffer,
+        rstd: &CpuBuffer,
+        dx: &mut CpuBuffer,
+        dgamma: &mut CpuBuffer,
+        dbeta: &mut CpuBuffer,
     ) -> Result<()> {
-        nn::layernorm_backward(spec, dy, x, gamma, mean, rstd, dx, dgamma, dbeta)
+        self.install(|| nn::layernorm_backward(spec, dy, x, gamma, mean, rstd, dx, dgamma, dbeta))
     }
 
-    fn gelu(&self, x: &HostData, y: &mut HostData) -> Result<()> {
-        nn::gelu(x, y)
+    fn gelu(&self, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
+        self.install(|| nn::gelu(x, y))
     }
 
-    fn gelu_backward(&self, x: &HostData, dy: &HostData, dx: &mut HostData) -> Result<()> {
-        nn::gelu_backward(x, dy, dx)
+    fn gelu_backward(&self, x: &CpuBuffer, dy: &CpuBuffer, dx: &mut CpuBuffer) -> Result<()> {
+        self.install(|| nn::gelu_backward(x, dy, dx))
     }
 
     fn embedding(
         &self,
-        ids: &HostData,
-        table: &HostData,
+        ids: &CpuBuffer,
+        table: &CpuBuffer,
         dim: usize,
-        out: &mut HostData,
+        out: &mut CpuBuffer,
     ) -> Result<()> {
-        nn::embedding(ids, table, dim, out)
+        self.install(|| nn::embedding(ids, table, dim, out))
     }
 
     fn embedding_backward(
         &self,
-        ids: &HostData,
-        dout: &HostData,
+        ids: &CpuBuffer,
+        dout: &CpuBuffer,
         dim: usize,
-        dtable: &mut HostData,
+        dtable: &mut CpuBuffer,
     ) -> Result<()> {
-        nn::embedding_backward(ids, dout, dim, dtable)
+        self.install(|| nn::embedding_backward(ids, dout, dim, dtable))
     }
 
     fn cross_entropy(
         &self,
-        logits: &HostData,
-        targets: &HostData,
+        logits: &CpuBuffer,
+        targets: &CpuBuffer,
         vocab: usize,
-        losses: &mut HostData,
+        losses: &mut CpuBuffer,
     ) -> Result<()> {
-        nn::cross_entropy(logits, targets, vocab, losses)
+        self.install(|| nn::cross_entropy(logits, targets, vocab, losses))
     }
 
     fn cross_entropy_backward(
         &self,
-        logits: &HostData,
-        targets: &HostData,
-        dlosses: &HostData,
+        logits: &CpuBuffer,
+        targets: &CpuBuffer,
+        dlosses: &CpuBuffer,
         vocab: usize,
-        dlogits: &mut HostData,
+        dlogits: &mut CpuBuffer,
     ) -> Result<()> {
-        nn::cross_entropy_backward(logits, targets, dlosses, vocab, dlogits)
+        self.install(|| nn::cross_entropy_backward(logits, targets, dlosses, vocab, dlogits))
     }
 
     fn adamw(
         &self,
         params: &AdamWParams,
-        param: &mut HostData,
-        grad: &HostData,
-        m: &mut HostData,
-        v: &mut HostData,
-        inv_scale: Option<&HostData>,
-        found_inf: Option<&HostData>,
+        param: &mut CpuBuffer,
+        grad: &CpuBuffer,
+        m: &mut CpuBuffer,
+        v: &mut CpuBuffer,
+        inv_scale: Option<&CpuBuffer>,
+        found_inf: Option<&CpuBuffer>,
     ) -> Result<()> {
-        optim::adamw(params, param, grad, m, v, inv_scale, found_inf)
+        self.install(|| {
+            optim::adamw(
+                params,
+                param,
+                grad,
+                m,
+                v,
+                inv_scale.map(|b| &**b),
+                found_inf.map(|b| &**b),
+            )
+        })
     }
 
     fn adamw_master(
@@ -330,20 +450,20 @@ impl Backend for CpuBackend {
 
     fn unscale_check_finite(
         &self,
-        grads: &mut HostData,
-        inv_scale: &HostData,
-        found_inf: &mut HostData,
+        grads: &mut CpuBuffer,
+        inv_scale: &CpuBuffer,
+        found_inf: &mut CpuBuffer,
     ) -> Result<()> {
-        amp::unscale_check_finite(grads, inv_scale, found_inf)
+        self.install(|| amp::unscale_check_finite(grads, inv_scale, found_inf))
     }
 
     fn update_loss_scale(
         &self,
         params: &ScaleUpdateParams,
-        scale: &mut HostData,
-        growth_tracker: &mut HostData,
-        found_inf: &HostData,
+        scale: &mut CpuBuffer,
+        growth_tracker: &mut CpuBuffer,
+        found_inf: &CpuBuffer,
     ) -> Result<()> {
-        amp::update_loss_scale(params, scale, growth_tracker, found_inf)
+        self.install(|| amp::update_loss_scale(params, scale, growth_tracker, found_inf))
     }
 }

@@ -60,8 +60,12 @@ pub struct AllocatorStats {
     pub in_use_bytes: u64,
     /// Bytes in cached free blocks.
     pub cached_bytes: u64,
-    /// The maximum of `in_use_bytes` so far.
+    /// The maximum of `in_use_bytes` so far (or since [`CudaBackend::reset_peak_memory`]).
+    ///
+    /// [`CudaBackend::reset_peak_memory`]: brrr_backend::Backend::reset_peak_memory
     pub peak_in_use_bytes: u64,
+    /// Live buffers holding a block (empty buffers hold none and are not counted).
+    pub live_blocks: u64,
 }
 
 struct Cached {
@@ -109,6 +113,12 @@ impl Allocator {
         self.state().stats
     }
 
+    /// Starts a new peak at the bytes in use now.
+    pub(crate) fn reset_peak(&self) {
+        let mut st = self.state();
+        st.stats.peak_in_use_bytes = st.stats.in_use_bytes;
+    }
+
     /// A block of at least `bytes` for use on the compute stream.
     pub(crate) fn alloc(&self, bytes: usize) -> Result<Block> {
         let (block, ev) = self.alloc_inner(bytes)?;
@@ -146,6 +156,7 @@ impl Allocator {
                 st.stats.cache_hits += 1;
                 st.stats.cached_bytes -= c.size as u64;
                 st.stats.in_use_bytes += c.size as u64;
+                st.stats.live_blocks += 1;
                 st.stats.peak_in_use_bytes = st.stats.peak_in_use_bytes.max(st.stats.in_use_bytes);
                 return Ok((
                     Block {
@@ -179,6 +190,7 @@ impl Allocator {
         let mut st = self.state();
         st.stats.device_mallocs += 1;
         st.stats.in_use_bytes += size as u64;
+        st.stats.live_blocks += 1;
         st.stats.peak_in_use_bytes = st.stats.peak_in_use_bytes.max(st.stats.in_use_bytes);
         Ok((Block { ptr, size }, None))
     }
@@ -208,6 +220,7 @@ impl Allocator {
         };
         let mut st = self.state();
         st.stats.in_use_bytes -= block.size as u64;
+        st.stats.live_blocks -= 1;
         if released.is_none() {
             // Without an event a copy into this block could race with compute work;
             // leak it into the "in use" count instead (never happens with a sane driver).

@@ -9,12 +9,16 @@ use crate::ops::{
     reduce_code, suffix, unary_code,
 };
 use brrr_backend::{
-    AdamWParams, Backend, BackendInfo, BinaryOp, DType, Error, GemmSpec, HostData, LayerNormSpec,
-    Layout, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec, UnaryOp,
+    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec, HostData,
+    LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec, UnaryOp,
 };
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// Emulated devices opened so far: each has its own pretend memory, so each gets its
+/// own ordinal.
+static EMULATED_OPENED: AtomicUsize = AtomicUsize::new(0);
 
 /// A device buffer: a block of the caching allocator, with its dtype and length.
 /// Dropping it returns the block to the cache (no `cudaFree`).
@@ -70,6 +74,8 @@ pub(crate) struct Inner {
     pub dev: Arc<dyn Device>,
     pub alloc: Arc<Allocator>,
     pub info: DeviceInfo,
+    /// The device ordinal (for the emulator: which emulated device, in opening order).
+    ordinal: usize,
     gemm_impl: AtomicU8,
     tf32: AtomicBool,
 }
@@ -100,7 +106,7 @@ impl CudaBackend {
     /// no such device, or when NVRTC or cuBLAS cannot be loaded.
     pub fn new(ordinal: usize) -> Result<Self> {
         let dev = crate::driver::CudaDevice::open(ordinal)?;
-        Ok(Self::with_device(Arc::new(dev)))
+        Ok(Self::with_device(Arc::new(dev), ordinal))
     }
 
     /// Whether [`CudaBackend::new`] can find a CUDA driver and at least one device.
@@ -119,10 +125,11 @@ impl CudaBackend {
     pub fn emulated_with_capacity(bytes: u64) -> Result<Self> {
         let lib = crate::emu::build_emulator(None)?;
         let dev = crate::emu::EmuDevice::load(&lib, bytes)?;
-        Ok(Self::with_device(Arc::new(dev)))
+        let ordinal = EMULATED_OPENED.fetch_add(1, Ordering::Relaxed);
+        Ok(Self::with_device(Arc::new(dev), ordinal))
     }
 
-    pub(crate) fn with_device(dev: Arc<dyn Device>) -> Self {
+    pub(crate) fn with_device(dev: Arc<dyn Device>, ordinal: usize) -> Self {
         let info = dev.info();
         let alloc = Arc::new(Allocator::new(dev.clone()));
         CudaBackend {
@@ -130,6 +137,7 @@ impl CudaBackend {
                 dev,
                 alloc,
                 info,
+                ordinal,
                 gemm_impl: AtomicU8::new(GemmImpl::Cublas as u8),
                 tf32: AtomicBool::new(false),
             }),
@@ -243,6 +251,16 @@ impl CudaBackend {
         })
     }
 
+    /// A new buffer on this device holding a copy of `src` (DtoD on the compute stream).
+    fn copy_on_device(&self, src: &CudaBuffer) -> Result<CudaBuffer> {
+        let out = self.new_buffer(src.dtype, src.len)?;
+        if out.size_in_bytes() > 0 {
+            self.dev()
+                .copy_dtod(out.device_ptr(), src.device_ptr(), src.size_in_bytes())?;
+        }
+        Ok(out)
+    }
+
     pub(crate) fn launch(
         &self,
         family: Family,
@@ -348,6 +366,62 @@ impl Backend for CudaBackend {
 
     fn len(&self, buf: &CudaBuffer) -> usize {
         buf.len
+    }
+
+    fn location(&self) -> DeviceLocation {
+        DeviceLocation::new("cuda", self.inner.ordinal)
+    }
+
+    /// Handles on one opened device (clones of one `CudaBackend`). Two separate
+    /// [`CudaBackend::new`] calls on one ordinal have separate streams and allocators,
+    /// so they count as different devices here.
+    fn same_device(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner.dev, &other.inner.dev)
+    }
+
+    /// On the same device, a device-to-device copy on the compute stream (ordered after
+    /// the kernels that wrote `src`). Between devices, through the host: a read that
+    /// waits for `src`'s device, then an upload to `dst` (peer-to-peer copies are not
+    /// used yet).
+    fn copy_to_device(
+        &self,
+        src: &CudaBuffer,
+        dst: &Self,
+    ) -> impl Future<Output = Result<CudaBuffer>> {
+        let direct = if self.same_device(dst) {
+            Some(self.copy_on_device(src))
+        } else {
+            None
+        };
+        async move {
+            match direct {
+                Some(r) => r,
+                None => {
+                    let host = self.read(src).await?;
+                    dst.upload(&host)
+                }
+            }
+        }
+    }
+
+    /// Bytes of the caching allocator's blocks that live buffers hold (sizes rounded up
+    /// as the allocator rounds them), not the cache of freed blocks.
+    fn memory_stats(&self) -> MemoryStats {
+        let s = self.inner.alloc.stats();
+        MemoryStats {
+            bytes_in_use: s.in_use_bytes,
+            peak_bytes: s.peak_in_use_bytes,
+            live_buffers: s.live_blocks,
+        }
+    }
+
+    fn reset_peak_memory(&self) {
+        self.inner.alloc.reset_peak();
+    }
+
+    /// A block from the caching allocator as it is: no memset.
+    fn alloc(&self, dtype: DType, len: usize) -> Result<CudaBuffer> {
+        self.new_buffer(dtype, len)
     }
 
     fn zeros(&self, dtype: DType, len: usize) -> Result<CudaBuffer> {

@@ -13,7 +13,7 @@ use brrr_backend::{
     AdamWParams, Backend, BinaryOp, DType, Error, GemmSpec, HostData, LayerNormSpec, Layout,
     ReduceOp, ScaleUpdateParams, Shape, SoftmaxSpec, UnaryOp, block_on,
 };
-use brrr_cpu::CpuBackend;
+use brrr_cpu::{CpuBackend, CpuBuffer};
 use brrr_cuda::{CudaBackend, CudaBuffer, GemmImpl};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -56,6 +56,11 @@ fn data(dtype: DType, v: &[f64]) -> HostData {
 
 fn up(cuda: &CudaBackend, h: &HostData) -> CudaBuffer {
     cuda.upload(h).unwrap()
+}
+
+/// `h` in a CPU buffer, for the reference backend.
+fn on_cpu(h: &HostData) -> CpuBuffer {
+    CpuBackend::new().upload(h).unwrap()
 }
 
 fn get(cuda: &CudaBackend, b: &CudaBuffer) -> HostData {
@@ -125,7 +130,7 @@ fn memory_round_trips_fill_and_zeros() {
         let mut f = cuda.zeros(dt, 11).unwrap();
         for value in [1.5, -3.25, 1e9, f64::NAN] {
             cuda.fill(&mut f, value).unwrap();
-            let mut want = HostData::zeros(dt, 11);
+            let mut want = on_cpu(&HostData::zeros(dt, 11));
             CpuBackend::new().fill(&mut want, value).unwrap();
             let (g, w) = (get(cuda, &f), want);
             assert_eq!(g.as_bytes(), w.as_bytes(), "{dt} fill {value}");
@@ -173,8 +178,8 @@ fn casts_between_every_pair_of_dtypes() {
         for d in DType::ALL {
             let mut dst = cuda.zeros(d, v.len()).unwrap();
             cuda.cast(&src, &mut dst).unwrap();
-            let mut want = HostData::zeros(d, v.len());
-            cpu.cast(&src_h, &mut want).unwrap();
+            let mut want = on_cpu(&HostData::zeros(d, v.len()));
+            cpu.cast(&on_cpu(&src_h), &mut want).unwrap();
             let got = get(cuda, &dst);
             // Bit-exact, except NaN payloads.
             for (i, (a, b)) in got.to_f64().iter().zip(want.to_f64()).enumerate() {
@@ -261,8 +266,8 @@ fn strided_copies() {
             let init = data(dt, &rand_vec(&mut r, *dst_len, -1.0, 1.0));
             let mut dst = up(cuda, &init);
             cuda.copy_strided(&src, sl, &mut dst, dl).unwrap();
-            let mut want = init.clone();
-            cpu.copy_strided(&h, sl, &mut want, dl).unwrap();
+            let mut want = on_cpu(&init);
+            cpu.copy_strided(&on_cpu(&h), sl, &mut want, dl).unwrap();
             assert_eq!(get(cuda, &dst), want, "{dt} case {i}");
         }
         // Overlapping destinations and out-of-range views are errors, as on the CPU.
@@ -320,8 +325,8 @@ fn unary_ops() {
             let x = up(cuda, &h);
             let mut out = cuda.zeros(dt, 67).unwrap();
             cuda.unary(op, &x, &mut out).unwrap();
-            let mut want = HostData::zeros(dt, 67);
-            cpu.unary(op, &h, &mut want).unwrap();
+            let mut want = on_cpu(&HostData::zeros(dt, 67));
+            cpu.unary(op, &on_cpu(&h), &mut want).unwrap();
             assert_close(
                 &format!("{op:?} {dt}"),
                 &get(cuda, &out),
@@ -373,8 +378,9 @@ fn binary_ops_with_broadcasting() {
                 for (j, lb) in layouts.iter().enumerate() {
                     let mut out = cuda.zeros(dt, 60).unwrap();
                     cuda.binary(op, &a, la, &b, lb, &mut out).unwrap();
-                    let mut want = HostData::zeros(dt, 60);
-                    cpu.binary(op, &ha, la, &hb, lb, &mut want).unwrap();
+                    let mut want = on_cpu(&HostData::zeros(dt, 60));
+                    cpu.binary(op, &on_cpu(&ha), la, &on_cpu(&hb), lb, &mut want)
+                        .unwrap();
                     assert_close(
                         &format!("{op:?} {dt} layouts {i},{j}"),
                         &get(cuda, &out),
@@ -400,8 +406,8 @@ fn axpy_gelu_and_gelu_backward() {
         let (x, dy) = (up(cuda, &hx), up(cuda, &hy));
         let mut y = up(cuda, &hy);
         cuda.axpy(-0.75, &x, &mut y).unwrap();
-        let mut want = hy.clone();
-        cpu.axpy(-0.75, &hx, &mut want).unwrap();
+        let mut want = on_cpu(&hy);
+        cpu.axpy(-0.75, &on_cpu(&hx), &mut want).unwrap();
         assert_close(
             &format!("axpy {dt}"),
             &get(cuda, &y),
@@ -412,8 +418,8 @@ fn axpy_gelu_and_gelu_backward() {
 
         let mut g = cuda.zeros(dt, n).unwrap();
         cuda.gelu(&x, &mut g).unwrap();
-        let mut want = HostData::zeros(dt, n);
-        cpu.gelu(&hx, &mut want).unwrap();
+        let mut want = on_cpu(&HostData::zeros(dt, n));
+        cpu.gelu(&on_cpu(&hx), &mut want).unwrap();
         assert_close(
             &format!("gelu {dt}"),
             &get(cuda, &g),
@@ -424,8 +430,9 @@ fn axpy_gelu_and_gelu_backward() {
 
         let mut dx = cuda.zeros(dt, n).unwrap();
         cuda.gelu_backward(&x, &dy, &mut dx).unwrap();
-        let mut want = HostData::zeros(dt, n);
-        cpu.gelu_backward(&hx, &hy, &mut want).unwrap();
+        let mut want = on_cpu(&HostData::zeros(dt, n));
+        cpu.gelu_backward(&on_cpu(&hx), &on_cpu(&hy), &mut want)
+            .unwrap();
         assert_close(
             &format!("gelu_backward {dt}"),
             &get(cuda, &dx),
@@ -448,8 +455,9 @@ fn reductions() {
             for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
                 let mut out = cuda.zeros(dt, outer * inner).unwrap();
                 cuda.reduce(op, &x, outer, n, inner, &mut out).unwrap();
-                let mut want = HostData::zeros(dt, outer * inner);
-                cpu.reduce(op, &h, outer, n, inner, &mut want).unwrap();
+                let mut want = on_cpu(&HostData::zeros(dt, outer * inner));
+                cpu.reduce(op, &on_cpu(&h), outer, n, inner, &mut want)
+                    .unwrap();
                 let scale = if matches!(op, ReduceOp::Sum) {
                     (n as f64).sqrt()
                 } else {
@@ -491,8 +499,8 @@ fn softmax_forward_and_backward() {
             let x = up(cuda, &hx);
             let mut y = cuda.zeros(dt, rows * cols).unwrap();
             cuda.softmax(&spec, &x, &mut y).unwrap();
-            let mut hy = HostData::zeros(dt, rows * cols);
-            cpu.softmax(&spec, &hx, &mut hy).unwrap();
+            let mut hy = on_cpu(&HostData::zeros(dt, rows * cols));
+            cpu.softmax(&spec, &on_cpu(&hx), &mut hy).unwrap();
             assert_close(
                 &format!("softmax {dt} {spec:?}"),
                 &get(cuda, &y),
@@ -506,8 +514,9 @@ fn softmax_forward_and_backward() {
             let yy = up(cuda, &hy);
             let mut dx = cuda.zeros(dt, rows * cols).unwrap();
             cuda.softmax_backward(&spec, &yy, &dy, &mut dx).unwrap();
-            let mut want = HostData::zeros(dt, rows * cols);
-            cpu.softmax_backward(&spec, &hy, &hdy, &mut want).unwrap();
+            let mut want = on_cpu(&HostData::zeros(dt, rows * cols));
+            cpu.softmax_backward(&spec, &hy, &on_cpu(&hdy), &mut want)
+                .unwrap();
             assert_close(
                 &format!("softmax_backward {dt} {spec:?}"),
                 &get(cuda, &dx),
@@ -540,11 +549,19 @@ fn layernorm_forward_and_backward() {
             let mut rstd = cuda.zeros(DType::F32, rows).unwrap();
             cuda.layernorm(&spec, &x, &g, &b, &mut y, &mut mean, &mut rstd)
                 .unwrap();
-            let mut wy = HostData::zeros(dt, rows * cols);
-            let mut wm = HostData::zeros(DType::F32, rows);
-            let mut wr = HostData::zeros(DType::F32, rows);
-            cpu.layernorm(&spec, &hx, &hg, &hb, &mut wy, &mut wm, &mut wr)
-                .unwrap();
+            let mut wy = on_cpu(&HostData::zeros(dt, rows * cols));
+            let mut wm = on_cpu(&HostData::zeros(DType::F32, rows));
+            let mut wr = on_cpu(&HostData::zeros(DType::F32, rows));
+            cpu.layernorm(
+                &spec,
+                &on_cpu(&hx),
+                &on_cpu(&hg),
+                &on_cpu(&hb),
+                &mut wy,
+                &mut wm,
+                &mut wr,
+            )
+            .unwrap();
             let tag = format!("layernorm {dt} {rows}x{cols}");
             assert_close(&tag, &get(cuda, &y), &wy, units(dt) * 2.0, 1.0);
             assert_close(&tag, &get(cuda, &mean), &wm, 64.0, 1.0);
@@ -561,10 +578,18 @@ fn layernorm_forward_and_backward() {
             let (mean, rstd) = (up(cuda, &wm), up(cuda, &wr));
             cuda.layernorm_backward(&spec, &dy, &x, &g, &mean, &rstd, &mut dx, &mut dg, &mut db)
                 .unwrap();
-            let mut wdx = HostData::zeros(dt, rows * cols);
-            let (mut wdg, mut wdb) = (hdg0.clone(), hdb0.clone());
+            let mut wdx = on_cpu(&HostData::zeros(dt, rows * cols));
+            let (mut wdg, mut wdb) = (on_cpu(&hdg0), on_cpu(&hdb0));
             cpu.layernorm_backward(
-                &spec, &hdy, &hx, &hg, &wm, &wr, &mut wdx, &mut wdg, &mut wdb,
+                &spec,
+                &on_cpu(&hdy),
+                &on_cpu(&hx),
+                &on_cpu(&hg),
+                &wm,
+                &wr,
+                &mut wdx,
+                &mut wdg,
+                &mut wdb,
             )
             .unwrap();
             let tag = format!("layernorm_backward {dt} {rows}x{cols}");
@@ -593,8 +618,9 @@ fn embedding_forward_and_backward() {
             let (ids, table) = (up(cuda, &hids), up(cuda, &htable));
             let mut out = cuda.zeros(dt, 300 * dim).unwrap();
             cuda.embedding(&ids, &table, dim, &mut out).unwrap();
-            let mut want = HostData::zeros(dt, 300 * dim);
-            cpu.embedding(&hids, &htable, dim, &mut want).unwrap();
+            let mut want = on_cpu(&HostData::zeros(dt, 300 * dim));
+            cpu.embedding(&on_cpu(&hids), &on_cpu(&htable), dim, &mut want)
+                .unwrap();
             assert_eq!(get(cuda, &out), want, "embedding {dt} {idx}");
 
             let hdout = data(dt, &rand_vec(&mut r, 300 * dim, -1.0, 1.0));
@@ -602,8 +628,8 @@ fn embedding_forward_and_backward() {
             let mut dtable = up(cuda, &htable);
             cuda.embedding_backward(&ids, &dout, dim, &mut dtable)
                 .unwrap();
-            let mut want = htable.clone();
-            cpu.embedding_backward(&hids, &hdout, dim, &mut want)
+            let mut want = on_cpu(&htable);
+            cpu.embedding_backward(&on_cpu(&hids), &on_cpu(&hdout), dim, &mut want)
                 .unwrap();
             // Same order of additions as the sequential reference: close to exact.
             assert_close(
@@ -638,8 +664,9 @@ fn cross_entropy_forward_and_backward() {
             let mut losses = cuda.zeros(loss_dt, rows).unwrap();
             cuda.cross_entropy(&logits, &targets, vocab, &mut losses)
                 .unwrap();
-            let mut want = HostData::zeros(loss_dt, rows);
-            cpu.cross_entropy(&hl, &ht, vocab, &mut want).unwrap();
+            let mut want = on_cpu(&HostData::zeros(loss_dt, rows));
+            cpu.cross_entropy(&on_cpu(&hl), &on_cpu(&ht), vocab, &mut want)
+                .unwrap();
             let tol = if dt == DType::F64 { 1e4 } else { 64.0 };
             assert_close(
                 &format!("cross_entropy {dt}->{loss_dt}"),
@@ -654,8 +681,8 @@ fn cross_entropy_forward_and_backward() {
             let mut dlogits = cuda.zeros(dt, rows * vocab).unwrap();
             cuda.cross_entropy_backward(&logits, &targets, &dl, vocab, &mut dlogits)
                 .unwrap();
-            let mut want = HostData::zeros(dt, rows * vocab);
-            cpu.cross_entropy_backward(&hl, &ht, &hdl, vocab, &mut want)
+            let mut want = on_cpu(&HostData::zeros(dt, rows * vocab));
+            cpu.cross_entropy_backward(&on_cpu(&hl), &on_cpu(&ht), &on_cpu(&hdl), vocab, &mut want)
                 .unwrap();
             assert_close(
                 &format!("cross_entropy_backward {dt}"),
@@ -708,15 +735,15 @@ fn adamw_and_the_amp_kernels() {
                 found_b.as_ref(),
             )
             .unwrap();
-            let (mut wp, mut wm, mut wv) = (hp.clone(), hm.clone(), hv.clone());
+            let (mut wp, mut wm, mut wv) = (on_cpu(&hp), on_cpu(&hm), on_cpu(&hv));
             cpu.adamw(
                 &params,
                 &mut wp,
-                &hg,
+                &on_cpu(&hg),
                 &mut wm,
                 &mut wv,
-                hinv.as_ref(),
-                hfound.as_ref(),
+                hinv.as_ref().map(on_cpu).as_ref(),
+                hfound.as_ref().map(on_cpu).as_ref(),
             )
             .unwrap();
             let tag = format!("adamw {dt} inv {inv:?} found {found:?}");
@@ -736,9 +763,9 @@ fn adamw_and_the_amp_kernels() {
             let inv = up(cuda, &HostData::F32(vec![1.0 / 64.0]));
             let mut found = up(cuda, &HostData::F32(vec![0.0]));
             cuda.unscale_check_finite(&mut g, &inv, &mut found).unwrap();
-            let mut wg = hg.clone();
-            let mut wf = HostData::F32(vec![0.0]);
-            cpu.unscale_check_finite(&mut wg, &HostData::F32(vec![1.0 / 64.0]), &mut wf)
+            let mut wg = on_cpu(&hg);
+            let mut wf = on_cpu(&HostData::F32(vec![0.0]));
+            cpu.unscale_check_finite(&mut wg, &on_cpu(&HostData::F32(vec![1.0 / 64.0])), &mut wf)
                 .unwrap();
             assert_eq!(get(cuda, &found), wf, "found_inf {dt} poison {poison}");
             assert_close(&format!("unscale {dt}"), &get(cuda, &g), &wg, 1.0, 1e-3);
@@ -753,7 +780,10 @@ fn adamw_and_the_amp_kernels() {
         up(cuda, &HostData::F32(vec![65536.0])),
         up(cuda, &HostData::I32(vec![0])),
     );
-    let (mut ws, mut wt) = (HostData::F32(vec![65536.0]), HostData::I32(vec![0]));
+    let (mut ws, mut wt) = (
+        on_cpu(&HostData::F32(vec![65536.0])),
+        on_cpu(&HostData::I32(vec![0])),
+    );
     for (step, inf) in [0.0f32, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
         .into_iter()
         .enumerate()
@@ -761,10 +791,11 @@ fn adamw_and_the_amp_kernels() {
         let f = HostData::F32(vec![inf]);
         cuda.update_loss_scale(&p, &mut s, &mut t, &up(cuda, &f))
             .unwrap();
-        cpu.update_loss_scale(&p, &mut ws, &mut wt, &f).unwrap();
+        cpu.update_loss_scale(&p, &mut ws, &mut wt, &on_cpu(&f))
+            .unwrap();
         assert_eq!(
             (get(cuda, &s), get(cuda, &t)),
-            (ws.clone(), wt.clone()),
+            (HostData::clone(&ws), HostData::clone(&wt)),
             "loss scale step {step}"
         );
     }
@@ -794,8 +825,9 @@ fn gemm_case(
     if let Some(e) = expect_ran {
         assert_eq!(ran, e, "{which} {dt} {spec:?}");
     }
-    let mut want = hc.clone();
-    cpu.gemm(&spec, &ha, &hb, &mut want).unwrap();
+    let mut want = on_cpu(&hc);
+    cpu.gemm(&spec, &on_cpu(&ha), &on_cpu(&hb), &mut want)
+        .unwrap();
     let scale = (spec.k as f64).sqrt().max(1.0);
     assert_close(
         &format!("gemm {which} (ran {ran}) {dt} {spec:?}"),
@@ -916,8 +948,11 @@ fn gemm_with_fused_bias_and_gelu() {
         cuda.gemm_bias_gelu(&spec, &a, &b, Some(&bias), true, &mut c)
             .unwrap();
         // Reference: GEMM, + bias per column, GELU, all in f64 then rounded once.
-        let mut mm = HostData::zeros(DType::F64, nc);
-        let (a64, b64) = (HostData::F64(ha.to_f64()), HostData::F64(hb.to_f64()));
+        let mut mm = on_cpu(&HostData::zeros(DType::F64, nc));
+        let (a64, b64) = (
+            on_cpu(&HostData::F64(ha.to_f64())),
+            on_cpu(&HostData::F64(hb.to_f64())),
+        );
         cpu.gemm(&spec, &a64, &b64, &mut mm).unwrap();
         let bias64 = hbias.to_f64();
         let k = (2.0 / std::f64::consts::PI).sqrt();

@@ -56,7 +56,8 @@ enum Event {
     Counter {
         name: Cow<'static, str>,
         ts: f64,
-        value: f64,
+        /// `(series, value)`: one line per series on the counter's track.
+        values: Vec<(String, f64)>,
     },
 }
 
@@ -226,16 +227,31 @@ impl Tracer {
     }
 
     /// Records a counter sample (drawn as a graph track), e.g. loss or memory in use.
+    /// The track holds the series `value`.
     pub fn counter(&self, name: impl Into<Cow<'static, str>>, value: f64) {
+        self.counters(name, &[("value", value)]);
+    }
+
+    /// Records a sample of several series on one counter track (`"ph": "C"` with one
+    /// `args` entry per series, which Perfetto stacks on one graph), e.g. a memory track
+    /// with the bytes in use and the peak:
+    ///
+    /// ```
+    /// let tracer = brrr_perf::trace::Tracer::new();
+    /// tracer.counters("memory (bytes)", &[("in use", 1.5e6), ("peak", 2.0e6)]);
+    /// assert!(tracer.to_chrome_json().contains("\"ph\":\"C\""));
+    /// ```
+    pub fn counters(&self, name: impl Into<Cow<'static, str>>, series: &[(&str, f64)]) {
         if !self.enabled {
             return;
         }
         let ts = (self.clock)();
+        let values = series.iter().map(|&(k, v)| (k.to_string(), v)).collect();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.events.push(Event::Counter {
             name: name.into(),
             ts,
-            value,
+            values,
         });
     }
 
@@ -302,8 +318,10 @@ impl Tracer {
                 Event::Instant { name, pid, tid, ts } => {
                     json!({"name": name, "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": ts})
                 }
-                Event::Counter { name, ts, value } => {
-                    json!({"name": name, "ph": "C", "pid": HOST_PID, "ts": ts, "args": {"value": value}})
+                Event::Counter { name, ts, values } => {
+                    let args: serde_json::Map<String, Value> =
+                        values.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+                    json!({"name": name, "ph": "C", "pid": HOST_PID, "ts": ts, "args": args})
                 }
             });
         }
@@ -437,6 +455,31 @@ mod tests {
         );
         assert_eq!(tracer.summary()[0], ("step".to_string(), 50.0, 1));
         assert_eq!(tracer.summary()[2], ("gemm".to_string(), 10.0, 2));
+    }
+
+    #[test]
+    fn counters_are_chrome_counter_events() {
+        let (t, clock) = fake_clock();
+        let tracer = Tracer::with_clock(clock);
+        tracer.counter("loss", 3.5);
+        t.store(7, Ordering::SeqCst);
+        tracer.counters("memory (bytes)", &[("in use", 1024.0), ("peak", 4096.0)]);
+        let v = tracer.to_chrome_value();
+        let c: Vec<_> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "C")
+            .cloned()
+            .collect();
+        assert_eq!(
+            c,
+            vec![
+                json!({"name": "loss", "ph": "C", "pid": 1, "ts": 0.0, "args": {"value": 3.5}}),
+                json!({"name": "memory (bytes)", "ph": "C", "pid": 1, "ts": 7.0,
+                       "args": {"in use": 1024.0, "peak": 4096.0}}),
+            ]
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ impl<B: Backend> Tensor<B> {
             causal,
         };
         let x = self.contiguous()?;
-        let mut y = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        let mut y = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
         self.backend.softmax(&spec, x.buffer()?, y.buffer_mut()?)?;
         Ok(y)
     }
@@ -63,7 +63,7 @@ impl<B: Backend> Tensor<B> {
             causal: false,
         };
         let (y, dy) = (self.contiguous()?, dy.contiguous()?);
-        let mut dx = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        let mut dx = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
         self.backend
             .softmax_backward(&spec, y.buffer()?, dy.buffer()?, dx.buffer_mut()?)?;
         Ok(dx)
@@ -91,9 +91,9 @@ impl<B: Backend> Tensor<B> {
         }
         let spec = LayerNormSpec { rows, cols, eps };
         let x = self.contiguous()?;
-        let mut y = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
-        let mut mean = Tensor::zeros(&self.backend, [rows], DType::F32)?;
-        let mut rstd = Tensor::zeros(&self.backend, [rows], DType::F32)?;
+        let mut y = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
+        let mut mean = Tensor::alloc(&self.backend, [rows], DType::F32)?;
+        let mut rstd = Tensor::alloc(&self.backend, [rows], DType::F32)?;
         self.backend.layernorm(
             &spec,
             x.buffer()?,
@@ -120,7 +120,7 @@ impl<B: Backend> Tensor<B> {
         let (rows, cols) = rows_cols("layernorm_backward", self)?;
         let spec = LayerNormSpec { rows, cols, eps };
         let (x, dy) = (self.contiguous()?, dy.contiguous()?);
-        let mut dx = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        let mut dx = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
         let backend = self.backend.clone();
         backend.layernorm_backward(
             &spec,
@@ -139,7 +139,7 @@ impl<B: Backend> Tensor<B> {
     /// GELU (tanh approximation, as GPT-2).
     pub fn gelu(&self) -> Result<Self> {
         let x = self.contiguous()?;
-        let mut y = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        let mut y = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
         self.backend.gelu(x.buffer()?, y.buffer_mut()?)?;
         Ok(y)
     }
@@ -148,7 +148,7 @@ impl<B: Backend> Tensor<B> {
     pub fn gelu_backward(&self, dy: &Tensor<B>) -> Result<Self> {
         same_shape("gelu_backward", self, dy)?;
         let (x, dy) = (self.contiguous()?, dy.contiguous()?);
-        let mut dx = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        let mut dx = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
         self.backend
             .gelu_backward(x.buffer()?, dy.buffer()?, dx.buffer_mut()?)?;
         Ok(dx)
@@ -174,7 +174,7 @@ impl<B: Backend> Tensor<B> {
         let mut dims = self.dims().to_vec();
         dims.push(dim);
         let ids = self.contiguous()?;
-        let mut out = Tensor::zeros(&self.backend, dims, table.dtype)?;
+        let mut out = Tensor::alloc(&self.backend, dims, table.dtype)?;
         self.backend.embedding(
             ids.buffer()?,
             table.contiguous()?.buffer()?,
@@ -219,7 +219,7 @@ impl<B: Backend> Tensor<B> {
         } else {
             DType::F32
         };
-        let mut losses = Tensor::zeros(&self.backend, targets.shape().clone(), loss_dtype)?;
+        let mut losses = Tensor::alloc(&self.backend, targets.shape().clone(), loss_dtype)?;
         self.backend
             .cross_entropy(x.buffer()?, t.buffer()?, vocab, losses.buffer_mut()?)?;
         Ok(losses)
@@ -235,7 +235,7 @@ impl<B: Backend> Tensor<B> {
             targets.contiguous()?,
             dlosses.contiguous()?,
         );
-        let mut dx = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        let mut dx = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
         self.backend.cross_entropy_backward(
             x.buffer()?,
             t.buffer()?,

@@ -13,7 +13,7 @@ impl<B: Backend> Tensor<B> {
     /// `op(x)` element by element.
     pub fn unary(&self, op: UnaryOp) -> Result<Self> {
         let x = self.contiguous()?;
-        let mut out = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        let mut out = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
         self.backend.unary(op, x.buffer()?, out.buffer_mut()?)?;
         Ok(out)
     }
@@ -49,7 +49,7 @@ impl<B: Backend> Tensor<B> {
         let la = self.layout.broadcast_to(name, &shape)?;
         let lb = other.layout.broadcast_to(name, &shape)?;
         la.validate(name)?;
-        let mut out = Tensor::zeros(&self.backend, shape, self.dtype)?;
+        let mut out = Tensor::alloc(&self.backend, shape, self.dtype)?;
         self.backend
             .binary(op, &self.buf, &la, &other.buf, &lb, out.buffer_mut()?)?;
         Ok(out)
@@ -80,7 +80,7 @@ impl<B: Backend> Tensor<B> {
             return Ok(self.clone());
         }
         let x = self.contiguous()?;
-        let mut out = Tensor::zeros(&self.backend, self.shape().clone(), dtype)?;
+        let mut out = Tensor::alloc(&self.backend, self.shape().clone(), dtype)?;
         self.backend.cast(x.buffer()?, out.buffer_mut()?)?;
         Ok(out)
     }
@@ -133,7 +133,7 @@ impl<B: Backend> Tensor<B> {
         } else {
             out_dims.remove(d);
         }
-        let mut out = Tensor::zeros(&self.backend, out_dims, self.dtype)?;
+        let mut out = Tensor::alloc(&self.backend, out_dims, self.dtype)?;
         self.backend
             .reduce(op, x.buffer()?, outer, n, inner, out.buffer_mut()?)?;
         Ok(out)
@@ -171,7 +171,7 @@ impl<B: Backend> Tensor<B> {
         let (batch_dims, m, n) = matmul_out_dims(self, rhs)?;
         let mut out_dims = batch_dims;
         out_dims.extend([m, n]);
-        let mut out = Tensor::zeros(&self.backend, out_dims, self.dtype)?;
+        let mut out = Tensor::alloc(&self.backend, out_dims, self.dtype)?;
         Tensor::matmul_into(&mut out, self, rhs, 1.0, 0.0)?;
         Ok(out)
     }

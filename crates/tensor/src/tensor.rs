@@ -55,12 +55,21 @@ impl<B: Backend> Tensor<B> {
         Ok(Self::from_buffer(backend, buf, shape))
     }
 
+    /// A tensor whose contents are unspecified ([`Backend::alloc`]): for an output that
+    /// a kernel overwrites completely. Never read it before writing every element.
+    pub fn alloc(backend: &B, shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
+        let shape = shape.into();
+        let buf = backend.alloc(dtype, shape.elem_count())?;
+        Ok(Self::from_buffer(backend, buf, shape))
+    }
+
     /// A tensor filled with `value`.
     pub fn full(backend: &B, shape: impl Into<Shape>, dtype: DType, value: f64) -> Result<Self> {
-        let mut t = Self::zeros(backend, shape, dtype)?;
-        if value != 0.0 {
-            t.fill_(value)?;
+        if value == 0.0 {
+            return Self::zeros(backend, shape, dtype);
         }
+        let mut t = Self::alloc(backend, shape, dtype)?;
+        t.fill_(value)?;
         Ok(t)
     }
 
@@ -208,6 +217,26 @@ impl<B: Backend> Tensor<B> {
         }
     }
 
+    /// A copy on `dst`, another instance of the same backend (another GPU, another
+    /// simulated CPU device, or the same one). The backend copies device to device where
+    /// it can ([`Backend::copy_to_device`]); the result is dense and private.
+    pub async fn to_device(&self, dst: &B) -> Result<Tensor<B>> {
+        let dense = if self.is_dense() && self.backend.len(&self.buf) == self.elem_count() {
+            self.clone()
+        } else {
+            // Only the elements of the view travel, never the rest of a shared buffer.
+            self.deep_clone()?
+        };
+        let buf = dense.backend.copy_to_device(&dense.buf, dst).await?;
+        Ok(Tensor::from_buffer(dst, buf, self.shape().clone()))
+    }
+
+    /// A copy on another backend (CPU to GPU, wgpu to CUDA, ...), through the host.
+    pub async fn to_backend<B2: Backend>(&self, dst: &B2) -> Result<Tensor<B2>> {
+        let host = self.to_host().await?;
+        Tensor::from_host(dst, &host, self.shape().clone())
+    }
+
     /// Blocking [`Tensor::to_host`] as f32 values (native only).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn to_vec_f32(&self) -> Result<Vec<f32>> {
@@ -342,7 +371,7 @@ impl<B: Backend> Tensor<B> {
 
     /// A dense private copy.
     pub fn deep_clone(&self) -> Result<Self> {
-        let mut out = Tensor::zeros(&self.backend, self.shape().clone(), self.dtype)?;
+        let mut out = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
         let dst_layout = out.layout.clone();
         self.layout.validate("copy")?;
         self.backend
@@ -417,7 +446,7 @@ impl<B: Backend> Tensor<B> {
         }
         let mut dims = first.dims().to_vec();
         dims[dim] = total;
-        let mut out = Tensor::zeros(&first.backend, dims, first.dtype)?;
+        let mut out = Tensor::alloc(&first.backend, dims, first.dtype)?;
         let mut start = 0;
         for p in parts {
             let view = out

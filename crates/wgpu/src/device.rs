@@ -2,9 +2,10 @@
 
 use crate::oneshot;
 use crate::shaders::{Family, kernel_source};
-use brrr_backend::{DType, Error, HostData, Result};
+use brrr_backend::{DType, Error, HostData, MemoryCounter, Result};
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use wgpu::util::DeviceExt;
 
@@ -18,11 +19,13 @@ const ALLOC_ALIGN: u64 = 16;
 ///
 /// f16 and bf16 are stored packed, two per 32-bit word; f32, i32 and u32 one per word.
 /// The allocation is rounded up to 16 bytes; the padding is never read as data.
+/// Its allocated bytes count against its device's memory statistics until it drops.
 #[derive(Debug)]
 pub struct WgpuBuffer {
     pub(crate) buf: wgpu::Buffer,
     pub(crate) dtype: DType,
     pub(crate) len: usize,
+    memory: Arc<MemoryCounter>,
 }
 
 impl WgpuBuffer {
@@ -53,6 +56,7 @@ impl WgpuBuffer {
 /// uses it returns, and WebGPU's `destroy` lets submitted work finish first.
 impl Drop for WgpuBuffer {
     fn drop(&mut self) {
+        self.memory.on_free(self.buf.size());
         self.buf.destroy();
     }
 }
@@ -115,7 +119,15 @@ pub(crate) struct Inner {
     error: Arc<Mutex<Option<String>>>,
     /// Stand-ins bound where an optional buffer is absent (AdamW's AMP inputs).
     pub(crate) dummy: [wgpu::Buffer; 2],
+    /// Which device this is among those opened by this process, from 0.
+    pub(crate) ordinal: usize,
+    /// Bytes of live [`WgpuBuffer`]s (their allocated, padded size).
+    pub(crate) memory: Arc<MemoryCounter>,
 }
+
+/// Devices opened so far in this process: each [`Inner::create`] opens a new wgpu
+/// device whose buffers no other device can use, so each gets its own ordinal.
+static DEVICES_OPENED: AtomicUsize = AtomicUsize::new(0);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -264,6 +276,8 @@ impl Inner {
             pipelines: Mutex::new(HashMap::new()),
             error,
             dummy,
+            ordinal: DEVICES_OPENED.fetch_add(1, Ordering::Relaxed),
+            memory: Arc::new(MemoryCounter::new()),
         };
         inner.check_limits_we_need()?;
         Ok(inner)
@@ -368,7 +382,18 @@ impl Inner {
             mapped_at_creation: false,
         });
         self.take_error("allocating a buffer")?;
-        Ok(WgpuBuffer { buf, dtype, len })
+        Ok(self.counted(buf, dtype, len))
+    }
+
+    /// Wraps a new wgpu buffer, counting it against this device.
+    fn counted(&self, buf: wgpu::Buffer, dtype: DType, len: usize) -> WgpuBuffer {
+        self.memory.on_alloc(buf.size());
+        WgpuBuffer {
+            buf,
+            dtype,
+            len,
+            memory: self.memory.clone(),
+        }
     }
 
     pub(crate) fn upload(&self, data: &HostData) -> Result<WgpuBuffer> {
@@ -383,11 +408,7 @@ impl Inner {
                 usage: Self::USAGE,
             });
         self.take_error("uploading a buffer")?;
-        Ok(WgpuBuffer {
-            buf,
-            dtype: data.dtype(),
-            len: data.len(),
-        })
+        Ok(self.counted(buf, data.dtype(), data.len()))
     }
 
     pub(crate) fn write(&self, buf: &WgpuBuffer, data: &HostData) -> Result<()> {

@@ -4,8 +4,9 @@ use crate::device::{BACKEND, Kernel, Params, WgpuBuffer};
 use crate::shaders::Family;
 use crate::{MatmulKernel, WgpuBackend};
 use brrr_backend::{
-    AdamWParams, Backend, BackendInfo, BinaryOp, DType, Error, GemmSpec, HostData, LayerNormSpec,
-    Layout, MAX_RANK, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec, UnaryOp,
+    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec, HostData,
+    LayerNormSpec, Layout, MAX_RANK, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec,
+    UnaryOp,
 };
 use half::{bf16, f16};
 
@@ -513,8 +514,39 @@ impl Backend for WgpuBackend {
         buf.len
     }
 
+    fn location(&self) -> DeviceLocation {
+        DeviceLocation::new("wgpu", self.inner.ordinal)
+    }
+
     fn zeros(&self, dtype: DType, len: usize) -> Result<WgpuBuffer> {
         self.inner.alloc(dtype, len)
+    }
+
+    /// The same as [`Backend::zeros`]: WebGPU guarantees that a new buffer reads as
+    /// zeros (wgpu clears it lazily, before its first use, unless it can see a full
+    /// write first), so there is no cheaper buffer to hand out and none that is unsound.
+    fn alloc(&self, dtype: DType, len: usize) -> Result<WgpuBuffer> {
+        self.inner.alloc(dtype, len)
+    }
+
+    /// On the same device, a buffer-to-buffer copy on the queue; between devices,
+    /// through the host (wgpu devices share no memory).
+    async fn copy_to_device(&self, src: &WgpuBuffer, dst: &Self) -> Result<WgpuBuffer> {
+        if self.same_device(dst) {
+            let out = self.inner.alloc(src.dtype, src.len)?;
+            self.inner.copy(&src.buf, &out.buf, src.size_in_bytes())?;
+            return Ok(out);
+        }
+        let host = self.inner.read(src).await?;
+        dst.inner.upload(&host)
+    }
+
+    fn memory_stats(&self) -> MemoryStats {
+        self.inner.memory.stats()
+    }
+
+    fn reset_peak_memory(&self) {
+        self.inner.memory.reset_peak();
     }
 
     fn upload(&self, data: &HostData) -> Result<WgpuBuffer> {

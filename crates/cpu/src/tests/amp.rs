@@ -1,6 +1,6 @@
 //! unscale_check_finite and update_loss_scale (PyTorch GradScaler semantics).
 
-use super::{assert_close, cpu, input, read, rng, round_tol};
+use super::{assert_close, buf, cpu, input, read, rng, round_tol};
 use brrr_backend::{Backend, DType, HostData, ScaleUpdateParams};
 
 #[test]
@@ -9,8 +9,8 @@ fn unscale_multiplies_and_flags_non_finite() {
         for n in [1usize, 65, 100_003] {
             let mut r = rng(n as u64);
             let (g, mut gb) = input(&mut r, dtype, n, -1000.0, 1000.0);
-            let inv = HostData::F32(vec![1.0 / 1024.0]);
-            let mut found = HostData::F32(vec![0.0]);
+            let inv = buf(HostData::F32(vec![1.0 / 1024.0]));
+            let mut found = buf(HostData::F32(vec![0.0]));
             cpu()
                 .unscale_check_finite(&mut gb, &inv, &mut found)
                 .unwrap();
@@ -28,26 +28,26 @@ fn unscale_multiplies_and_flags_non_finite() {
             for bad in [f64::INFINITY, f64::NAN] {
                 let mut v = g.clone();
                 v[n / 2] = bad;
-                let mut gb = HostData::from_f64(dtype, &v);
+                let mut gb = buf(HostData::from_f64(dtype, &v));
                 cpu()
                     .unscale_check_finite(&mut gb, &inv, &mut found)
                     .unwrap();
                 assert_eq!(read(&found), vec![1.0], "{dtype} n={n} {bad}");
-                let clean = HostData::from_f64(dtype, &g);
+                let clean = buf(HostData::from_f64(dtype, &g));
                 let mut gb = clean.clone();
                 cpu()
                     .unscale_check_finite(&mut gb, &inv, &mut found)
                     .unwrap();
                 assert_eq!(read(&found), vec![1.0], "found_inf is never cleared");
-                found = HostData::F32(vec![0.0]);
+                found = buf(HostData::F32(vec![0.0]));
             }
         }
     }
     // An f16 gradient that overflows when unscaled by a factor > 1 is caught too.
-    let mut g = HostData::from_f64(DType::F16, &[60000.0, 1.0]);
-    let mut found = HostData::F32(vec![0.0]);
+    let mut g = buf(HostData::from_f64(DType::F16, &[60000.0, 1.0]));
+    let mut found = buf(HostData::F32(vec![0.0]));
     cpu()
-        .unscale_check_finite(&mut g, &HostData::F32(vec![2.0]), &mut found)
+        .unscale_check_finite(&mut g, &buf(HostData::F32(vec![2.0])), &mut found)
         .unwrap();
     assert_eq!(read(&found), vec![1.0]);
 }
@@ -59,10 +59,10 @@ fn loss_scale_follows_grad_scaler() {
         backoff_factor: 0.5,
         growth_interval: 3,
     };
-    let mut scale = HostData::F32(vec![65536.0]);
-    let mut tracker = HostData::I32(vec![0]);
-    let clean = HostData::F32(vec![0.0]);
-    let inf = HostData::F32(vec![1.0]);
+    let mut scale = buf(HostData::F32(vec![65536.0]));
+    let mut tracker = buf(HostData::I32(vec![0]));
+    let clean = buf(HostData::F32(vec![0.0]));
+    let inf = buf(HostData::F32(vec![1.0]));
     // (found_inf, scale after, tracker after)
     let steps = [
         (&clean, 65536.0, 1),
@@ -78,14 +78,14 @@ fn loss_scale_follows_grad_scaler() {
             .update_loss_scale(&p, &mut scale, &mut tracker, found)
             .unwrap();
         assert_eq!(read(&scale), vec![s], "step {i}");
-        assert_eq!(tracker, HostData::I32(vec![t]), "step {i}");
+        assert_eq!(tracker, buf(HostData::I32(vec![t])), "step {i}");
     }
     // A growth that would overflow f32 keeps the scale (PyTorch checks isfinite).
-    let mut scale = HostData::F32(vec![f32::MAX]);
-    let mut tracker = HostData::I32(vec![2]);
+    let mut scale = buf(HostData::F32(vec![f32::MAX]));
+    let mut tracker = buf(HostData::I32(vec![2]));
     cpu()
         .update_loss_scale(&p, &mut scale, &mut tracker, &clean)
         .unwrap();
-    assert_eq!(scale, HostData::F32(vec![f32::MAX]));
-    assert_eq!(tracker, HostData::I32(vec![0]));
+    assert_eq!(scale, buf(HostData::F32(vec![f32::MAX])));
+    assert_eq!(tracker, buf(HostData::I32(vec![0])));
 }

@@ -1,13 +1,14 @@
 //! Bad arguments return errors that name the op; nothing panics.
 
-use super::cpu;
+use super::{buf, cpu};
+use crate::CpuBuffer;
 use brrr_backend::{
     AdamWParams, Backend, BinaryOp, DType, Error, GemmSpec, HostData, LayerNormSpec, Layout,
     ReduceOp, ScaleUpdateParams, Shape, SoftmaxSpec, UnaryOp,
 };
 
-fn z(dtype: DType, n: usize) -> HostData {
-    HostData::zeros(dtype, n)
+fn z(dtype: DType, n: usize) -> CpuBuffer {
+    cpu().zeros(dtype, n).unwrap()
 }
 
 fn dtype_err(op: &str, r: Result<(), Error>) {
@@ -393,13 +394,13 @@ fn nn_errors() {
 
     // Embedding: ids out of range name the id and the table size; the output is untouched.
     let table = z(DType::F32, 50 * 4);
-    let mut out = HostData::F32(vec![7.0; 12]);
-    let r = c.embedding(&HostData::U32(vec![1, 50, 2]), &table, 4, &mut out);
+    let mut out = buf(HostData::F32(vec![7.0; 12]));
+    let r = c.embedding(&buf(HostData::U32(vec![1, 50, 2])), &table, 4, &mut out);
     invalid_err("embedding", r, &["50", "50 rows", "position 1"]);
-    assert_eq!(out, HostData::F32(vec![7.0; 12]));
+    assert_eq!(out, buf(HostData::F32(vec![7.0; 12])));
     invalid_err(
         "embedding",
-        c.embedding(&HostData::I32(vec![-1, 0, 2]), &table, 4, &mut out),
+        c.embedding(&buf(HostData::I32(vec![-1, 0, 2])), &table, 4, &mut out),
         &["-1"],
     );
     dtype_err(
@@ -408,22 +409,22 @@ fn nn_errors() {
     );
     invalid_err(
         "embedding",
-        c.embedding(&HostData::U32(vec![0]), &table, 0, &mut out),
+        c.embedding(&buf(HostData::U32(vec![0])), &table, 0, &mut out),
         &["dim"],
     );
     invalid_err(
         "embedding",
-        c.embedding(&HostData::U32(vec![0]), &table, 3, &mut out),
+        c.embedding(&buf(HostData::U32(vec![0])), &table, 3, &mut out),
         &["dim 3"],
     );
     len_err(
         "embedding",
-        c.embedding(&HostData::U32(vec![0, 1, 2, 3]), &table, 4, &mut out),
+        c.embedding(&buf(HostData::U32(vec![0, 1, 2, 3])), &table, 4, &mut out),
     );
     invalid_err(
         "embedding_backward",
         c.embedding_backward(
-            &HostData::I32(vec![0, 99]),
+            &buf(HostData::I32(vec![0, 99])),
             &z(DType::F32, 8),
             4,
             &mut z(DType::F32, 200),
@@ -433,7 +434,7 @@ fn nn_errors() {
     dtype_err(
         "embedding_backward",
         c.embedding_backward(
-            &HostData::I32(vec![0]),
+            &buf(HostData::I32(vec![0])),
             &z(DType::F16, 4),
             4,
             &mut z(DType::F32, 200),
@@ -445,7 +446,7 @@ fn nn_errors() {
         "cross_entropy",
         c.cross_entropy(
             &logits,
-            &HostData::I32(vec![0, 5]),
+            &buf(HostData::I32(vec![0, 5])),
             5,
             &mut z(DType::F32, 2),
         ),
@@ -455,7 +456,7 @@ fn nn_errors() {
         "cross_entropy",
         c.cross_entropy(
             &logits,
-            &HostData::U32(vec![0, 1]),
+            &buf(HostData::U32(vec![0, 1])),
             5,
             &mut z(DType::F32, 2),
         ),
@@ -464,7 +465,7 @@ fn nn_errors() {
         "cross_entropy",
         c.cross_entropy(
             &logits,
-            &HostData::I32(vec![0, 1]),
+            &buf(HostData::I32(vec![0, 1])),
             5,
             &mut z(DType::F16, 2),
         ),
@@ -473,7 +474,7 @@ fn nn_errors() {
         "cross_entropy",
         c.cross_entropy(
             &logits,
-            &HostData::I32(vec![0, 1, 2]),
+            &buf(HostData::I32(vec![0, 1, 2])),
             5,
             &mut z(DType::F32, 3),
         ),
@@ -482,7 +483,7 @@ fn nn_errors() {
         "cross_entropy_backward",
         c.cross_entropy_backward(
             &logits,
-            &HostData::I32(vec![0, 1]),
+            &buf(HostData::I32(vec![0, 1])),
             &z(DType::F64, 2),
             5,
             &mut z(DType::F32, 10),
@@ -492,7 +493,7 @@ fn nn_errors() {
         "cross_entropy_backward",
         c.cross_entropy_backward(
             &logits,
-            &HostData::I32(vec![0, 1]),
+            &buf(HostData::I32(vec![0, 1])),
             &z(DType::F32, 1),
             5,
             &mut z(DType::F32, 10),

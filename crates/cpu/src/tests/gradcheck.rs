@@ -4,14 +4,14 @@
 //! `L = Σ w ⊙ f(x)` of the *forward kernel* against the *backward kernel*: this ties
 //! each pair together independently of the references in `reference.rs`.
 
-use super::{cpu, rng, values};
+use super::{buf, cpu, rng, values};
 use brrr_backend::{Backend, DType, HostData, LayerNormSpec, SoftmaxSpec};
 
 const H: f64 = 1e-5;
 const TOL: f64 = 1e-7;
 
-fn f64s(v: &[f64]) -> HostData {
-    HostData::F64(v.to_vec())
+fn f64s(v: &[f64]) -> crate::CpuBuffer {
+    buf(HostData::F64(v.to_vec()))
 }
 
 fn numeric(f: &dyn Fn(&[f64]) -> f64, x: &[f64]) -> Vec<f64> {
@@ -149,7 +149,7 @@ fn cross_entropy_backward_matches_finite_differences() {
     let mut r = rng(4);
     let (rows, vocab) = (5, 7);
     let z = values(&mut r, rows * vocab, -3.0, 3.0);
-    let targets = HostData::I32(vec![3, -1, 0, 6, 2]);
+    let targets = buf(HostData::I32(vec![3, -1, 0, 6, 2]));
     let dl = values(&mut r, rows, 0.5, 2.0);
     let loss = |z: &[f64]| {
         let mut l = cpu().zeros(DType::F64, rows).unwrap();

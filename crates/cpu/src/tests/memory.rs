@@ -1,6 +1,6 @@
 //! fill, copy_strided, cast, and the memory calls.
 
-use super::{cpu, read, rng, values};
+use super::{buf, cpu, read, rng, values};
 use brrr_backend::{Backend, DType, Error, HostData, Layout, Shape, block_on};
 use half::{bf16, f16};
 
@@ -20,7 +20,7 @@ fn data(seed: u64, dtype: DType, n: usize) -> Vec<f64> {
         DType::U32 => v.iter().map(|x| x.abs().trunc() + 1.0).collect(),
         _ => v,
     };
-    HostData::from_f64(dtype, &v).to_f64()
+    buf(HostData::from_f64(dtype, &v)).to_f64()
 }
 
 #[test]
@@ -73,8 +73,10 @@ fn copy_strided_views_every_dtype() {
         for (i, (sl, slen, dl, dlen)) in cases.iter().enumerate() {
             let src = data(i as u64, dtype, *slen);
             let dst0 = data(100 + i as u64, dtype, *dlen);
-            let sb = cpu().upload(&HostData::from_f64(dtype, &src)).unwrap();
-            let mut db = cpu().upload(&HostData::from_f64(dtype, &dst0)).unwrap();
+            let sb = cpu().upload(&buf(HostData::from_f64(dtype, &src))).unwrap();
+            let mut db = cpu()
+                .upload(&buf(HostData::from_f64(dtype, &dst0)))
+                .unwrap();
             cpu().copy_strided(&sb, sl, &mut db, dl).unwrap();
             let mut want = dst0.clone();
             for (s, d) in sl.offsets().zip(dl.offsets()) {
@@ -154,7 +156,7 @@ fn cast_every_pair() {
         for to in DType::ALL {
             for n in [1usize, 7, 70_001] {
                 let v = data(n as u64, from, n);
-                let src = cpu().upload(&HostData::from_f64(from, &v)).unwrap();
+                let src = cpu().upload(&buf(HostData::from_f64(from, &v))).unwrap();
                 let mut dst = cpu().zeros(to, n).unwrap();
                 cpu().cast(&src, &mut dst).unwrap();
                 let got = read(&dst);
@@ -189,7 +191,9 @@ fn f64_to_half_rounding_is_correct_on_hard_cases() {
     }
     for to in [DType::F16, DType::BF16, DType::F32] {
         let mut dst = cpu().zeros(to, v.len()).unwrap();
-        cpu().cast(&HostData::F64(v.clone()), &mut dst).unwrap();
+        cpu()
+            .cast(&buf(HostData::F64(v.clone())), &mut dst)
+            .unwrap();
         for (&x, &g) in v.iter().zip(&read(&dst)) {
             assert!(is_rne(to, x, g), "cast f64 -> {to}: {x:e} became {g:e}");
             let mut one = cpu().zeros(to, 1).unwrap();
@@ -204,10 +208,10 @@ fn cast_rounds_once_to_nearest_even() {
     // 1 + 2^-11 lies halfway between two f16 neighbours: ties go to the even one (1.0);
     // 1 + 2^-11 + 2^-30 is just above halfway and must round up, which a double
     // rounding through f32 would get wrong (f32 rounds it to the tie first).
-    let src = HostData::F64(vec![
+    let src = buf(HostData::F64(vec![
         1.0 + 2f64.powi(-11),
         1.0 + 2f64.powi(-11) + 2f64.powi(-30),
-    ]);
+    ]));
     let mut dst = cpu().zeros(DType::F16, 2).unwrap();
     cpu().cast(&src, &mut dst).unwrap();
     assert_eq!(read(&dst), vec![1.0, 1.0 + 2f64.powi(-10)]);
@@ -226,12 +230,16 @@ fn fill_converts_the_value() {
 #[test]
 fn upload_write_read_roundtrip() {
     let c = cpu();
-    let mut b = c.upload(&HostData::F32(vec![1.0, 2.0])).unwrap();
-    c.write(&mut b, &HostData::F32(vec![3.0, 4.0])).unwrap();
-    assert_eq!(block_on(c.read(&b)).unwrap(), HostData::F32(vec![3.0, 4.0]));
-    assert!(c.write(&mut b, &HostData::F32(vec![1.0])).is_err());
+    let mut b = c.upload(&buf(HostData::F32(vec![1.0, 2.0]))).unwrap();
+    c.write(&mut b, &buf(HostData::F32(vec![3.0, 4.0])))
+        .unwrap();
+    assert_eq!(
+        block_on(c.read(&b)).unwrap(),
+        buf(HostData::F32(vec![3.0, 4.0]))
+    );
+    assert!(c.write(&mut b, &buf(HostData::F32(vec![1.0]))).is_err());
     assert!(matches!(
-        c.write(&mut b, &HostData::F16(vec![half::f16::ONE; 2])),
+        c.write(&mut b, &buf(HostData::F16(vec![half::f16::ONE; 2]))),
         Err(Error::DType { .. })
     ));
     block_on(c.synchronize()).unwrap();

@@ -18,7 +18,7 @@ mod ops;
 mod optim;
 mod reference;
 
-use crate::CpuBackend;
+use crate::{CpuBackend, CpuBuffer};
 use brrr_backend::{Backend, DType, HostData, block_on};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -58,13 +58,18 @@ pub(crate) fn input(
     n: usize,
     lo: f64,
     hi: f64,
-) -> (Vec<f64>, HostData) {
+) -> (Vec<f64>, CpuBuffer) {
     let v = quantize(dtype, &values(rng, n, lo, hi));
     let buf = cpu().upload(&HostData::from_f64(dtype, &v)).unwrap();
     (v, buf)
 }
 
-pub(crate) fn read(buf: &HostData) -> Vec<f64> {
+/// `h` in a buffer of the test backend.
+pub(crate) fn buf(h: HostData) -> CpuBuffer {
+    cpu().upload(&h).unwrap()
+}
+
+pub(crate) fn read(buf: &CpuBuffer) -> Vec<f64> {
     block_on(cpu().read(buf)).unwrap().to_f64()
 }
 

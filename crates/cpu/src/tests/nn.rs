@@ -1,7 +1,7 @@
 //! softmax, LayerNorm, GELU, embedding, cross-entropy.
 
 use super::{
-    ODD, assert_close, cpu, eps_compute, input, quantize, read, reference, rng, round_tol,
+    ODD, assert_close, buf, cpu, eps_compute, input, quantize, read, reference, rng, round_tol,
 };
 use brrr_backend::{Backend, DType, HostData, LayerNormSpec, SoftmaxSpec};
 use rand::Rng;
@@ -35,7 +35,7 @@ fn softmax_forward_and_backward() {
 
                     // Backward from a valid softmax output (zeros where masked).
                     let y = quantize(dtype, &want);
-                    let yb = cpu().upload(&HostData::from_f64(dtype, &y)).unwrap();
+                    let yb = cpu().upload(&buf(HostData::from_f64(dtype, &y))).unwrap();
                     let (dy, dyb) = input(&mut r, dtype, rows * cols, -1.0, 1.0);
                     let mut dxb = cpu().zeros(dtype, rows * cols).unwrap();
                     cpu().softmax_backward(&spec, &yb, &dyb, &mut dxb).unwrap();
@@ -220,9 +220,9 @@ fn embedding_forward_and_backward_with_repeated_ids() {
                     let mut r = rng(seed);
                     let ids: Vec<usize> = (0..n).map(|_| r.random_range(0..rows)).collect();
                     let idb = if signed {
-                        HostData::I32(ids.iter().map(|&i| i as i32).collect())
+                        buf(HostData::I32(ids.iter().map(|&i| i as i32).collect()))
                     } else {
-                        HostData::U32(ids.iter().map(|&i| i as u32).collect())
+                        buf(HostData::U32(ids.iter().map(|&i| i as u32).collect()))
                     };
                     let (table, tb) = input(&mut r, dtype, rows * dim, -2.0, 2.0);
                     let mut out = cpu().zeros(dtype, n * dim).unwrap();
@@ -281,7 +281,7 @@ fn cross_entropy_forward_and_backward() {
                         }
                     })
                     .collect();
-                let tb = HostData::I32(targets.clone());
+                let tb = buf(HostData::I32(targets.clone()));
                 let (z, zb) = input(&mut r, dtype, rows * vocab, -4.0, 4.0);
                 let mut lb = cpu().zeros(ldt, rows).unwrap();
                 cpu().cross_entropy(&zb, &tb, vocab, &mut lb).unwrap();
@@ -350,7 +350,7 @@ fn results_do_not_depend_on_the_thread_count() {
             cpu()
                 .reduce(brrr_backend::ReduceOp::Sum, &dyb, 1, rows, cols, &mut sum)
                 .unwrap();
-            let ids = HostData::U32((0..rows as u32).map(|i| i % 7).collect());
+            let ids = buf(HostData::U32((0..rows as u32).map(|i| i % 7).collect()));
             let mut dt = cpu().zeros(DType::F32, 7 * cols).unwrap();
             cpu().embedding_backward(&ids, &dyb, cols, &mut dt).unwrap();
             [yb, dx, dg, db, sum, dt]

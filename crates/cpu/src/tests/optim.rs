@@ -1,6 +1,8 @@
 //! AdamW against the f64 formula, several steps, with and without the AMP scalars.
 
-use super::{assert_close, cpu, eps_compute, input, quantize, read, reference, rng, round_tol};
+use super::{
+    assert_close, buf, cpu, eps_compute, input, quantize, read, reference, rng, round_tol,
+};
 use brrr_backend::{AdamWParams, Backend, DType, HostData};
 
 #[test]
@@ -15,8 +17,8 @@ fn adamw_matches_the_formula_over_several_steps() {
                 let (mut m, mut v) = (vec![0.0; n], vec![0.0; n]);
                 let mut mb = cpu().zeros(DType::F32, n).unwrap();
                 let mut vb = cpu().zeros(DType::F32, n).unwrap();
-                let isb = inv_scale.map(|s| HostData::F32(vec![s]));
-                let clean = HostData::F32(vec![0.0]);
+                let isb = inv_scale.map(|s| buf(HostData::F32(vec![s])));
+                let clean = buf(HostData::F32(vec![0.0]));
                 for step in 1..=3 {
                     let hp = AdamWParams {
                         lr: 0.05,
@@ -55,8 +57,8 @@ fn adamw_matches_the_formula_over_several_steps() {
                     p = read(&pb);
                     m = quantize(DType::F32, &mw);
                     v = quantize(DType::F32, &vw);
-                    mb = HostData::from_f64(DType::F32, &m);
-                    vb = HostData::from_f64(DType::F32, &v);
+                    mb = buf(HostData::from_f64(DType::F32, &m));
+                    vb = buf(HostData::from_f64(DType::F32, &v));
                 }
             }
         }
@@ -69,9 +71,9 @@ fn adamw_skips_the_step_when_found_inf_is_set() {
         let mut r = rng(11);
         let (p, mut pb) = input(&mut r, dtype, 9, -1.0, 1.0);
         let (_, gb) = input(&mut r, dtype, 9, -1.0, 1.0);
-        let mut mb = HostData::F32(vec![0.5; 9]);
-        let mut vb = HostData::F32(vec![0.25; 9]);
-        let found = HostData::F32(vec![1.0]);
+        let mut mb = buf(HostData::F32(vec![0.5; 9]));
+        let mut vb = buf(HostData::F32(vec![0.25; 9]));
+        let found = buf(HostData::F32(vec![1.0]));
         cpu()
             .adamw(
                 &AdamWParams::default(),
