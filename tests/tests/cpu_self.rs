@@ -270,23 +270,23 @@ impl Backend for Broken {
     fn adamw_master(
         &self,
         p: &AdamWParams,
-        master: &mut HostData,
-        copy: &mut HostData,
-        grad: &HostData,
-        m: &mut HostData,
-        v: &mut HostData,
-        inv_scale: Option<&HostData>,
-        found_inf: Option<&HostData>,
+        master: &mut CpuBuffer,
+        copy: &mut CpuBuffer,
+        grad: &CpuBuffer,
+        m: &mut CpuBuffer,
+        v: &mut CpuBuffer,
+        inv_scale: Option<&CpuBuffer>,
+        found_inf: Option<&CpuBuffer>,
     ) -> Result<()> {
         self.cpu
             .adamw_master(p, master, copy, grad, m, v, inv_scale, found_inf)
     }
     fn clip_coefficient(
         &self,
-        sumsq: &HostData,
+        sumsq: &CpuBuffer,
         max_norm: f64,
-        norm: &mut HostData,
-        coef: &mut HostData,
+        norm: &mut CpuBuffer,
+        coef: &mut CpuBuffer,
     ) -> Result<()> {
         self.cpu.clip_coefficient(sumsq, max_norm, norm, coef)
     }

@@ -427,23 +427,34 @@ impl Backend for CpuBackend {
     fn adamw_master(
         &self,
         params: &AdamWParams,
-        master: &mut HostData,
-        param_copy: &mut HostData,
-        grad: &HostData,
-        m: &mut HostData,
-        v: &mut HostData,
-        inv_scale: Option<&HostData>,
-        found_inf: Option<&HostData>,
+        master: &mut CpuBuffer,
+        param_copy: &mut CpuBuffer,
+        grad: &CpuBuffer,
+        m: &mut CpuBuffer,
+        v: &mut CpuBuffer,
+        inv_scale: Option<&CpuBuffer>,
+        found_inf: Option<&CpuBuffer>,
     ) -> Result<()> {
-        optim::adamw_master(params, master, param_copy, grad, m, v, inv_scale, found_inf)
+        self.install(|| {
+            optim::adamw_master(
+                params,
+                master,
+                param_copy,
+                grad,
+                m,
+                v,
+                inv_scale.map(|b| &**b),
+                found_inf.map(|b| &**b),
+            )
+        })
     }
 
     fn clip_coefficient(
         &self,
-        sumsq: &HostData,
+        sumsq: &CpuBuffer,
         max_norm: f64,
-        norm: &mut HostData,
-        coef: &mut HostData,
+        norm: &mut CpuBuffer,
+        coef: &mut CpuBuffer,
     ) -> Result<()> {
         optim::clip_coefficient(sumsq, max_norm, norm, coef)
     }

@@ -1,4 +1,4 @@
-use super::{ODD, assert_close, cpu, eps_compute, input, read, reference, rng, round_tol};
+use super::{ODD, assert_close, buf, cpu, eps_compute, input, read, reference, rng, round_tol};
 use brrr_backend::{Backend, DType, GemmSpec, HostData};
 
 /// Runs `spec` on random A, B, C of `dtype` and compares with the f64 reference.
@@ -209,8 +209,8 @@ fn mixed_products_equal_the_f32_product_of_the_widened_operands() {
         let mut mixed = c0.clone();
         cpu().gemm(&spec, &ab, &bb, &mut mixed).unwrap();
         let (a32, b32) = (
-            HostData::from_f64(DType::F32, &a),
-            HostData::from_f64(DType::F32, &b),
+            buf(HostData::from_f64(DType::F32, &a)),
+            buf(HostData::from_f64(DType::F32, &b)),
         );
         let mut plain = c0.clone();
         cpu().gemm(&spec, &a32, &b32, &mut plain).unwrap();
@@ -222,7 +222,7 @@ fn mixed_products_equal_the_f32_product_of_the_widened_operands() {
 fn mixed_dtypes_outside_the_rule_are_errors() {
     let c = cpu();
     let spec = GemmSpec::new(2, 2, 2);
-    let h = |d: DType| HostData::from_f64(d, &[0.5; 4]);
+    let h = |d: DType| buf(HostData::from_f64(d, &[0.5; 4]));
     // f32 operands into a bf16 C, f64 operands into f32, f16 with bf16: all refused.
     for (ab, cd) in [
         (DType::F32, DType::BF16),

@@ -111,13 +111,15 @@ fn adamw_master_is_the_f32_step_plus_one_rounding() {
                     grad_scale: 0.5,
                     ..Default::default()
                 };
-                let isb = inv.map(|s| HostData::F32(vec![s]));
-                let fb = found.map(|s| HostData::F32(vec![s]));
-                let (mut m1, mut v1) =
-                    (HostData::F32(vec![0.01; n]), HostData::F32(vec![0.001; n]));
+                let isb = inv.map(|s| buf(HostData::F32(vec![s])));
+                let fb = found.map(|s| buf(HostData::F32(vec![s])));
+                let (mut m1, mut v1) = (
+                    buf(HostData::F32(vec![0.01; n])),
+                    buf(HostData::F32(vec![0.001; n])),
+                );
                 let (mut m2, mut v2) = (m1.clone(), v1.clone());
                 let mut plain = master0.clone();
-                let g32 = HostData::from_f64(DType::F32, &g);
+                let g32 = buf(HostData::from_f64(DType::F32, &g));
                 cpu()
                     .adamw(
                         &hp,
@@ -130,7 +132,7 @@ fn adamw_master_is_the_f32_step_plus_one_rounding() {
                     )
                     .unwrap();
                 let mut master = master0.clone();
-                let mut copy = HostData::from_f64(copy_dt, &vec![f64::NAN; n]);
+                let mut copy = buf(HostData::from_f64(copy_dt, &vec![f64::NAN; n]));
                 cpu()
                     .adamw_master(
                         &hp,
@@ -146,7 +148,7 @@ fn adamw_master_is_the_f32_step_plus_one_rounding() {
                 let case = format!("copy {copy_dt} grad {grad_dt} inv {inv:?}");
                 assert_eq!(master, plain, "{case}: master");
                 assert_eq!((m1, v1), (m2, v2), "{case}: moments");
-                let want = HostData::from_f64(copy_dt, &read(&master));
+                let want = buf(HostData::from_f64(copy_dt, &read(&master)));
                 assert_eq!(copy, want, "{case}: copy");
             }
         }
@@ -157,9 +159,9 @@ fn adamw_master_is_the_f32_step_plus_one_rounding() {
 fn adamw_master_skips_everything_and_refuses_bad_dtypes() {
     let c = cpu();
     let hp = AdamWParams::default();
-    let f32s = |v: f32, n: usize| HostData::F32(vec![v; n]);
+    let f32s = |v: f32, n: usize| buf(HostData::F32(vec![v; n]));
     let mut master = f32s(0.5, 3);
-    let mut copy = HostData::from_f64(DType::BF16, &[7.0; 3]);
+    let mut copy = buf(HostData::from_f64(DType::BF16, &[7.0; 3]));
     let (mut m, mut v) = (f32s(0.0, 3), f32s(0.0, 3));
     c.adamw_master(
         &hp,
@@ -182,9 +184,9 @@ fn adamw_master_skips_everything_and_refuses_bad_dtypes() {
         (DType::F32, DType::I32, DType::F32),    // integer copy
     ];
     for (md, cd, gd) in bad {
-        let mut master = HostData::from_f64(md, &[0.5; 3]);
-        let mut copy = HostData::from_f64(cd, &[0.5; 3]);
-        let g = HostData::from_f64(gd, &[0.5; 3]);
+        let mut master = buf(HostData::from_f64(md, &[0.5; 3]));
+        let mut copy = buf(HostData::from_f64(cd, &[0.5; 3]));
+        let g = buf(HostData::from_f64(gd, &[0.5; 3]));
         let e = c
             .adamw_master(&hp, &mut master, &mut copy, &g, &mut m, &mut v, None, None)
             .unwrap_err();
@@ -194,7 +196,7 @@ fn adamw_master_skips_everything_and_refuses_bad_dtypes() {
         );
     }
     // A copy one element short.
-    let mut short = HostData::from_f64(DType::BF16, &[0.5; 2]);
+    let mut short = buf(HostData::from_f64(DType::BF16, &[0.5; 2]));
     let mut master = f32s(0.5, 3);
     assert!(
         c.adamw_master(
@@ -231,29 +233,37 @@ fn clip_coefficient_is_bitwise_the_host_formula() {
         (f32::NAN, 1.0),
         (f32::MAX, 1e30),
     ] {
-        let (mut norm, mut coef) = (HostData::F32(vec![f32::NAN]), HostData::F32(vec![f32::NAN]));
-        c.clip_coefficient(&HostData::F32(vec![ss]), max_norm, &mut norm, &mut coef)
-            .unwrap();
+        let (mut norm, mut coef) = (
+            buf(HostData::F32(vec![f32::NAN])),
+            buf(HostData::F32(vec![f32::NAN])),
+        );
+        c.clip_coefficient(
+            &buf(HostData::F32(vec![ss])),
+            max_norm,
+            &mut norm,
+            &mut coef,
+        )
+        .unwrap();
         let (wn, wc) = host_clip(ss, max_norm);
-        let (HostData::F32(n), HostData::F32(k)) = (&norm, &coef) else {
+        let (HostData::F32(n), HostData::F32(k)) = (&*norm, &*coef) else {
             panic!("outputs stay f32");
         };
         assert_eq!(n[0].to_bits(), wn.to_bits(), "norm of {ss}");
         assert_eq!(k[0].to_bits(), wc.to_bits(), "coef of {ss}, {max_norm}");
     }
-    let mut o = (HostData::F32(vec![0.0]), HostData::F32(vec![0.0]));
-    let one = HostData::F32(vec![1.0]);
+    let mut o = (buf(HostData::F32(vec![0.0])), buf(HostData::F32(vec![0.0])));
+    let one = buf(HostData::F32(vec![1.0]));
     for bad in [0.0, -1.0, f64::NAN] {
         let e = c
             .clip_coefficient(&one, bad, &mut o.0, &mut o.1)
             .unwrap_err();
         assert!(e.to_string().contains("clip_coefficient"), "{e}");
     }
-    let f64_sum = HostData::F64(vec![1.0]);
+    let f64_sum = buf(HostData::F64(vec![1.0]));
     assert!(
         c.clip_coefficient(&f64_sum, 1.0, &mut o.0, &mut o.1)
             .is_err()
     );
-    let mut empty = HostData::F32(vec![]);
+    let mut empty = buf(HostData::F32(vec![]));
     assert!(c.clip_coefficient(&one, 1.0, &mut empty, &mut o.1).is_err());
 }
