@@ -175,12 +175,16 @@ mod tests {
 
     #[test]
     fn absurd_sizes_are_errors_not_aborts() {
-        let mut cfg = TrainConfig::default();
-        cfg.batch_size = 99_999_999_999_999;
+        let cfg = TrainConfig {
+            batch_size: 99_999_999_999_999,
+            ..TrainConfig::default()
+        };
         let e = estimate(&cfg).unwrap_err().to_string();
         assert!(e.contains("overflows"), "{e}");
-        let mut cfg = TrainConfig::default();
-        cfg.eval_batches = 1_000_000_000_000;
+        let cfg = TrainConfig {
+            eval_batches: 1_000_000_000_000,
+            ..TrainConfig::default()
+        };
         let need = estimate(&cfg).unwrap();
         let e = check_fits(need.total(), 8 << 30, "host memory")
             .unwrap_err()

@@ -51,7 +51,7 @@ impl MicroBatchSchedule {
     pub fn new(actions: Vec<Action>) -> Result<Self> {
         let fail = |msg: String| Err(Error::invalid("MicroBatchSchedule", msg));
         let n = actions.len() / 2;
-        if actions.is_empty() || actions.len() % 2 != 0 {
+        if actions.is_empty() || !actions.len().is_multiple_of(2) {
             return fail(format!(
                 "needs one forward and one backward per micro-batch, got {} actions",
                 actions.len()
