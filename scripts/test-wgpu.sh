@@ -116,6 +116,9 @@ if [ "$WHAT" != native ]; then
     step "cargo test -p brrr-conformance --target wasm32-unknown-unknown --test web (headless $CHROME, WebGPU)"
     cargo test -p brrr-conformance --target wasm32-unknown-unknown --test web \
         -- --nocapture < /dev/null
+    step "cargo test -p brrr-train --target wasm32-unknown-unknown --test web (a tiny GPT trains, async, on cpu and WebGPU)"
+    cargo test -p brrr-train --target wasm32-unknown-unknown --test web \
+        -- --nocapture < /dev/null
 fi
 
 step "wgpu tests passed"

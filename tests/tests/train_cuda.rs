@@ -1,4 +1,4 @@
-//! End to end: `brrr train` on the CUDA backend follows the CPU run, step by step.
+//! End to end: `brrr-train`'s Trainer on the CUDA backend follows the CPU run, step by step.
 //!
 //! - On a GPU: 20 steps of the default model at a small batch, every step's loss within
 //!   1e-3 relative of brrr-cpu's (see `train_common`). Without a GPU: skipped loudly, or a
@@ -24,8 +24,8 @@ fn cuda_training_follows_cpu_training() {
         Err(e) => panic!("cuda: the backend could not be created: {e}"),
     };
     let device = gpu.device_name().to_string();
-    let small = ["--batch-size", "4", "--seq-len", "64"];
-    let worst = train_common::follows_cpu("cuda", gpu, 20, &small, 1e-3);
+    let cfg = train_common::config(20, |c| (c.batch_size, c.seq_len) = (4, 64));
+    let worst = train_common::follows_cpu("cuda", gpu, &cfg, 1e-3);
     eprintln!("cuda ({device}) follows cpu: worst relative loss difference {worst:.2e}");
 }
 
@@ -36,18 +36,10 @@ fn emulated_cuda_training_follows_cpu_training() {
         return;
     }
     let emu = CudaBackend::emulated().expect("building the CUDA kernel emulator");
-    let tiny = [
-        "--n-layer",
-        "1",
-        "--n-head",
-        "2",
-        "--n-embd",
-        "32",
-        "--batch-size",
-        "2",
-        "--seq-len",
-        "16",
-    ];
-    let worst = train_common::follows_cpu("cuda-emu", emu, 4, &tiny, 1e-3);
+    let cfg = train_common::config(4, |c| {
+        (c.model.n_layer, c.model.n_head, c.model.n_embd) = (1, 2, 32);
+        (c.batch_size, c.seq_len) = (2, 16);
+    });
+    let worst = train_common::follows_cpu("cuda-emu", emu, &cfg, 1e-3);
     eprintln!("cuda-emu follows cpu: worst relative loss difference {worst:.2e}");
 }

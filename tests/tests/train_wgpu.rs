@@ -1,4 +1,4 @@
-//! End to end: `brrr train` on the wgpu backend follows the CPU run, step by step.
+//! End to end: `brrr-train`'s Trainer on the wgpu backend follows the CPU run, step by step.
 //!
 //! The same GPT, seed, data and schedule on both backends for 20 steps; every step's
 //! training loss must agree to 1e-3 relative (see `train_common`). Without an adapter:
@@ -18,12 +18,13 @@ fn wgpu_training_follows_cpu_training() {
     };
     // A small batch keeps lavapipe (a CPU emulating a GPU) well under a second a step;
     // BRRR_TRAIN_FULL=1 uses `brrr train`'s default batch (16 × 128 tokens) instead.
-    let small: &[&str] = if std::env::var("BRRR_TRAIN_FULL").is_ok_and(|v| v == "1") {
-        &[]
-    } else {
-        &["--batch-size", "4", "--seq-len", "64"]
-    };
+    let full = std::env::var("BRRR_TRAIN_FULL").is_ok_and(|v| v == "1");
+    let cfg = train_common::config(20, |c| {
+        if !full {
+            (c.batch_size, c.seq_len) = (4, 64);
+        }
+    });
     let adapter = gpu.report().adapter.clone();
-    let worst = train_common::follows_cpu("wgpu", gpu, 20, small, 1e-3);
+    let worst = train_common::follows_cpu("wgpu", gpu, &cfg, 1e-3);
     eprintln!("wgpu ({adapter}) follows cpu: worst relative loss difference {worst:.2e}");
 }

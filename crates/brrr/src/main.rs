@@ -90,36 +90,7 @@ fn main() -> ExitCode {
 }
 
 fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
-    let s = train::run(args)?;
-    println!("steps done:        {}", s.steps_done);
-    println!("final train loss:  {:.4} nats/token", s.final_loss);
-    if let Some(v) = s.final_val_loss {
-        println!(
-            "final val loss:    {v:.4} nats/token (unigram entropy of the corpus: {:.4})",
-            s.unigram_entropy
-        );
-    }
-    println!("throughput:        {:.0} tokens/s", s.tokens_per_s);
-    match (&s.peak, s.mfu) {
-        (Ok(peak), Some(mfu)) => {
-            let rate = if peak.flops >= 1e12 {
-                format!("{:.1} TFLOP/s", peak.flops / 1e12)
-            } else {
-                format!("{:.0} GFLOP/s", peak.flops / 1e9)
-            };
-            println!(
-                "MFU:               {:.1}% of {rate}, the {}",
-                mfu * 100.0,
-                peak.what
-            );
-        }
-        (Err(why), _) => println!("MFU:               n/a: {why}"),
-        (Ok(_), None) => println!("MFU:               n/a: no timed steps"),
-    }
-    println!(
-        "wrote:             {}/{{config.toml, metrics.csv, loss.svg, checkpoint.safetensors}}",
-        s.out_dir.display()
-    );
+    print!("{}", train::run(args)?);
     Ok(())
 }
 

@@ -1,35 +1,33 @@
-//! `brrr train`: the training loop, on any backend.
+//! `brrr train`: flags into a [`TrainConfig`], a [`Trainer`] from `brrr-train`, and an
+//! [`Observer`] that draws the progress bar and writes `metrics.csv`, `loss.svg` and
+//! checkpoints into the run directory.
 //!
-//! One optimizer step is `grad_accum` micro-batches of forward + backward (each
-//! backward accumulates into the parameter gradients with loss scale `1/(n·k)`), one
-//! global gradient-norm computation for clipping, and one fused AdamW update per
-//! parameter. The learning rate follows warmup + cosine. Everything that determines
-//! the future of a run (weights, AdamW moments, step, the batch sampler's RNG
-//! position) goes into the checkpoint, so a resumed run continues bit for bit.
+//! Everything that can be checked is checked before the first file of the run
+//! directory is written: the flags, the corpus, the memory the run needs, an existing
+//! run in the output directory, the `--trace` path, and on `--resume` the flags that
+//! would contradict the saved run.
 
-use crate::ckpt::{self, NamedTensor};
-use crate::data::{
-    Batch, Batcher, ByteTokenizer, Corpus, DEFAULT_CORPUS, RngState, unigram_entropy_nats,
-    val_batches,
-};
+use crate::ckpt;
+use crate::data::{Corpus, DEFAULT_CORPUS, SYNTHETIC, synthetic_corpus, unigram_entropy_nats};
 use crate::metrics::{self, MetricsWriter, Row};
-use brrr_backend::{Backend, DType, Error, Result};
+use brrr_backend::{Backend, Error, Result};
 use brrr_cpu::CpuBackend;
-use brrr_nn::{AdamW, AdamWConfig, CosineSchedule, Gpt, GptConfig, Module, clip_grad_norm};
+use brrr_nn::{Gpt, GptConfig};
 use brrr_perf::trace::Tracer;
-use brrr_tensor::Tensor;
+use brrr_train::memory;
+use brrr_train::{
+    Batcher, Evaluation, Observer, StepStats, TrainConfig, TrainState, Trainer, val_batches,
+};
 use indicatif::{ProgressBar, ProgressStyle};
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 /// The backends `--backend` names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
+    #[default]
     Cpu,
     Wgpu,
     Cuda,
@@ -55,47 +53,64 @@ pub enum Preset {
     Gpt2_124m,
 }
 
-/// Flags of `brrr train`.
-#[derive(Clone, Debug, clap::Args)]
+impl Preset {
+    /// The preset's model.
+    pub fn model(self) -> GptConfig {
+        match self {
+            Preset::Tiny => TrainConfig::default().model,
+            Preset::Gpt2_124m => GptConfig::gpt2_124m(),
+        }
+    }
+}
+
+/// Flags of `brrr train`. Flags that define the run are optional, so that `--resume`
+/// can tell which ones were given (and refuse those that contradict the saved run);
+/// their defaults are [`TrainConfig::default`]'s.
+#[derive(Clone, Debug, Default, clap::Args)]
 pub struct TrainArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value = "cpu")]
     pub backend: BackendKind,
-    /// Total optimizer steps of the run (a resumed run continues up to this).
-    #[arg(long, default_value_t = 800)]
-    pub steps: u64,
-    /// Sequences per micro-batch.
-    #[arg(long, default_value_t = 16)]
-    pub batch_size: usize,
-    /// Tokens per sequence (at most the model's context).
-    #[arg(long, default_value_t = 128)]
-    pub seq_len: usize,
-    /// Micro-batches per optimizer step.
-    #[arg(long, default_value_t = 1)]
-    pub grad_accum: usize,
-    #[arg(long, default_value_t = 1337)]
-    pub seed: u64,
-    /// Peak learning rate (after warmup).
-    #[arg(long, default_value_t = 2e-3)]
-    pub lr: f64,
-    /// Final learning rate of the cosine decay.
-    #[arg(long, default_value_t = 2e-4)]
-    pub min_lr: f64,
-    #[arg(long, default_value_t = 50)]
-    pub warmup_steps: u64,
-    #[arg(long, default_value_t = 0.1)]
-    pub weight_decay: f32,
-    /// Clip the global gradient norm to this value.
-    #[arg(long, default_value_t = 1.0)]
-    pub grad_clip: f64,
-    /// Evaluate on the held-out split (and save a checkpoint) every this many steps.
-    #[arg(long, default_value_t = 100)]
-    pub eval_every: u64,
-    /// Validation batches per evaluation.
-    #[arg(long, default_value_t = 8)]
-    pub eval_batches: usize,
-    #[arg(long, value_enum, default_value = "tiny")]
-    pub preset: Preset,
+    /// Total optimizer steps of the run [default: 800]; with --resume, the new total.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Sequences per micro-batch [default: 16].
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Tokens per sequence, at most the model's context [default: 128].
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// Micro-batches per optimizer step [default: 1].
+    #[arg(long)]
+    pub grad_accum: Option<usize>,
+    /// Seeds the weights and the batches [default: 1337].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Peak learning rate, after warmup [default: 2e-3].
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Final learning rate of the cosine decay [default: 2e-4].
+    #[arg(long)]
+    pub min_lr: Option<f64>,
+    /// Steps of linear warmup [default: 50].
+    #[arg(long)]
+    pub warmup_steps: Option<u64>,
+    /// AdamW weight decay, >= 0 [default: 0.1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub weight_decay: Option<f32>,
+    /// Clip the global gradient norm to this value [default: 1.0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub grad_clip: Option<f64>,
+    /// Evaluate on the held-out split (and save a checkpoint) every this many steps
+    /// [default: 100]; may change on --resume.
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+    /// Validation batches per evaluation [default: 8].
+    #[arg(long)]
+    pub eval_batches: Option<usize>,
+    /// The model's shape [default: tiny].
+    #[arg(long, value_enum)]
+    pub preset: Option<Preset>,
     /// Override the preset's layer count.
     #[arg(long)]
     pub n_layer: Option<usize>,
@@ -105,16 +120,23 @@ pub struct TrainArgs {
     /// Override the preset's width.
     #[arg(long)]
     pub n_embd: Option<usize>,
-    /// A UTF-8 text file to train on (default: the corpus shipped with brrr).
+    /// Override the preset's context length (the longest --seq-len the model takes).
+    #[arg(long)]
+    pub block_size: Option<usize>,
+    /// A UTF-8 text file to train on, at most 1 GiB (default: the corpus shipped with
+    /// brrr).
     #[arg(long)]
     pub corpus: Option<PathBuf>,
     /// Train on random printable ASCII generated from the seed instead of a corpus
     /// (throughput benchmarks: the loss cannot fall below ln 95).
     #[arg(long, conflicts_with = "corpus")]
     pub synthetic: bool,
-    /// Output directory (default: runs/train).
+    /// Output directory (default: runs/train; with --resume, the resumed run's).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Replace the run already in the output directory.
+    #[arg(long)]
+    pub force: bool,
     /// Continue the run saved in this directory.
     #[arg(long)]
     pub resume: Option<PathBuf>,
@@ -130,135 +152,147 @@ pub struct TrainArgs {
     pub trace: Option<PathBuf>,
 }
 
-/// What a run is, as written to `config.toml`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TrainConfig {
-    pub model: GptConfig,
-    pub steps: u64,
-    pub batch_size: usize,
-    pub seq_len: usize,
-    pub grad_accum: usize,
-    pub seed: u64,
-    pub lr: f64,
-    pub min_lr: f64,
-    pub warmup_steps: u64,
-    pub weight_decay: f32,
-    pub grad_clip: f64,
-    pub eval_every: u64,
-    pub eval_batches: usize,
-    pub corpus: String,
-    pub tokenizer: String,
+/// The configuration the flags describe (a fresh run), validated.
+pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
+    let d = TrainConfig::default();
+    let corpus = match &args.corpus {
+        _ if args.synthetic => SYNTHETIC.to_string(),
+        Some(p) => p.display().to_string(),
+        None => DEFAULT_CORPUS.to_string(),
+    };
+    let cfg = TrainConfig {
+        model: model_from_args(args),
+        steps: args.steps.unwrap_or(d.steps),
+        batch_size: args.batch_size.unwrap_or(d.batch_size),
+        seq_len: args.seq_len.unwrap_or(d.seq_len),
+        grad_accum: args.grad_accum.unwrap_or(d.grad_accum),
+        seed: args.seed.unwrap_or(d.seed),
+        lr: args.lr.unwrap_or(d.lr),
+        min_lr: args.min_lr.unwrap_or(d.min_lr),
+        warmup_steps: args.warmup_steps.unwrap_or(d.warmup_steps),
+        weight_decay: args.weight_decay.unwrap_or(d.weight_decay),
+        grad_clip: args.grad_clip.unwrap_or(d.grad_clip),
+        eval_every: args.eval_every.unwrap_or(d.eval_every),
+        eval_batches: args.eval_batches.unwrap_or(d.eval_batches),
+        corpus,
+        tokenizer: d.tokenizer,
+    };
+    cfg.validate()?;
+    Ok(cfg)
 }
 
-impl TrainConfig {
-    pub fn from_args(args: &TrainArgs) -> Result<Self> {
-        let mut model = match args.preset {
-            Preset::Tiny => GptConfig {
-                vocab_size: ByteTokenizer::VOCAB_SIZE,
-                block_size: 128,
-                n_layer: 4,
-                n_head: 4,
-                n_embd: 128,
-            },
-            Preset::Gpt2_124m => GptConfig::gpt2_124m(),
-        };
-        if let Some(v) = args.n_layer {
-            model.n_layer = v;
-        }
-        if let Some(v) = args.n_head {
-            model.n_head = v;
-        }
-        if let Some(v) = args.n_embd {
-            model.n_embd = v;
-        }
-        model.block_size = model.block_size.max(args.seq_len);
-        let corpus = match &args.corpus {
-            _ if args.synthetic => SYNTHETIC.to_string(),
-            Some(p) => p.display().to_string(),
-            None => DEFAULT_CORPUS.to_string(),
-        };
-        let cfg = TrainConfig {
-            model,
-            steps: args.steps,
-            batch_size: args.batch_size,
-            seq_len: args.seq_len,
-            grad_accum: args.grad_accum,
-            seed: args.seed,
-            lr: args.lr,
-            min_lr: args.min_lr,
-            warmup_steps: args.warmup_steps,
-            weight_decay: args.weight_decay,
-            grad_clip: args.grad_clip,
-            eval_every: args.eval_every,
-            eval_batches: args.eval_batches,
-            corpus,
-            tokenizer: ByteTokenizer::NAME.to_string(),
-        };
-        cfg.validate()?;
-        Ok(cfg)
+fn model_from_args(args: &TrainArgs) -> GptConfig {
+    let mut model = args.preset.unwrap_or(Preset::Tiny).model();
+    if let Some(v) = args.n_layer {
+        model.n_layer = v;
     }
-
-    pub fn validate(&self) -> Result<()> {
-        self.model.validate()?;
-        let bad = |m: String| Err(Error::invalid("train", m));
-        if self.steps == 0 {
-            return bad("--steps must be at least 1".into());
-        }
-        if self.batch_size == 0 || self.seq_len == 0 || self.grad_accum == 0 {
-            return bad("--batch-size, --seq-len and --grad-accum must be at least 1".into());
-        }
-        if self.seq_len > self.model.block_size {
-            return bad(format!(
-                "--seq-len {} exceeds the context {}",
-                self.seq_len, self.model.block_size
-            ));
-        }
-        if self.model.vocab_size < ByteTokenizer::VOCAB_SIZE {
-            return bad(format!(
-                "vocab_size {} is smaller than the byte tokenizer's 256",
-                self.model.vocab_size
-            ));
-        }
-        let lr_ok = self.lr > 0.0 && self.lr.is_finite();
-        let min_ok = self.min_lr >= 0.0 && self.min_lr <= self.lr;
-        if !(lr_ok && min_ok) {
-            return bad(format!(
-                "need 0 <= --min-lr <= --lr and --lr > 0 (got {} and {})",
-                self.min_lr, self.lr
-            ));
-        }
-        if self.eval_every == 0 || self.eval_batches == 0 {
-            return bad("--eval-every and --eval-batches must be at least 1".into());
-        }
-        if self.grad_clip.is_nan() || self.grad_clip <= 0.0 {
-            return bad(format!(
-                "--grad-clip must be positive, got {}",
-                self.grad_clip
-            ));
-        }
-        Ok(())
+    if let Some(v) = args.n_head {
+        model.n_head = v;
     }
-
-    pub fn schedule(&self) -> CosineSchedule {
-        CosineSchedule {
-            max_lr: self.lr,
-            min_lr: self.min_lr,
-            warmup_steps: self.warmup_steps,
-            total_steps: self.steps,
-        }
+    if let Some(v) = args.n_embd {
+        model.n_embd = v;
     }
+    if let Some(v) = args.block_size {
+        model.block_size = v;
+    }
+    model
+}
 
-    pub fn tokens_per_step(&self) -> usize {
-        self.batch_size * self.seq_len * self.grad_accum
+/// Adds `flag given (the run has saved)` to `out` when a flag was given with a value
+/// other than the saved run's.
+fn differs<T: PartialEq + fmt::Display>(
+    out: &mut Vec<String>,
+    flag: &str,
+    given: Option<T>,
+    saved: T,
+) {
+    if let Some(g) = given
+        && g != saved
+    {
+        out.push(format!("{flag} {g} (the run has {saved})"));
     }
 }
 
-/// What a finished (or stopped) run reports.
+/// The flags of `args` that contradict the saved run `saved`.
+fn resume_conflicts(args: &TrainArgs, saved: &TrainConfig) -> Vec<String> {
+    let mut c = Vec::new();
+    differs(&mut c, "--batch-size", args.batch_size, saved.batch_size);
+    differs(&mut c, "--seq-len", args.seq_len, saved.seq_len);
+    differs(&mut c, "--grad-accum", args.grad_accum, saved.grad_accum);
+    differs(&mut c, "--seed", args.seed, saved.seed);
+    differs(&mut c, "--lr", args.lr, saved.lr);
+    differs(&mut c, "--min-lr", args.min_lr, saved.min_lr);
+    differs(
+        &mut c,
+        "--warmup-steps",
+        args.warmup_steps,
+        saved.warmup_steps,
+    );
+    differs(
+        &mut c,
+        "--weight-decay",
+        args.weight_decay,
+        saved.weight_decay,
+    );
+    differs(&mut c, "--grad-clip", args.grad_clip, saved.grad_clip);
+    differs(
+        &mut c,
+        "--eval-batches",
+        args.eval_batches,
+        saved.eval_batches,
+    );
+    let m = &saved.model;
+    differs(&mut c, "--n-layer", args.n_layer, m.n_layer);
+    differs(&mut c, "--n-head", args.n_head, m.n_head);
+    differs(&mut c, "--n-embd", args.n_embd, m.n_embd);
+    differs(&mut c, "--block-size", args.block_size, m.block_size);
+    if let Some(p) = args.preset
+        && model_from_args(args) != *m
+    {
+        c.push(format!("--preset {p:?} (the run's model is {m:?})"));
+    }
+    let corpus = args.corpus.as_ref().map(|p| p.display().to_string());
+    differs(&mut c, "--corpus", corpus, saved.corpus.clone());
+    if args.synthetic && saved.corpus != SYNTHETIC {
+        c.push(format!("--synthetic (the run trained on {})", saved.corpus));
+    }
+    c
+}
+
+/// The file names of a run directory.
+pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
+pub const CONFIG_FILE: &str = "config.toml";
+pub const METRICS_FILE: &str = "metrics.csv";
+pub const PLOT_FILE: &str = "loss.svg";
+const RUN_FILES: [&str; 4] = [CONFIG_FILE, METRICS_FILE, PLOT_FILE, CHECKPOINT_FILE];
+
+/// Reads `config.toml` from a run directory.
+pub fn read_config(dir: &Path) -> Result<TrainConfig> {
+    let path = dir.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("{}: reading run config", path.display()), e))?;
+    let cfg: TrainConfig =
+        toml::from_str(&text).map_err(|e| Error::file(&path, format!("invalid config: {e}")))?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Loads the weights of a checkpoint into a model of the same configuration.
+pub fn load_weights<B: Backend>(ck: &ckpt::Checkpoint, model: &mut Gpt<B>) -> Result<()> {
+    let state = TrainState::from_checkpoint(ck)?;
+    let backend = model.wte.weight.value.backend().clone();
+    brrr_train::load_params(&backend, model, &state)
+}
+
+/// What a finished (or stopped) run reports; its `Display` is what `brrr train` prints.
 #[derive(Clone, Debug)]
 pub struct Summary {
     pub out_dir: PathBuf,
     pub steps_done: u64,
-    pub final_loss: f32,
+    /// The run had already done all its steps: nothing was trained or written.
+    pub already_finished: bool,
+    /// The last step's training loss (`None` if no step ran).
+    pub final_loss: Option<f32>,
     pub final_val_loss: Option<f32>,
     pub unigram_entropy: f64,
     pub tokens_per_s: f64,
@@ -267,6 +301,52 @@ pub struct Summary {
     pub mfu: Option<f64>,
     /// The peak MFU is measured against, or why there is none.
     pub peak: std::result::Result<MfuPeak, String>,
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.already_finished {
+            return writeln!(
+                f,
+                "already finished at step {}: nothing to train (pass a larger --steps to continue)",
+                self.steps_done
+            );
+        }
+        writeln!(f, "steps done:        {}", self.steps_done)?;
+        if let Some(l) = self.final_loss {
+            writeln!(f, "final train loss:  {l:.4} nats/token")?;
+        }
+        if let Some(v) = self.final_val_loss {
+            writeln!(
+                f,
+                "final val loss:    {v:.4} nats/token (unigram entropy of the corpus: {:.4})",
+                self.unigram_entropy
+            )?;
+        }
+        writeln!(f, "throughput:        {:.0} tokens/s", self.tokens_per_s)?;
+        match (&self.peak, self.mfu) {
+            (Ok(peak), Some(mfu)) => {
+                let rate = if peak.flops >= 1e12 {
+                    format!("{:.1} TFLOP/s", peak.flops / 1e12)
+                } else {
+                    format!("{:.0} GFLOP/s", peak.flops / 1e9)
+                };
+                let pct = mfu * 100.0;
+                writeln!(
+                    f,
+                    "MFU:               {pct:.1}% of {rate}, the {}",
+                    peak.what
+                )?;
+            }
+            (Err(why), _) => writeln!(f, "MFU:               n/a: {why}")?,
+            (Ok(_), None) => writeln!(f, "MFU:               n/a: no timed steps")?,
+        }
+        writeln!(
+            f,
+            "wrote:             {}/{{config.toml, metrics.csv, loss.svg, checkpoint.safetensors}}",
+            self.out_dir.display()
+        )
+    }
 }
 
 /// The peak FLOP/s that MFU divides by, and where it comes from.
@@ -302,24 +382,6 @@ pub fn mfu_peak(info: &brrr_backend::BackendInfo) -> std::result::Result<MfuPeak
     })
 }
 
-/// The `corpus` value of a run on generated data.
-pub const SYNTHETIC: &str = "synthetic";
-
-/// 4 MiB of uniformly random printable ASCII (95 symbols) from `seed`.
-fn synthetic_corpus(seed: u64) -> Result<Corpus> {
-    use rand::Rng;
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5EED);
-    let text: String = (0..4 << 20)
-        .map(|_| char::from(rng.random_range(32u8..127)))
-        .collect();
-    Corpus::from_text(SYNTHETIC, text)
-}
-
-pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
-pub const CONFIG_FILE: &str = "config.toml";
-pub const METRICS_FILE: &str = "metrics.csv";
-pub const PLOT_FILE: &str = "loss.svg";
-
 /// Runs `brrr train`.
 pub fn run(args: &TrainArgs) -> Result<Summary> {
     match args.backend {
@@ -345,218 +407,427 @@ pub fn not_built(kind: BackendKind) -> Error {
     }
 }
 
-/// Reads `config.toml` from a run directory.
-pub fn read_config(dir: &Path) -> Result<TrainConfig> {
-    let path = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| Error::io(format!("{}: reading run config", path.display()), e))?;
-    let cfg: TrainConfig =
-        toml::from_str(&text).map_err(|e| Error::file(&path, format!("invalid config: {e}")))?;
-    cfg.validate()?;
-    Ok(cfg)
+/// A run, checked and ready to start: nothing has been written yet.
+struct Plan {
+    cfg: TrainConfig,
+    corpus: Corpus,
+    /// The directory resumed from, and its state.
+    resume: Option<(PathBuf, TrainState)>,
+    out_dir: PathBuf,
+    start_step: u64,
+    stop_at: u64,
+    /// What `--resume` took from the command line, to tell the user.
+    notes: Vec<String>,
 }
 
-/// The training loop on backend `B`.
+/// `brrr train` on backend `B`: checks everything, then trains.
 pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
-    // ---- configuration: fresh, or the saved one when resuming ------------------------
-    let (cfg, resume_ckpt, out_dir) = match &args.resume {
-        Some(dir) => {
-            let mut cfg = read_config(dir)?;
-            // The one thing a resume may change is how far to go.
-            cfg.steps = args.steps;
-            cfg.validate()?;
-            let ck = ckpt::load(dir.join(CHECKPOINT_FILE))?;
-            let out = args.out.clone().unwrap_or_else(|| dir.clone());
-            if out != *dir {
-                // Continue in a new directory: it starts from the old run's files.
-                std::fs::create_dir_all(&out).map_err(|e| {
-                    Error::io(format!("{}: creating output directory", out.display()), e)
-                })?;
-                for f in [CONFIG_FILE, METRICS_FILE] {
-                    std::fs::copy(dir.join(f), out.join(f))
-                        .map_err(|e| Error::io(format!("copying {f} from {}", dir.display()), e))?;
-                }
-            }
-            (cfg, Some(ck), out)
-        }
-        None => (
-            TrainConfig::from_args(args)?,
-            None,
-            args.out
-                .clone()
-                .unwrap_or_else(|| PathBuf::from("runs/train")),
-        ),
+    let is_cpu = backend.info().name == "cpu";
+    let Some(plan) = plan(args, is_cpu)? else {
+        let dir = args.resume.clone().unwrap_or_default();
+        let state = TrainState::load(dir.join(CHECKPOINT_FILE))?;
+        return Ok(finished_summary(&dir, &state));
     };
-    std::fs::create_dir_all(&out_dir).map_err(|e| {
-        Error::io(
-            format!("{}: creating output directory", out_dir.display()),
-            e,
-        )
-    })?;
+    let mut trainer = make_trainer(&backend, &plan)?;
+    if args.trace.is_some() {
+        trainer.set_tracer(Tracer::new());
+    }
+    prepare_out_dir(&plan)?;
+    let mut obs = CliObserver::new(&plan, args.quiet)?;
+    say_header(&obs.pb, args.quiet, &trainer, &plan);
+    trainer.run_blocking(plan.stop_at, &mut obs)?;
+    obs.pb.finish_and_clear();
+    if let Some(path) = &args.trace {
+        trainer
+            .tracer()
+            .write_chrome_trace(path)
+            .map_err(|e| Error::file(path, e.to_string()))?;
+    }
+    Ok(obs.summary(&plan, &backend.info(), trainer.steps_done()))
+}
 
+/// Checks the flags, the saved run, the output directory, the trace path, the memory
+/// and the corpus. `None`: a resumed run that had already finished.
+fn plan(args: &TrainArgs, is_cpu: bool) -> Result<Option<Plan>> {
+    let (cfg, resume, notes) = match &args.resume {
+        Some(dir) => {
+            let (cfg, state, notes) = resume_config(args, dir)?;
+            if state.step >= cfg.steps {
+                return Ok(None);
+            }
+            (cfg, Some((dir.clone(), state)), notes)
+        }
+        None => (config_from_args(args)?, None, Vec::new()),
+    };
+    let start_step = resume.as_ref().map_or(0, |(_, s)| s.step);
+    let out_dir = match (&args.out, &resume) {
+        (Some(o), _) => o.clone(),
+        (None, Some((dir, _))) => dir.clone(),
+        (None, None) => PathBuf::from("runs/train"),
+    };
+    let in_place = resume.as_ref().is_some_and(|(d, _)| same_dir(d, &out_dir));
+    if !in_place && !args.force {
+        refuse_existing_run(&out_dir)?;
+    }
+    if let Some(t) = &args.trace {
+        check_writable(t)?;
+    }
+    let stop_at = args.stop_after.unwrap_or(cfg.steps).min(cfg.steps);
+    if stop_at <= start_step {
+        return Err(Error::invalid(
+            "train",
+            format!(
+                "--stop-after {stop_at} stops at or before step {start_step}, where the run \
+                 starts: nothing would be trained or saved"
+            ),
+        ));
+    }
+    check_memory(&cfg, is_cpu)?;
     let corpus = if cfg.corpus == SYNTHETIC {
         synthetic_corpus(cfg.seed)?
     } else {
         Corpus::load(&cfg.corpus)?
     };
-    let entropy = unigram_entropy_nats(corpus.tokens());
+    Ok(Some(Plan {
+        cfg,
+        corpus,
+        resume,
+        out_dir,
+        start_step,
+        stop_at,
+        notes,
+    }))
+}
 
-    // ---- model, optimizer, data ---------------------------------------------------------
-    let mut init_rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut model = Gpt::new(&backend, cfg.model.clone(), DType::F32, &mut init_rng)?;
-    let mut opt = AdamW::new(AdamWConfig {
-        weight_decay: cfg.weight_decay,
-        ..AdamWConfig::default()
-    });
-    let mut batcher = Batcher::new(corpus.train(), cfg.batch_size, cfg.seq_len, cfg.seed)?;
-    let val = val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)?;
-    let mut start_step = 0u64;
-    if let Some(ck) = &resume_ckpt {
-        if ck.meta("corpus_fingerprint")? != corpus.fingerprint() {
-            return Err(Error::file(
-                &cfg.corpus,
-                "the corpus differs from the one this run was trained on",
-            ));
-        }
-        start_step = parse_meta(ck, "step")?;
-        restore(ck, &mut model, &mut opt)?;
-        let state: RngState = ck.meta("rng")?.parse()?;
-        batcher.set_state(state);
-    } else {
-        write_config(&out_dir, &cfg)?;
+/// The saved run's config with what `--resume` may change applied; errors on flags
+/// that contradict it.
+fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, TrainState, Vec<String>)> {
+    let mut cfg = read_config(dir)?;
+    let conflicts = resume_conflicts(args, &cfg);
+    if !conflicts.is_empty() {
+        return Err(Error::invalid(
+            "train --resume",
+            format!(
+                "these flags contradict the run saved in {}: {}; drop them to continue that \
+                 run, or start a new run without --resume",
+                dir.display(),
+                conflicts.join(", ")
+            ),
+        ));
     }
-    let metrics_path = out_dir.join(METRICS_FILE);
-    let mut metrics = if resume_ckpt.is_some() {
-        MetricsWriter::resume(&metrics_path, start_step)?
-    } else {
-        MetricsWriter::create(&metrics_path)?
+    let mut notes = Vec::new();
+    if let Some(s) = args.steps.filter(|&s| s != cfg.steps) {
+        notes.push(format!("--steps {s} (the run had {})", cfg.steps));
+        cfg.steps = s;
+    }
+    if let Some(e) = args.eval_every.filter(|&e| e != cfg.eval_every) {
+        notes.push(format!("--eval-every {e} (the run had {})", cfg.eval_every));
+        cfg.eval_every = e;
+    }
+    cfg.validate()?;
+    let state = TrainState::load(dir.join(CHECKPOINT_FILE))?;
+    Ok((cfg, state, notes))
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// Errors if `dir` holds any file of a run.
+fn refuse_existing_run(dir: &Path) -> Result<()> {
+    let found: Vec<&str> = RUN_FILES
+        .into_iter()
+        .filter(|f| dir.join(f).exists())
+        .collect();
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(Error::file(
+        dir,
+        format!(
+            "already holds a run ({}): pass --resume {} to continue it, --force to replace \
+             it, or another --out",
+            found.join(", "),
+            dir.display()
+        ),
+    ))
+}
+
+/// Errors unless a file can be created at `path` (its directory exists and is writable,
+/// and it is not a directory), without touching an existing file there.
+fn check_writable(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        return Err(Error::file(
+            path,
+            "is a directory, not a file to write the trace to",
+        ));
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
     };
+    tempfile::Builder::new()
+        .prefix(".brrr-write-check")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(|e| {
+            Error::io(
+                format!("{}: cannot write the trace there", path.display()),
+                e,
+            )
+        })
+}
 
-    let stop_at = args.stop_after.unwrap_or(cfg.steps).min(cfg.steps);
-    let schedule = cfg.schedule();
-    let flops_per_token = cfg.model.flops_per_token(cfg.seq_len);
-    let n_tokens = (cfg.batch_size * cfg.seq_len) as f32;
-    let dloss = 1.0 / (n_tokens * cfg.grad_accum as f32);
+/// Errors if the run's estimated memory exceeds what this machine has available: all of
+/// it on the CPU backend, the data on the host for the others.
+fn check_memory(cfg: &TrainConfig, is_cpu: bool) -> Result<()> {
+    let need = memory::estimate(cfg)?;
+    let bytes = if is_cpu {
+        need.total()
+    } else {
+        need.host_bytes
+    };
+    match memory::mem_available() {
+        Some(avail) => memory::check_fits(bytes, avail, "memory (MemAvailable in /proc/meminfo)"),
+        // Without /proc/meminfo, still refuse what no machine has (1 PiB).
+        None => memory::check_fits(bytes, 1 << 50, "memory (a stated limit of 1 PiB)"),
+    }
+}
 
-    let pb = progress_bar(args.quiet, start_step, cfg.steps);
-    let info = backend.info();
+fn make_trainer<B: Backend>(backend: &B, plan: &Plan) -> Result<Trainer<B>> {
+    let cfg = &plan.cfg;
+    let data = Batcher::for_corpus(&plan.corpus, cfg.batch_size, cfg.seq_len, cfg.seed)?;
+    let val = val_batches(
+        plan.corpus.val(),
+        cfg.batch_size,
+        cfg.seq_len,
+        cfg.eval_batches,
+    )?;
+    let mut trainer = Trainer::new(backend, cfg.clone(), Box::new(data), val)?;
+    if let Some((_, state)) = &plan.resume {
+        trainer.restore(state)?;
+    }
+    Ok(trainer)
+}
+
+/// Creates the output directory, removes temporary files a killed save left, and
+/// writes the config and the metrics header (fresh run) or trims the metrics to the
+/// checkpoint's step (resumed run).
+fn prepare_out_dir(plan: &Plan) -> Result<()> {
+    let out = &plan.out_dir;
+    std::fs::create_dir_all(out)
+        .map_err(|e| Error::io(format!("{}: creating output directory", out.display()), e))?;
+    remove_stale_temp_files(out)?;
+    match &plan.resume {
+        Some((dir, _)) if !same_dir(dir, out) => {
+            for f in [CONFIG_FILE, METRICS_FILE] {
+                std::fs::copy(dir.join(f), out.join(f))
+                    .map_err(|e| Error::io(format!("copying {f} from {}", dir.display()), e))?;
+            }
+            write_config(out, &plan.cfg)
+        }
+        Some(_) => write_config(out, &plan.cfg),
+        None => {
+            // A replaced run (--force): its checkpoint and plot must not outlive it.
+            for f in [CHECKPOINT_FILE, PLOT_FILE] {
+                match std::fs::remove_file(out.join(f)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(Error::io(format!("{}: removing {f}", out.display()), e));
+                    }
+                    _ => {}
+                }
+            }
+            write_config(out, &plan.cfg)?;
+            MetricsWriter::create(out.join(METRICS_FILE)).map(drop)
+        }
+    }
+}
+
+/// Removes `.NAME.tmp*` files of the run's own files, which `atomic::write_atomic`
+/// leaves only when the process was killed while saving.
+fn remove_stale_temp_files(dir: &Path) -> Result<()> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Error::io(format!("{}: listing", dir.display()), e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = RUN_FILES
+            .iter()
+            .any(|f| name.starts_with(&format!(".{f}.tmp")));
+        if ours {
+            std::fs::remove_file(entry.path()).map_err(|e| {
+                Error::io(
+                    format!(
+                        "{}: removing a stale temporary file",
+                        entry.path().display()
+                    ),
+                    e,
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn write_config(dir: &Path, cfg: &TrainConfig) -> Result<()> {
+    let text = toml::to_string_pretty(cfg)
+        .map_err(|e| Error::invalid("train", format!("serialising config: {e}")))?;
+    crate::atomic::write_atomic(dir.join(CONFIG_FILE), text.as_bytes())
+}
+
+fn finished_summary(dir: &Path, state: &TrainState) -> Summary {
+    Summary {
+        out_dir: dir.to_path_buf(),
+        steps_done: state.step,
+        already_finished: true,
+        final_loss: None,
+        final_val_loss: None,
+        unigram_entropy: f64::NAN,
+        tokens_per_s: 0.0,
+        mfu: None,
+        peak: Err("nothing was trained".into()),
+    }
+}
+
+fn say_header<B: Backend>(pb: &ProgressBar, quiet: bool, trainer: &Trainer<B>, plan: &Plan) {
+    use brrr_nn::Module;
+    let info = trainer.backend().info();
+    let cfg = &plan.cfg;
+    if let Some((dir, _)) = &plan.resume {
+        let mut line = format!("resuming {} at step {}", dir.display(), plan.start_step);
+        if !plan.notes.is_empty() {
+            line += &format!(", now with {}", plan.notes.join(", "));
+        }
+        say(pb, quiet, line);
+    }
     say(
-        &pb,
-        args.quiet,
+        pb,
+        quiet,
         format!(
             "brrr train: {} parameters on {} ({}), {} steps of {} tokens, corpus {} ({} bytes, unigram entropy {:.3} nats)",
-            model.num_params(),
+            trainer.model().num_params(),
             info.name,
             info.device,
             cfg.steps,
             cfg.tokens_per_step(),
-            corpus.path().display(),
-            corpus.len(),
-            entropy
+            plan.corpus.path().display(),
+            plan.corpus.len(),
+            unigram_entropy_nats(plan.corpus.tokens())
         ),
     );
+}
 
-    let tracer = if args.trace.is_some() {
-        Tracer::new()
-    } else {
-        Tracer::disabled()
-    };
-    let mut last = (f32::NAN, None);
-    let mut timed_tokens = 0usize;
-    let mut timed_secs = 0.0f64;
-    for step in start_step..stop_at {
-        let _step_span = tracer.span("step");
-        let t0 = Instant::now();
-        let lr = schedule.lr(step);
-        model.zero_grad()?;
-        let mut loss_sum = 0.0f64;
-        for _ in 0..cfg.grad_accum {
-            let (ids, targets) =
-                tracer.in_span("data", || upload(&backend, &batcher.next_batch()))?;
-            let losses = tracer.in_span("forward", || model.forward_loss(&ids, &targets))?;
-            loss_sum += tracer.in_span("read loss", || losses.mean_all()?.to_scalar_f64())?;
-            tracer.in_span("backward", || model.backward(dloss))?;
-        }
-        let loss = (loss_sum / cfg.grad_accum as f64) as f32;
-        if !loss.is_finite() {
-            return Err(Error::invalid(
-                "train",
-                format!("loss became {loss} at step {}; lower --lr", step + 1),
-            ));
-        }
-        let (norm, coef) = tracer.in_span("grad norm", || {
-            clip_grad_norm(&model.params(), cfg.grad_clip)
-        })?;
-        tracer.in_span("adamw", || opt.step(model.params_mut(), lr as f32, coef))?;
-        let secs = t0.elapsed().as_secs_f64();
-        let tokens_per_s = cfg.tokens_per_step() as f64 / secs;
-        if step > start_step {
-            // The first step pays for allocation and warm caches.
-            timed_tokens += cfg.tokens_per_step();
-            timed_secs += secs;
-        }
-        let done = step + 1;
-        // Evaluation depends only on the step (not on where this process stops), so an
-        // interrupted and resumed run writes the same metrics as an uninterrupted one.
-        let eval_now = done % cfg.eval_every == 0 || done == cfg.steps;
-        let val_loss = if eval_now {
-            Some(evaluate(&backend, &mut model, &val)?)
+/// `brrr train`'s observer: progress bar, `metrics.csv`, `loss.svg`, checkpoints, and
+/// the throughput for MFU.
+struct CliObserver {
+    out_dir: PathBuf,
+    metrics: MetricsWriter,
+    pb: ProgressBar,
+    quiet: bool,
+    start_step: u64,
+    /// The evaluation of the step being reported (`on_eval` comes before `on_step`).
+    pending_val: Option<Evaluation>,
+    last_loss: Option<f32>,
+    last_val: Option<f32>,
+    timed_tokens: usize,
+    timed_secs: f64,
+}
+
+impl CliObserver {
+    fn new(plan: &Plan, quiet: bool) -> Result<Self> {
+        let path = plan.out_dir.join(METRICS_FILE);
+        let metrics = MetricsWriter::resume(&path, plan.start_step)?;
+        Ok(CliObserver {
+            out_dir: plan.out_dir.clone(),
+            metrics,
+            pb: progress_bar(quiet, plan.start_step, plan.cfg.steps),
+            quiet,
+            start_step: plan.start_step,
+            pending_val: None,
+            last_loss: None,
+            last_val: None,
+            timed_tokens: 0,
+            timed_secs: 0.0,
+        })
+    }
+
+    fn summary(&self, plan: &Plan, info: &brrr_backend::BackendInfo, steps_done: u64) -> Summary {
+        let tps = if self.timed_secs > 0.0 {
+            self.timed_tokens as f64 / self.timed_secs
         } else {
-            None
+            0.0
         };
-        metrics.append(&Row {
-            step: done,
-            loss,
+        let peak = mfu_peak(info);
+        let flops_per_token = plan.cfg.model.flops_per_token(plan.cfg.seq_len);
+        let mfu = match &peak {
+            Ok(p) if tps > 0.0 => Some(tps * flops_per_token / p.flops),
+            _ => None,
+        };
+        Summary {
+            out_dir: self.out_dir.clone(),
+            steps_done,
+            already_finished: false,
+            final_loss: self.last_loss,
+            final_val_loss: self.last_val,
+            unigram_entropy: unigram_entropy_nats(plan.corpus.tokens()),
+            tokens_per_s: tps,
+            mfu,
+            peak,
+        }
+    }
+}
+
+impl Observer for CliObserver {
+    fn on_eval(&mut self, eval: &Evaluation) -> Result<()> {
+        self.pending_val = Some(*eval);
+        Ok(())
+    }
+
+    fn on_step(&mut self, s: &StepStats) -> Result<()> {
+        let val_loss = self
+            .pending_val
+            .take()
+            .filter(|e| e.step == s.step)
+            .map(|e| e.loss);
+        let secs = s.seconds.unwrap_or(f64::NAN);
+        let tokens_per_s = s.tokens as f64 / secs;
+        if s.step > self.start_step + 1 {
+            // The first step of a process pays for allocation and warm caches.
+            self.timed_tokens += s.tokens;
+            self.timed_secs += secs;
+        }
+        self.metrics.append(&Row {
+            step: s.step,
+            loss: s.loss,
             val_loss,
-            lr: lr as f32,
-            grad_norm: norm as f32,
+            lr: s.lr as f32,
+            grad_norm: s.grad_norm as f32,
             tokens_per_s,
         })?;
-        last = (loss, val_loss.or(last.1));
-        pb.set_position(done);
-        pb.set_message(format!("loss {loss:.4}  {tokens_per_s:.0} tok/s"));
+        self.last_loss = Some(s.loss);
+        self.last_val = val_loss.or(self.last_val);
+        self.pb.set_position(s.step);
+        self.pb
+            .set_message(format!("loss {:.4}  {tokens_per_s:.0} tok/s", s.loss));
         if let Some(v) = val_loss {
+            let (done, loss, lr, norm) = (s.step, s.loss, s.lr, s.grad_norm);
             say(
-                &pb,
-                args.quiet,
+                &self.pb,
+                self.quiet,
                 format!(
                     "step {done:>6}  loss {loss:.4}  val {v:.4}  lr {lr:.2e}  |g| {norm:.3}  {tokens_per_s:.0} tok/s"
                 ),
             );
         }
-        if val_loss.is_some() || done == stop_at {
-            tracer.in_span("checkpoint", || {
-                save_checkpoint(&out_dir, done, &cfg, &corpus, &batcher, &model, &opt)
-            })?;
-            metrics::plot_csv_svg(&metrics_path, out_dir.join(PLOT_FILE))?;
-        }
+        Ok(())
     }
-    pb.finish_and_clear();
-    if let Some(path) = &args.trace {
-        tracer
-            .write_chrome_trace(path)
-            .map_err(|e| Error::file(path, e.to_string()))?;
+
+    fn on_checkpoint(&mut self, state: &TrainState) -> Result<()> {
+        state.save(self.out_dir.join(CHECKPOINT_FILE))?;
+        metrics::plot_csv_svg(self.metrics.path(), self.out_dir.join(PLOT_FILE))
     }
-    let tps = if timed_secs > 0.0 {
-        timed_tokens as f64 / timed_secs
-    } else {
-        0.0
-    };
-    let peak = mfu_peak(&info);
-    let mfu = match &peak {
-        Ok(p) if tps > 0.0 => Some(tps * flops_per_token / p.flops),
-        _ => None,
-    };
-    Ok(Summary {
-        out_dir,
-        steps_done: stop_at.max(start_step),
-        final_loss: last.0,
-        final_val_loss: last.1,
-        unigram_entropy: entropy,
-        tokens_per_s: tps,
-        mfu,
-        peak,
-    })
 }
 
 fn progress_bar(quiet: bool, start: u64, total: u64) -> ProgressBar {
@@ -573,152 +844,6 @@ fn progress_bar(quiet: bool, start: u64, total: u64) -> ProgressBar {
     );
     pb.set_position(start);
     pb
-}
-
-fn upload<B: Backend>(backend: &B, batch: &Batch) -> Result<(Tensor<B>, Tensor<B>)> {
-    let ids = Tensor::from_u32(backend, &batch.inputs, [batch.batch, batch.seq])?;
-    let targets: Vec<i32> = batch.targets.iter().map(|&t| t as i32).collect();
-    let targets = Tensor::from_i32(backend, &targets, [batch.batch, batch.seq])?;
-    Ok((ids, targets))
-}
-
-/// Mean loss over the fixed validation batches.
-pub fn evaluate<B: Backend>(backend: &B, model: &mut Gpt<B>, val: &[Batch]) -> Result<f32> {
-    let mut sum = 0.0;
-    for batch in val {
-        let (ids, targets) = upload(backend, batch)?;
-        sum += model
-            .forward_loss(&ids, &targets)?
-            .mean_all()?
-            .to_scalar_f64()?;
-        model.clear_saved();
-    }
-    Ok((sum / val.len().max(1) as f64) as f32)
-}
-
-fn write_config(dir: &Path, cfg: &TrainConfig) -> Result<()> {
-    let text = toml::to_string_pretty(cfg)
-        .map_err(|e| Error::invalid("train", format!("serialising config: {e}")))?;
-    crate::atomic::write_atomic(dir.join(CONFIG_FILE), text.as_bytes())
-}
-
-fn parse_meta<T: std::str::FromStr>(ck: &ckpt::Checkpoint, key: &str) -> Result<T> {
-    let v = ck.meta(key)?;
-    v.parse()
-        .map_err(|_| Error::Parse(format!("checkpoint metadata {key}={v:?} is not a number")))
-}
-
-/// Saves weights, AdamW moments, the step and the sampler position.
-#[allow(clippy::too_many_arguments)]
-pub fn save_checkpoint<B: Backend>(
-    dir: &Path,
-    step: u64,
-    cfg: &TrainConfig,
-    corpus: &Corpus,
-    batcher: &Batcher,
-    model: &Gpt<B>,
-    opt: &AdamW<B>,
-) -> Result<()> {
-    let mut tensors: Vec<NamedTensor> = Vec::new();
-    let params = model.params();
-    for p in &params {
-        tensors.push((
-            format!("model.{}", p.name),
-            brrr_backend::block_on(p.value.to_host())?,
-            p.value.dims().to_vec(),
-        ));
-    }
-    for (p, (m, v)) in params.iter().zip(&opt.moments) {
-        tensors.push((
-            format!("adamw.m.{}", p.name),
-            brrr_backend::block_on(m.to_host())?,
-            m.dims().to_vec(),
-        ));
-        tensors.push((
-            format!("adamw.v.{}", p.name),
-            brrr_backend::block_on(v.to_host())?,
-            v.dims().to_vec(),
-        ));
-    }
-    let mut meta = BTreeMap::new();
-    meta.insert("format".into(), "brrr-gpt-1".into());
-    meta.insert("step".into(), step.to_string());
-    meta.insert("adamw_step".into(), opt.step.to_string());
-    meta.insert("rng".into(), batcher.state().to_string());
-    meta.insert("corpus_fingerprint".into(), corpus.fingerprint());
-    meta.insert("tokenizer".into(), cfg.tokenizer.clone());
-    meta.insert(
-        "config".into(),
-        toml::to_string(cfg).map_err(|e| Error::invalid("checkpoint", e.to_string()))?,
-    );
-    ckpt::save(dir.join(CHECKPOINT_FILE), &tensors, &meta)
-}
-
-/// Loads weights (and, when `opt` is given, AdamW state) from a checkpoint into a
-/// model of the same configuration.
-pub fn restore<B: Backend>(
-    ck: &ckpt::Checkpoint,
-    model: &mut Gpt<B>,
-    opt: &mut AdamW<B>,
-) -> Result<()> {
-    load_weights(ck, model)?;
-    opt.step = parse_meta(ck, "adamw_step")?;
-    opt.moments.clear();
-    for p in model.params() {
-        let m = tensor_from(
-            ck,
-            &format!("adamw.m.{}", p.name),
-            p.value.dims(),
-            p.value.backend(),
-        )?;
-        let v = tensor_from(
-            ck,
-            &format!("adamw.v.{}", p.name),
-            p.value.dims(),
-            p.value.backend(),
-        )?;
-        opt.moments.push((m, v));
-    }
-    Ok(())
-}
-
-/// Loads the weights of a checkpoint into a model of the same configuration.
-pub fn load_weights<B: Backend>(ck: &ckpt::Checkpoint, model: &mut Gpt<B>) -> Result<()> {
-    for p in model.params_mut() {
-        let t = tensor_from(
-            ck,
-            &format!("model.{}", p.name),
-            p.value.dims(),
-            p.value.backend(),
-        )?;
-        if t.dtype() != p.value.dtype() {
-            return Err(Error::DType {
-                op: "load checkpoint",
-                expected: p.value.dtype(),
-                got: t.dtype(),
-            });
-        }
-        p.value = t;
-    }
-    Ok(())
-}
-
-fn tensor_from<B: Backend>(
-    ck: &ckpt::Checkpoint,
-    name: &str,
-    dims: &[usize],
-    backend: &B,
-) -> Result<Tensor<B>> {
-    let (_, data, shape) = ck
-        .get(name)
-        .ok_or_else(|| Error::Parse(format!("checkpoint has no tensor {name:?}")))?;
-    if shape.as_slice() != dims {
-        return Err(Error::shape(
-            "load checkpoint",
-            format!("{name}: checkpoint has {shape:?}, model expects {dims:?}"),
-        ));
-    }
-    Tensor::from_host(backend, data, shape.clone())
 }
 
 /// Prints above the progress bar, or as a plain line when there is no terminal to

@@ -19,29 +19,35 @@ fn corpus(dir: &Path) -> PathBuf {
 fn args(dir: &Path, out: &str, steps: u64) -> TrainArgs {
     TrainArgs {
         backend: BackendKind::Cpu,
-        steps,
-        batch_size: 4,
-        seq_len: 16,
-        grad_accum: 2,
-        seed: 7,
-        lr: 3e-3,
-        min_lr: 3e-4,
-        warmup_steps: 3,
-        weight_decay: 0.1,
-        grad_clip: 1.0,
-        eval_every: 4,
-        eval_batches: 2,
-        preset: Preset::Tiny,
+        steps: Some(steps),
+        batch_size: Some(4),
+        seq_len: Some(16),
+        grad_accum: Some(2),
+        seed: Some(7),
+        lr: Some(3e-3),
+        min_lr: Some(3e-4),
+        warmup_steps: Some(3),
+        weight_decay: Some(0.1),
+        grad_clip: Some(1.0),
+        eval_every: Some(4),
+        eval_batches: Some(2),
+        preset: Some(Preset::Tiny),
         n_layer: Some(2),
         n_head: Some(2),
         n_embd: Some(32),
         corpus: Some(corpus(dir)),
         out: Some(dir.join(out)),
-        resume: None,
-        stop_after: None,
         quiet: true,
-        trace: None,
-        synthetic: false,
+        ..TrainArgs::default()
+    }
+}
+
+/// `--resume dir` with no other flag, as a user continuing a run types it.
+fn resume(dir: PathBuf) -> TrainArgs {
+    TrainArgs {
+        resume: Some(dir),
+        quiet: true,
+        ..TrainArgs::default()
     }
 }
 
@@ -83,7 +89,7 @@ fn same_seed_same_metrics_and_the_loss_goes_down() {
         assert!(tmp.path().join("a").join(f).exists(), "{f} missing");
     }
     let mut other = args(tmp.path(), "c", 12);
-    other.seed = 8;
+    other.seed = Some(8);
     train::run(&other).unwrap();
     assert_ne!(
         a,
@@ -101,10 +107,7 @@ fn a_resumed_run_matches_an_uninterrupted_one_bitwise() {
     let s = train::run(&first).unwrap();
     assert_eq!(s.steps_done, 6);
     assert_eq!(losses(&tmp.path().join("part")).len(), 6);
-    let mut second = args(tmp.path(), "ignored", 10);
-    second.out = None;
-    second.resume = Some(tmp.path().join("part"));
-    train::run(&second).unwrap();
+    train::run(&resume(tmp.path().join("part"))).unwrap();
     assert_eq!(
         losses(&tmp.path().join("full")),
         losses(&tmp.path().join("part"))
@@ -170,9 +173,8 @@ fn corrupt_or_truncated_checkpoints_are_reported_and_never_replaced_by_half_file
     let bytes = std::fs::read(&ck).unwrap();
     // Truncated: resume must fail, naming the file.
     std::fs::write(&ck, &bytes[..bytes.len() / 2]).unwrap();
-    let mut r = args(tmp.path(), "x", 8);
-    r.out = None;
-    r.resume = Some(tmp.path().join("run"));
+    let mut r = resume(tmp.path().join("run"));
+    r.steps = Some(8);
     let e = train::run(&r).unwrap_err().to_string();
     assert!(e.contains("checkpoint.safetensors"), "{e}");
     // Garbage: same.
@@ -251,4 +253,175 @@ fn mfu_peak_follows_the_reported_device() {
     assert!(why.contains("\"llvmpipe\""), "{why}");
     let cpu = train::mfu_peak(&info("cpu", "any CPU")).unwrap();
     assert!(cpu.flops > 0.0 && cpu.what.contains("CPU"), "{}", cpu.what);
+}
+
+/// The bytes of every file of a run directory, to check that a refused command left
+/// them alone.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn sizes_beyond_memory_are_errors_not_aborts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o = out.to_str().unwrap();
+    for (flags, needle) in [
+        (&["--batch-size", "99999999999999"][..], "overflows"),
+        (&["--seq-len", "100000"][..], "--block-size"),
+        (
+            &["--seq-len", "100000", "--block-size", "100000"][..],
+            "needs about",
+        ),
+        (&["--eval-batches", "1000000000000"][..], "needs about"),
+    ] {
+        let mut argv = vec!["train", "--out", o];
+        argv.extend_from_slice(flags);
+        let (ok, e) = brrr(&argv);
+        assert!(
+            !ok && e.contains(needle) && e.starts_with("error: "),
+            "{flags:?}: {e}"
+        );
+        assert!(!out.exists(), "{flags:?} created the output directory");
+    }
+}
+
+#[test]
+fn an_endless_corpus_is_refused_after_a_bounded_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let (ok, e) = brrr(&[
+        "train",
+        "--corpus",
+        "/dev/zero",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && e.contains("/dev/zero") && e.contains("larger than the maximum"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_existing_run_is_kept_unless_forced() {
+    let tmp = tempfile::tempdir().unwrap();
+    train::run(&args(tmp.path(), "run", 2)).unwrap();
+    let dir = tmp.path().join("run");
+    let before = snapshot(&dir);
+    let e = train::run(&args(tmp.path(), "run", 3))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("already holds a run") && e.contains("--force"),
+        "{e}"
+    );
+    assert_eq!(snapshot(&dir), before, "a refused run changed the old one");
+    let mut forced = args(tmp.path(), "run", 3);
+    forced.force = true;
+    assert_eq!(train::run(&forced).unwrap().steps_done, 3);
+    assert_eq!(losses(&dir).len(), 3);
+}
+
+#[test]
+fn resume_refuses_contradicting_flags_and_applies_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut first = args(tmp.path(), "run", 6);
+    first.stop_after = Some(2);
+    train::run(&first).unwrap();
+    let dir = tmp.path().join("run");
+    let before = snapshot(&dir);
+    let mut bad = resume(dir.clone());
+    bad.lr = Some(0.5);
+    bad.n_embd = Some(64);
+    bad.corpus = Some(tmp.path().join("other.txt"));
+    let e = train::run(&bad).unwrap_err().to_string();
+    for flag in ["--lr 0.5", "--n-embd 64", "--corpus"] {
+        assert!(e.contains(flag), "{flag} not refused: {e}");
+    }
+    assert_eq!(snapshot(&dir), before);
+    // The saved value itself is no contradiction; --steps and --stop-after apply.
+    let mut ok = resume(dir.clone());
+    ok.lr = Some(3e-3);
+    ok.steps = Some(5);
+    ok.stop_after = Some(4);
+    assert_eq!(train::run(&ok).unwrap().steps_done, 4);
+    assert_eq!(read_config_steps(&dir), 5);
+}
+
+fn read_config_steps(dir: &Path) -> u64 {
+    train::read_config(dir).unwrap().steps
+}
+
+#[test]
+fn nothing_to_do_is_said_plainly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut zero = args(tmp.path(), "zero", 4);
+    zero.stop_after = Some(0);
+    let e = train::run(&zero).unwrap_err().to_string();
+    assert!(e.contains("nothing would be trained"), "{e}");
+    assert!(!tmp.path().join("zero").exists());
+
+    train::run(&args(tmp.path(), "done", 3)).unwrap();
+    let dir = tmp.path().join("done");
+    let (ok, text) = brrr(&["train", "--resume", dir.to_str().unwrap(), "--quiet"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("already finished at step 3"), "{text}");
+    assert!(
+        !text.contains("NaN") && !text.contains("0 tokens/s"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_hyper_parameters_name_their_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = tmp.path().join("o");
+    let o = o.to_str().unwrap();
+    for (flags, needle) in [
+        (&["--weight-decay", "NaN"][..], "--weight-decay"),
+        (&["--weight-decay", "-5"][..], "--weight-decay"),
+        (&["--lr", "NaN"][..], "--lr"),
+        (&["--seq-len", "256"][..], "--block-size 256"),
+        (&["--trace", "/no/such/dir/trace.json"][..], "trace"),
+    ] {
+        let mut argv = vec!["train", "--out", o];
+        argv.extend_from_slice(flags);
+        let (ok, e) = brrr(&argv);
+        assert!(!ok && e.contains(needle), "{flags:?}: {e}");
+        assert!(
+            !e.contains("learning rate") || needle == "--lr",
+            "{flags:?}: {e}"
+        );
+    }
+    // A longer context is allowed when asked for.
+    let mut long = args(tmp.path(), "long", 1);
+    long.seq_len = Some(40);
+    long.block_size = Some(40);
+    train::run(&long).unwrap();
+}
+
+#[test]
+fn temporary_files_of_a_killed_save_are_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut first = args(tmp.path(), "run", 4);
+    first.stop_after = Some(2);
+    train::run(&first).unwrap();
+    let dir = tmp.path().join("run");
+    let stale = dir.join(".checkpoint.safetensors.tmpAbC123");
+    std::fs::write(&stale, b"half a checkpoint").unwrap();
+    let foreign = dir.join(".notes.tmp1");
+    std::fs::write(&foreign, b"not ours").unwrap();
+    train::run(&resume(dir.clone())).unwrap();
+    assert!(!stale.exists(), "the stale temporary file is still there");
+    assert!(foreign.exists(), "a file of another program was removed");
 }

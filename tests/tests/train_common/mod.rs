@@ -1,68 +1,54 @@
-//! Shared by `train_wgpu.rs` and `train_cuda.rs`: run `brrr train`'s loop on a backend and
-//! on brrr-cpu with the same seed, data and schedule, and compare every step's loss.
+//! Shared by `train_wgpu.rs` and `train_cuda.rs`: train with `brrr-train`'s [`Trainer`] on
+//! a backend and on brrr-cpu with the same seed, data and schedule, and compare every
+//! step's loss.
 //!
 //! Kernels differ in summation order (and a GPU's exp/log/tanh in their last bits), so
 //! bit-equality is not expected; a wrong kernel shows up within a few steps as a growing
 //! gap.
 
-use brrr::train::{TrainArgs, run_with};
+use brrr::data::DEFAULT_CORPUS;
 use brrr_backend::Backend;
 use brrr_conformance::CpuBackend;
-use clap::Parser;
-use std::path::Path;
+use brrr_train::{Batcher, Corpus, TrainConfig, Trainer, val_batches};
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: TrainArgs,
+/// `brrr train`'s default configuration for `steps` steps from seed 4242 with 5 warmup
+/// steps, changed by `tweak`.
+pub fn config(steps: u64, tweak: impl Fn(&mut TrainConfig)) -> TrainConfig {
+    let mut cfg = TrainConfig {
+        steps,
+        seed: 4242,
+        warmup_steps: 5,
+        eval_every: 1000,
+        eval_batches: 1,
+        corpus: DEFAULT_CORPUS.to_string(),
+        ..TrainConfig::default()
+    };
+    tweak(&mut cfg);
+    cfg.validate().expect("a valid test configuration");
+    cfg
 }
 
-/// `brrr train` arguments: `steps` steps from seed 4242, no evaluation, plus `extra` flags.
-pub fn args(out: &Path, steps: u32, extra: &[&str]) -> TrainArgs {
-    let steps = steps.to_string();
-    let mut argv = vec![
-        "brrr-train",
-        "--steps",
-        &steps,
-        "--seed",
-        "4242",
-        "--warmup-steps",
-        "5",
-        "--eval-every",
-        "1000",
-        "--eval-batches",
-        "1",
-        "--quiet",
-        "--out",
-        out.to_str().expect("utf-8 temp path"),
-    ];
-    argv.extend_from_slice(extra);
-    Cli::parse_from(argv).args
+/// Every step's training loss of `cfg` on `backend`.
+pub fn losses<B: Backend>(backend: &B, corpus: &Corpus, cfg: &TrainConfig) -> Vec<f32> {
+    let data = Batcher::for_corpus(corpus, cfg.batch_size, cfg.seq_len, cfg.seed).unwrap();
+    let val = val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches).unwrap();
+    let mut trainer = Trainer::new(backend, cfg.clone(), Box::new(data), val).unwrap();
+    (0..cfg.steps)
+        .map(|_| trainer.step_blocking().expect("a training step").loss)
+        .collect()
 }
 
-/// Trains on `backend` and on the CPU with `args(dir, ..)` and asserts that every step's
-/// training loss agrees to `tol` relative. Returns the worst relative difference.
-pub fn follows_cpu<B: Backend>(
-    name: &str,
-    backend: B,
-    steps: u32,
-    extra: &[&str],
-    tol: f64,
-) -> f64 {
-    let dir = std::env::temp_dir().join(format!("brrr-train-{name}-{}", std::process::id()));
-    let (cpu_dir, dev_dir) = (dir.join("cpu"), dir.join(name));
-    let _ = std::fs::remove_dir_all(&dir);
-
-    run_with(CpuBackend::new(), &args(&cpu_dir, steps, extra)).expect("cpu run");
-    run_with(backend, &args(&dev_dir, steps, extra)).unwrap_or_else(|e| panic!("{name} run: {e}"));
-
-    let cpu = brrr::metrics::read_losses(cpu_dir.join("metrics.csv")).expect("cpu metrics");
-    let dev = brrr::metrics::read_losses(dev_dir.join("metrics.csv")).expect("metrics");
-    assert_eq!(cpu.len(), steps as usize, "{cpu:?}");
+/// Trains `cfg` on `backend` and on the CPU and asserts that every step's training loss
+/// agrees to `tol` relative. Returns the worst relative difference.
+pub fn follows_cpu<B: Backend>(name: &str, backend: B, cfg: &TrainConfig, tol: f64) -> f64 {
+    let corpus = Corpus::load(&cfg.corpus).expect("the shipped corpus");
+    let cpu = losses(&CpuBackend::new(), &corpus, cfg);
+    let dev = losses(&backend, &corpus, cfg);
+    assert_eq!(cpu.len(), cfg.steps as usize, "{cpu:?}");
     assert_eq!(dev.len(), cpu.len());
     let mut worst = 0.0f64;
-    for ((s, a), (t, b)) in cpu.iter().zip(&dev) {
-        assert_eq!(s, t);
+    for (i, (a, b)) in cpu.iter().zip(&dev).enumerate() {
+        let s = i + 1;
         let rel = f64::from((a - b).abs() / a.abs());
         eprintln!("step {s:>3}: cpu {a:.6}  {name} {b:.6}  rel {rel:.1e}");
         assert!(
@@ -71,6 +57,5 @@ pub fn follows_cpu<B: Backend>(
         );
         worst = worst.max(rel);
     }
-    let _ = std::fs::remove_dir_all(&dir);
     worst
 }

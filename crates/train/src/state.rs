@@ -1,0 +1,153 @@
+//! Everything that determines the future of a run, on the host, and its checkpoint file.
+//!
+//! The file is safetensors ([`crate::ckpt`]) with tensors `model.NAME`, `adamw.m.NAME`
+//! and `adamw.v.NAME` per parameter, and string metadata `format` (`brrr-gpt-1`),
+//! `step`, `adamw_step`, `rng` (the batch source's position), `corpus_fingerprint`,
+//! `tokenizer` and `config` (the [`TrainConfig`] as TOML).
+
+use crate::ckpt::{Checkpoint, NamedTensor};
+use crate::config::TrainConfig;
+use brrr_backend::{Error, HostData, Result};
+use std::collections::BTreeMap;
+
+/// The value of the `format` metadata key.
+pub const FORMAT: &str = "brrr-gpt-1";
+
+/// One parameter's saved state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamState {
+    /// Dotted name, as [`brrr_nn::Param::name`] (`h.0.attn.c_attn.weight`).
+    pub name: String,
+    /// Row-major shape.
+    pub shape: Vec<usize>,
+    /// The weights.
+    pub value: HostData,
+    /// AdamW's first and second moments (f32); `None` before the first update.
+    pub moments: Option<(HostData, HostData)>,
+}
+
+/// A run's complete state on the host: enough to continue it bit for bit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainState {
+    /// The run's configuration.
+    pub config: TrainConfig,
+    /// Optimizer steps completed.
+    pub step: u64,
+    /// AdamW's update count (the `t` of its bias correction).
+    pub adamw_step: u32,
+    /// [`BatchSource::position`](crate::BatchSource::position) after the last step.
+    pub data_position: String,
+    /// [`BatchSource::fingerprint`](crate::BatchSource::fingerprint) of the data.
+    pub data_fingerprint: String,
+    /// Every parameter, in the model's order.
+    pub params: Vec<ParamState>,
+}
+
+impl TrainState {
+    /// The parameter called `name`.
+    pub fn param(&self, name: &str) -> Option<&ParamState> {
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    /// The tensors and metadata of the checkpoint file.
+    pub fn to_checkpoint(&self) -> Result<(Vec<NamedTensor>, BTreeMap<String, String>)> {
+        let mut tensors: Vec<NamedTensor> = Vec::with_capacity(3 * self.params.len());
+        for p in &self.params {
+            tensors.push((
+                format!("model.{}", p.name),
+                p.value.clone(),
+                p.shape.clone(),
+            ));
+        }
+        for p in &self.params {
+            if let Some((m, v)) = &p.moments {
+                tensors.push((format!("adamw.m.{}", p.name), m.clone(), p.shape.clone()));
+                tensors.push((format!("adamw.v.{}", p.name), v.clone(), p.shape.clone()));
+            }
+        }
+        let config = toml::to_string(&self.config)
+            .map_err(|e| Error::invalid("checkpoint", e.to_string()))?;
+        let meta = BTreeMap::from([
+            ("format".to_string(), FORMAT.to_string()),
+            ("step".to_string(), self.step.to_string()),
+            ("adamw_step".to_string(), self.adamw_step.to_string()),
+            ("rng".to_string(), self.data_position.clone()),
+            (
+                "corpus_fingerprint".to_string(),
+                self.data_fingerprint.clone(),
+            ),
+            ("tokenizer".to_string(), self.config.tokenizer.clone()),
+            ("config".to_string(), config),
+        ]);
+        Ok((tensors, meta))
+    }
+
+    /// The checkpoint file's bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let (tensors, meta) = self.to_checkpoint()?;
+        crate::ckpt::to_bytes(&tensors, &meta)
+    }
+
+    /// Reads the state back from a checkpoint. Parameters are those of the `model.`
+    /// tensors, in name order; a parameter without moments is one AdamW never updated.
+    pub fn from_checkpoint(ck: &Checkpoint) -> Result<Self> {
+        let config: TrainConfig = toml::from_str(ck.meta("config")?)
+            .map_err(|e| Error::Parse(format!("checkpoint metadata config: {e}")))?;
+        let mut params = Vec::new();
+        for (name, value, shape) in &ck.tensors {
+            let Some(pname) = name.strip_prefix("model.") else {
+                continue;
+            };
+            let moment = |kind: &str| {
+                ck.get(&format!("adamw.{kind}.{pname}"))
+                    .map(|t| t.1.clone())
+            };
+            let moments = match (moment("m"), moment("v")) {
+                (Some(m), Some(v)) => Some((m, v)),
+                (None, None) => None,
+                _ => {
+                    return Err(Error::Parse(format!(
+                        "checkpoint has only one of the AdamW moments of {pname:?}"
+                    )));
+                }
+            };
+            params.push(ParamState {
+                name: pname.to_string(),
+                shape: shape.clone(),
+                value: value.clone(),
+                moments,
+            });
+        }
+        Ok(TrainState {
+            config,
+            step: parse_meta(ck, "step")?,
+            adamw_step: parse_meta(ck, "adamw_step")?,
+            data_position: ck.meta("rng")?.to_string(),
+            data_fingerprint: ck.meta("corpus_fingerprint")?.to_string(),
+            params,
+        })
+    }
+
+    /// Writes the checkpoint file atomically: a run killed while saving keeps the
+    /// previous file.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn save(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
+        let (tensors, meta) = self.to_checkpoint()?;
+        crate::ckpt::save(path, &tensors, &meta)
+    }
+
+    /// Reads a checkpoint file.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn load(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        let path = path.as_ref();
+        Self::from_checkpoint(&crate::ckpt::load(path)?)
+            .map_err(|e| Error::file(path, e.to_string()))
+    }
+}
+
+/// A number from the checkpoint's metadata.
+pub fn parse_meta<T: std::str::FromStr>(ck: &Checkpoint, key: &str) -> Result<T> {
+    let v = ck.meta(key)?;
+    v.parse()
+        .map_err(|_| Error::Parse(format!("checkpoint metadata {key}={v:?} is not a number")))
+}

@@ -1,0 +1,582 @@
+//! The training step: a micro-batch schedule of forwards and backwards, clipping, one
+//! fused AdamW update per parameter, and one read back to the host.
+
+use crate::config::TrainConfig;
+use crate::data::{Batch, BatchSource};
+use crate::schedule::{Action, MicroBatchSchedule};
+use crate::state::{ParamState, TrainState};
+use brrr_backend::{AdamWParams, Backend, DType, Error, Result};
+use brrr_nn::{AdamW, AdamWConfig, Gpt, Module, Param};
+use brrr_perf::trace::Tracer;
+use brrr_tensor::Tensor;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+
+/// What one optimizer step did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepStats {
+    /// The step's number, counting from 1 (= steps completed after it).
+    pub step: u64,
+    /// Mean training loss over the step's micro-batches, nats per token.
+    pub loss: f32,
+    /// Global gradient L2 norm before clipping.
+    pub grad_norm: f64,
+    /// The learning rate the update used.
+    pub lr: f64,
+    /// Tokens the step trained on.
+    pub tokens: usize,
+    /// Wall-clock seconds of the step, read back included; `None` on wasm32, where
+    /// `std::time::Instant` is not available.
+    pub seconds: Option<f64>,
+}
+
+/// A validation result: the mean loss over the fixed validation batches.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evaluation {
+    /// Steps completed when it was measured.
+    pub step: u64,
+    /// Mean validation loss, nats per token.
+    pub loss: f32,
+}
+
+/// Receives what [`Trainer::run`] produces. For each step, in this order: `on_eval`
+/// (when the step evaluates, see [`TrainConfig::evaluates_at`]), `on_step`, then
+/// `on_checkpoint` (after evaluating steps and after the last step of the run). An
+/// error from a callback stops the run and is returned by [`Trainer::run`].
+pub trait Observer {
+    /// A step finished.
+    fn on_step(&mut self, _stats: &StepStats) -> Result<()> {
+        Ok(())
+    }
+    /// The model was evaluated on the validation batches.
+    fn on_eval(&mut self, _eval: &Evaluation) -> Result<()> {
+        Ok(())
+    }
+    /// The state to checkpoint (write it with [`TrainState::save`], or elsewhere).
+    fn on_checkpoint(&mut self, _state: &TrainState) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// An observer that ignores everything.
+impl Observer for () {}
+
+/// Trains a GPT: owns the model, the optimizer, the batch source and the validation
+/// batches. Every method that reads from the device is `async`, so the trainer runs on
+/// a browser's main thread; native code can use the `_blocking` wrappers.
+///
+/// After an error from [`Trainer::step`] the model and optimizer may be half-updated:
+/// restore a [`TrainState`] before stepping again.
+pub struct Trainer<B: Backend> {
+    backend: B,
+    config: TrainConfig,
+    model: Gpt<B>,
+    opt: AdamW<B>,
+    data: Box<dyn BatchSource>,
+    val: Vec<Batch>,
+    schedule: MicroBatchSchedule,
+    step: u64,
+    tracer: Arc<Tracer>,
+}
+
+impl<B: Backend> Trainer<B> {
+    /// A fresh run: the model initialised from `config.seed`, AdamW with
+    /// `config.weight_decay`, gradient accumulation over `config.grad_accum`
+    /// micro-batches.
+    pub fn new(
+        backend: &B,
+        config: TrainConfig,
+        data: Box<dyn BatchSource>,
+        val: Vec<Batch>,
+    ) -> Result<Self> {
+        config.validate()?;
+        // Sizes whose byte counts overflow are errors here, not allocation failures.
+        crate::memory::estimate(&config)?;
+        let mut init_rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let model = Gpt::new(backend, config.model.clone(), DType::F32, &mut init_rng)?;
+        let opt = AdamW::new(AdamWConfig {
+            weight_decay: config.weight_decay,
+            ..AdamWConfig::default()
+        });
+        let schedule = MicroBatchSchedule::grad_accumulation(config.grad_accum)?;
+        Ok(Trainer {
+            backend: backend.clone(),
+            config,
+            model,
+            opt,
+            data,
+            val,
+            schedule,
+            step: 0,
+            tracer: Arc::new(Tracer::disabled()),
+        })
+    }
+
+    /// Replaces the micro-batch schedule. It must cover `config.grad_accum`
+    /// micro-batches, and (until layers keep saved activations per micro-batch) keep at
+    /// most one in flight.
+    pub fn set_schedule(&mut self, schedule: MicroBatchSchedule) -> Result<()> {
+        let fail = |m: String| Err(Error::invalid("Trainer::set_schedule", m));
+        if schedule.micro_batches() != self.config.grad_accum {
+            return fail(format!(
+                "the schedule has {} micro-batches, the config's grad_accum is {}",
+                schedule.micro_batches(),
+                self.config.grad_accum
+            ));
+        }
+        if schedule.max_in_flight() > 1 {
+            return fail(format!(
+                "{schedule} keeps {} micro-batches in flight; the model saves activations \
+                 for one at a time",
+                schedule.max_in_flight()
+            ));
+        }
+        self.schedule = schedule;
+        Ok(())
+    }
+
+    /// Records each step's phases (`step`, `data`, `forward`, `backward`, `clip`,
+    /// `adamw`, `read back`, `evaluate`, `checkpoint`) into `tracer`.
+    pub fn set_tracer(&mut self, tracer: Tracer) {
+        self.tracer = Arc::new(tracer);
+    }
+
+    /// The tracer given to [`Trainer::set_tracer`] (a disabled one by default).
+    pub fn tracer(&self) -> &Tracer {
+        &self.tracer
+    }
+
+    /// The run's configuration.
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    /// Continues to `steps` in total (the schedule's end moves with it). Resuming a run
+    /// to train it longer uses this.
+    pub fn set_total_steps(&mut self, steps: u64) -> Result<()> {
+        let mut c = self.config.clone();
+        c.steps = steps;
+        c.validate()?;
+        self.config = c;
+        Ok(())
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Gpt<B> {
+        &self.model
+    }
+
+    /// The backend the model lives on.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The micro-batch schedule of each step.
+    pub fn schedule(&self) -> &MicroBatchSchedule {
+        &self.schedule
+    }
+
+    /// Optimizer steps completed.
+    pub fn steps_done(&self) -> u64 {
+        self.step
+    }
+
+    /// Whether `config.steps` steps are done.
+    pub fn is_finished(&self) -> bool {
+        self.step >= self.config.steps
+    }
+
+    /// One optimizer step. Reads one buffer back from the device: the loss summed over
+    /// the micro-batches and the squared gradient norm.
+    pub async fn step(&mut self) -> Result<StepStats> {
+        if self.is_finished() {
+            return Err(Error::invalid(
+                "Trainer::step",
+                format!("the run already finished at step {}", self.step),
+            ));
+        }
+        let tracer = self.tracer.clone();
+        let _span = tracer.span("step");
+        #[cfg(not(target_arch = "wasm32"))]
+        let t0 = std::time::Instant::now();
+        let lr = self.config.schedule().lr(self.step);
+        self.model.zero_grad()?;
+        let loss_sum = self.run_schedule(&tracer)?;
+        let (coef, sumsq) = tracer.in_span("clip", || {
+            clip_on_device(&self.backend, &self.model.params(), self.config.grad_clip)
+        })?;
+        tracer.in_span("adamw", || {
+            adamw_step(&mut self.opt, self.model.params_mut(), lr as f32, &coef)
+        })?;
+        let host = {
+            let _read = tracer.span("read back");
+            Tensor::cat(&[&loss_sum, &sumsq], 0)?
+                .to_host()
+                .await?
+                .to_f64()
+        };
+        // The same arithmetic as summing each micro-batch's mean on the host in f64:
+        // for one micro-batch the f32 mean itself.
+        let loss = (host[0] / self.config.grad_accum as f64) as f32;
+        let done = self.step + 1;
+        if !loss.is_finite() {
+            return Err(Error::invalid(
+                "train",
+                format!("loss became {loss} at step {done}; lower --lr"),
+            ));
+        }
+        self.step = done;
+        Ok(StepStats {
+            step: done,
+            loss,
+            grad_norm: host[1].sqrt(),
+            lr,
+            tokens: self.config.tokens_per_step(),
+            #[cfg(not(target_arch = "wasm32"))]
+            seconds: Some(t0.elapsed().as_secs_f64()),
+            #[cfg(target_arch = "wasm32")]
+            seconds: None,
+        })
+    }
+
+    /// Executes the schedule's actions; returns the sum of the micro-batch mean losses,
+    /// on the device.
+    fn run_schedule(&mut self, tracer: &Tracer) -> Result<Tensor<B>> {
+        let n_tokens = (self.config.batch_size * self.config.seq_len) as f32;
+        // Each backward scales by 1/(n·k): the gradient of the mean over all k·n tokens.
+        let dloss = 1.0 / (n_tokens * self.config.grad_accum as f32);
+        let mut loss_sum: Option<Tensor<B>> = None;
+        for action in self.schedule.actions().to_vec() {
+            match action {
+                Action::Forward(_) => {
+                    let (ids, targets) = tracer.in_span("data", || {
+                        let batch = self.data.next_batch()?;
+                        check_batch(&self.config, &batch)?;
+                        upload(&self.backend, &batch)
+                    })?;
+                    let mean = tracer.in_span("forward", || {
+                        self.model.forward_loss(&ids, &targets)?.mean_all()
+                    })?;
+                    match &mut loss_sum {
+                        None => loss_sum = Some(mean),
+                        Some(sum) => sum.add_(&mean)?,
+                    }
+                }
+                Action::Backward(_) => {
+                    tracer.in_span("backward", || self.model.backward(dloss))?;
+                }
+            }
+        }
+        loss_sum.ok_or_else(|| Error::invalid("Trainer::step", "the schedule has no forward"))
+    }
+
+    /// Mean loss over the fixed validation batches (0 if there are none). Reads one
+    /// buffer back: every batch's mean, summed on the host in f64 in batch order.
+    pub async fn evaluate(&mut self) -> Result<f32> {
+        let tracer = self.tracer.clone();
+        let _span = tracer.span("evaluate");
+        let mut means = Vec::with_capacity(self.val.len());
+        for batch in &self.val {
+            let (ids, targets) = upload(&self.backend, batch)?;
+            means.push(self.model.forward_loss(&ids, &targets)?.mean_all()?);
+            self.model.clear_saved();
+        }
+        if means.is_empty() {
+            return Ok(0.0);
+        }
+        let refs: Vec<&Tensor<B>> = means.iter().collect();
+        let values = Tensor::cat(&refs, 0)?.to_host().await?.to_f64();
+        let sum = values.iter().fold(0.0f64, |acc, &x| acc + x);
+        Ok((sum / values.len() as f64) as f32)
+    }
+
+    /// Steps until `stop_at` steps (at most `config.steps`) are done, evaluating and
+    /// checkpointing as the config says, and reporting to `observer`.
+    pub async fn run(&mut self, stop_at: u64, observer: &mut dyn Observer) -> Result<()> {
+        let stop_at = stop_at.min(self.config.steps);
+        let tracer = self.tracer.clone();
+        while self.step < stop_at {
+            let stats = self.step().await?;
+            let done = stats.step;
+            let eval_now = self.config.evaluates_at(done);
+            if eval_now {
+                let loss = self.evaluate().await?;
+                observer.on_eval(&Evaluation { step: done, loss })?;
+            }
+            observer.on_step(&stats)?;
+            if eval_now || done == stop_at {
+                let _span = tracer.span("checkpoint");
+                let state = self.state().await?;
+                observer.on_checkpoint(&state)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The run's state, read back from the device.
+    pub async fn state(&self) -> Result<TrainState> {
+        let mut params = Vec::new();
+        for (i, p) in self.model.params().into_iter().enumerate() {
+            let moments = match self.opt.moments.get(i) {
+                Some((m, v)) => Some((m.to_host().await?, v.to_host().await?)),
+                None => None,
+            };
+            params.push(ParamState {
+                name: p.name.clone(),
+                shape: p.value.dims().to_vec(),
+                value: p.value.to_host().await?,
+                moments,
+            });
+        }
+        Ok(TrainState {
+            config: self.config.clone(),
+            step: self.step,
+            adamw_step: self.opt.step,
+            data_position: self.data.position(),
+            data_fingerprint: self.data.fingerprint(),
+            params,
+        })
+    }
+
+    /// Continues from `state`: weights, AdamW moments and step count, the batch
+    /// source's position and the step. The model's shape must match, and the data must
+    /// be the same (by fingerprint).
+    pub fn restore(&mut self, state: &TrainState) -> Result<()> {
+        if state.config.model != self.config.model {
+            return Err(Error::invalid(
+                "Trainer::restore",
+                format!(
+                    "the saved model {:?} is not this trainer's {:?}",
+                    state.config.model, self.config.model
+                ),
+            ));
+        }
+        if state.data_fingerprint != self.data.fingerprint() {
+            return Err(Error::file(
+                &self.config.corpus,
+                "the corpus differs from the one this run was trained on",
+            ));
+        }
+        load_params(&self.backend, &mut self.model, state)?;
+        self.opt.moments = load_moments(&self.backend, &self.model, state)?;
+        self.opt.step = state.adamw_step;
+        self.data.set_position(&state.data_position)?;
+        self.step = state.step;
+        Ok(())
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl<B: Backend> Trainer<B> {
+    /// [`Trainer::step`], blocking (native only).
+    pub fn step_blocking(&mut self) -> Result<StepStats> {
+        brrr_backend::block_on(self.step())
+    }
+
+    /// [`Trainer::evaluate`], blocking (native only).
+    pub fn evaluate_blocking(&mut self) -> Result<f32> {
+        brrr_backend::block_on(self.evaluate())
+    }
+
+    /// [`Trainer::run`], blocking (native only).
+    pub fn run_blocking(&mut self, stop_at: u64, observer: &mut dyn Observer) -> Result<()> {
+        brrr_backend::block_on(self.run(stop_at, observer))
+    }
+
+    /// [`Trainer::state`], blocking (native only).
+    pub fn state_blocking(&self) -> Result<TrainState> {
+        brrr_backend::block_on(self.state())
+    }
+}
+
+/// Errors unless `batch` has the config's shape and holds that many tokens.
+fn check_batch(config: &TrainConfig, batch: &Batch) -> Result<()> {
+    let want = (config.batch_size, config.seq_len);
+    let n = want.0 * want.1;
+    if (batch.batch, batch.seq) != want || batch.inputs.len() != n || batch.targets.len() != n {
+        return Err(Error::shape(
+            "Trainer::step",
+            format!(
+                "the batch source gave a {}×{} batch of {} tokens, the config says {}×{}",
+                batch.batch,
+                batch.seq,
+                batch.inputs.len(),
+                want.0,
+                want.1
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Uploads a batch: `u32` token ids and `i32` targets, both `[batch, seq]`.
+pub fn upload<B: Backend>(backend: &B, batch: &Batch) -> Result<(Tensor<B>, Tensor<B>)> {
+    let ids = Tensor::from_u32(backend, &batch.inputs, [batch.batch, batch.seq])?;
+    let targets: Vec<i32> = batch.targets.iter().map(|&t| t as i32).collect();
+    let targets = Tensor::from_i32(backend, &targets, [batch.batch, batch.seq])?;
+    Ok((ids, targets))
+}
+
+/// `Σ_p Σ_i g²` over all gradients, in f32 on the device, one `[1]` tensor: the same
+/// operations, in the same order, as [`brrr_nn::grad_norm`].
+fn sum_of_squares<B: Backend>(backend: &B, params: &[&Param<B>]) -> Result<Tensor<B>> {
+    let mut total: Option<Tensor<B>> = None;
+    for p in params {
+        let ss = p.grad.to_dtype(DType::F32)?.square()?.sum_all()?;
+        match &mut total {
+            None => total = Some(ss),
+            Some(t) => t.add_(&ss)?,
+        }
+    }
+    match total {
+        Some(t) => Ok(t),
+        None => Tensor::zeros(backend, [1], DType::F32),
+    }
+}
+
+/// The clipping coefficient `min(1, max_norm / (‖g‖ + 1e-6))` (as
+/// `torch.nn.utils.clip_grad_norm_` computes it) as a one-element f32 device tensor for
+/// [`adamw_step`], and the squared norm `‖g‖²` as a device tensor for logging.
+///
+/// Interim on native: the squared norm is read back (blocking) and the coefficient
+/// computed in f64 on the host exactly as [`brrr_nn::clip_grad_norm`] does, then
+/// uploaded, so that the numbers of existing runs do not change. A backend op that
+/// computes the coefficient on the device replaces this read. On wasm32, where nothing
+/// may block, the coefficient is computed with f32 device ops (sqrt, add, divide,
+/// minimum).
+fn clip_on_device<B: Backend>(
+    backend: &B,
+    params: &[&Param<B>],
+    max_norm: f64,
+) -> Result<(Tensor<B>, Tensor<B>)> {
+    let sumsq = sum_of_squares(backend, params)?;
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let norm = sumsq.to_scalar_f64()?.sqrt();
+        let coef = (max_norm / (norm + 1e-6)).min(1.0) as f32;
+        let coef = Tensor::from_f32(backend, &[coef], [1], DType::F32)?;
+        Ok((coef, sumsq))
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let denom = sumsq.sqrt()?.affine(1.0, 1e-6)?;
+        let max = Tensor::full(backend, [1], DType::F32, max_norm)?;
+        let one = Tensor::full(backend, [1], DType::F32, 1.0)?;
+        Ok((max.div(&denom)?.minimum(&one)?, sumsq))
+    }
+}
+
+/// [`AdamW::step`] with the gradient scale as a device scalar (`coef`, f32 `[1]`), which
+/// the fused kernel multiplies into every gradient (`inv_scale`): no read back. With
+/// `grad_scale = 1` the kernel's factor is `1 · coef`, the same number `AdamW::step`
+/// would use given `coef` on the host.
+fn adamw_step<B: Backend>(
+    opt: &mut AdamW<B>,
+    params: Vec<&mut Param<B>>,
+    lr: f32,
+    coef: &Tensor<B>,
+) -> Result<()> {
+    if opt.moments.is_empty() {
+        for p in &params {
+            let z = || Tensor::zeros(p.value.backend(), p.value.shape().clone(), DType::F32);
+            opt.moments.push((z()?, z()?));
+        }
+    }
+    if opt.moments.len() != params.len() {
+        return Err(Error::invalid(
+            "AdamW::step",
+            format!(
+                "optimizer holds state for {} parameters, got {}",
+                opt.moments.len(),
+                params.len()
+            ),
+        ));
+    }
+    opt.step += 1;
+    for (p, (m, v)) in params.into_iter().zip(&mut opt.moments) {
+        let hp = AdamWParams {
+            lr,
+            beta1: opt.config.beta1,
+            beta2: opt.config.beta2,
+            eps: opt.config.eps,
+            // Matrices only, as AdamW::step: see brrr_nn::AdamW.
+            weight_decay: if p.value.rank() >= 2 {
+                opt.config.weight_decay
+            } else {
+                0.0
+            },
+            step: opt.step,
+            grad_scale: 1.0,
+        };
+        let backend = p.value.backend().clone();
+        let grad = p.grad.contiguous()?;
+        backend.adamw(
+            &hp,
+            p.value.buffer_mut()?,
+            grad.buffer()?,
+            m.buffer_mut()?,
+            v.buffer_mut()?,
+            Some(coef.buffer()?),
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+/// Replaces every parameter's value with the saved one (same name, shape and dtype):
+/// loads trained weights into a model for sampling.
+pub fn load_params<B: Backend>(backend: &B, model: &mut Gpt<B>, state: &TrainState) -> Result<()> {
+    for p in model.params_mut() {
+        let saved = saved_param(state, &p.name, p.value.dims())?;
+        let t = Tensor::from_host(backend, &saved.value, saved.shape.clone())?;
+        if t.dtype() != p.value.dtype() {
+            return Err(Error::DType {
+                op: "load checkpoint",
+                expected: p.value.dtype(),
+                got: t.dtype(),
+            });
+        }
+        p.value = t;
+    }
+    Ok(())
+}
+
+/// AdamW's moments for every parameter, in the model's order; none if the saved
+/// optimizer never stepped.
+fn load_moments<B: Backend>(
+    backend: &B,
+    model: &Gpt<B>,
+    state: &TrainState,
+) -> Result<Vec<(Tensor<B>, Tensor<B>)>> {
+    if state.adamw_step == 0 {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for p in model.params() {
+        let saved = saved_param(state, &p.name, p.value.dims())?;
+        let (m, v) = saved.moments.as_ref().ok_or_else(|| {
+            Error::Parse(format!("checkpoint has no tensor \"adamw.m.{}\"", p.name))
+        })?;
+        let m = Tensor::from_host(backend, m, saved.shape.clone())?;
+        let v = Tensor::from_host(backend, v, saved.shape.clone())?;
+        out.push((m, v));
+    }
+    Ok(out)
+}
+
+fn saved_param<'a>(state: &'a TrainState, name: &str, dims: &[usize]) -> Result<&'a ParamState> {
+    let saved = state
+        .param(name)
+        .ok_or_else(|| Error::Parse(format!("checkpoint has no tensor \"model.{name}\"")))?;
+    if saved.shape.as_slice() != dims {
+        return Err(Error::shape(
+            "load checkpoint",
+            format!(
+                "{name}: checkpoint has {:?}, model expects {dims:?}",
+                saved.shape
+            ),
+        ));
+    }
+    Ok(saved)
+}
