@@ -5,8 +5,8 @@ use crate::config::TrainConfig;
 use crate::data::{Batch, BatchSource};
 use crate::schedule::{Action, MicroBatchSchedule};
 use crate::state::{ParamState, TrainState};
-use brrr_backend::{AdamWParams, Backend, DType, Error, Result};
-use brrr_nn::{AdamW, AdamWConfig, Gpt, Module, Param};
+use brrr_backend::{Backend, DType, Error, Result};
+use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, clip_grad_norm_on_device};
 use brrr_perf::trace::Tracer;
 use brrr_tensor::Tensor;
 use rand::SeedableRng;
@@ -20,7 +20,7 @@ pub struct StepStats {
     pub step: u64,
     /// Mean training loss over the step's micro-batches, nats per token.
     pub loss: f32,
-    /// Global gradient L2 norm before clipping.
+    /// Global gradient L2 norm before clipping, as the device computed it (f32).
     pub grad_norm: f64,
     /// The learning rate the update used.
     pub lr: f64,
@@ -114,8 +114,10 @@ impl<B: Backend> Trainer<B> {
     }
 
     /// Replaces the micro-batch schedule. It must cover `config.grad_accum`
-    /// micro-batches, and (until layers keep saved activations per micro-batch) keep at
-    /// most one in flight.
+    /// micro-batches; any number may be in flight at once, since every layer keeps what
+    /// a forward saved per micro-batch (`brrr_nn::Stash`). Gradients accumulate, so the
+    /// order of the backwards decides the order of the sums: a schedule changes the
+    /// gradients only by rounding.
     pub fn set_schedule(&mut self, schedule: MicroBatchSchedule) -> Result<()> {
         let fail = |m: String| Err(Error::invalid("Trainer::set_schedule", m));
         if schedule.micro_batches() != self.config.grad_accum {
@@ -123,13 +125,6 @@ impl<B: Backend> Trainer<B> {
                 "the schedule has {} micro-batches, the config's grad_accum is {}",
                 schedule.micro_batches(),
                 self.config.grad_accum
-            ));
-        }
-        if schedule.max_in_flight() > 1 {
-            return fail(format!(
-                "{schedule} keeps {} micro-batches in flight; the model saves activations \
-                 for one at a time",
-                schedule.max_in_flight()
             ));
         }
         self.schedule = schedule;
@@ -202,16 +197,21 @@ impl<B: Backend> Trainer<B> {
         let t0 = std::time::Instant::now();
         let lr = self.config.schedule().lr(self.step);
         self.model.zero_grad()?;
+        self.backend.reset_peak_memory();
         let loss_sum = self.run_schedule(&tracer)?;
-        let (coef, sumsq) = tracer.in_span("clip", || {
-            clip_on_device(&self.backend, &self.model.params(), self.config.grad_clip)
+        let (norm, coef) = tracer.in_span("clip", || {
+            clip_grad_norm_on_device(&self.model.params(), self.config.grad_clip)
         })?;
+        // The clip factor stays on the device: the fused AdamW kernel multiplies it into
+        // every gradient (`inv_scale`), so nothing is read back before the update.
         tracer.in_span("adamw", || {
-            adamw_step(&mut self.opt, self.model.params_mut(), lr as f32, &coef)
+            self.opt
+                .step_scaled(self.model.params_mut(), lr as f32, 1.0, Some(&coef), None)
         })?;
+        record_memory(&tracer, &self.backend);
         let host = {
             let _read = tracer.span("read back");
-            Tensor::cat(&[&loss_sum, &sumsq], 0)?
+            Tensor::cat(&[&loss_sum, &norm], 0)?
                 .to_host()
                 .await?
                 .to_f64()
@@ -230,7 +230,7 @@ impl<B: Backend> Trainer<B> {
         Ok(StepStats {
             step: done,
             loss,
-            grad_norm: host[1].sqrt(),
+            grad_norm: host[1],
             lr,
             tokens: self.config.tokens_per_step(),
             #[cfg(not(target_arch = "wasm32"))]
@@ -249,24 +249,29 @@ impl<B: Backend> Trainer<B> {
         let mut loss_sum: Option<Tensor<B>> = None;
         for action in self.schedule.actions().to_vec() {
             match action {
-                Action::Forward(_) => {
+                Action::Forward(mb) => {
                     let (ids, targets) = tracer.in_span("data", || {
                         let batch = self.data.next_batch()?;
                         check_batch(&self.config, &batch)?;
                         upload(&self.backend, &batch)
                     })?;
                     let mean = tracer.in_span("forward", || {
-                        self.model.forward_loss(&ids, &targets)?.mean_all()
+                        self.model
+                            .forward_loss_mb(micro_batch(mb)?, &ids, &targets)?
+                            .mean_all()
                     })?;
                     match &mut loss_sum {
                         None => loss_sum = Some(mean),
                         Some(sum) => sum.add_(&mean)?,
                     }
                 }
-                Action::Backward(_) => {
-                    tracer.in_span("backward", || self.model.backward(dloss))?;
+                Action::Backward(mb) => {
+                    tracer.in_span("backward", || {
+                        self.model.backward_mb(micro_batch(mb)?, dloss)
+                    })?;
                 }
             }
+            record_memory(tracer, &self.backend);
         }
         loss_sum.ok_or_else(|| Error::invalid("Trainer::step", "the schedule has no forward"))
     }
@@ -418,110 +423,27 @@ pub fn upload<B: Backend>(backend: &B, batch: &Batch) -> Result<(Tensor<B>, Tens
     Ok((ids, targets))
 }
 
-/// `Σ_p Σ_i g²` over all gradients, in f32 on the device, one `[1]` tensor: the same
-/// operations, in the same order, as [`brrr_nn::grad_norm`].
-fn sum_of_squares<B: Backend>(backend: &B, params: &[&Param<B>]) -> Result<Tensor<B>> {
-    let mut total: Option<Tensor<B>> = None;
-    for p in params {
-        let ss = p.grad.to_dtype(DType::F32)?.square()?.sum_all()?;
-        match &mut total {
-            None => total = Some(ss),
-            Some(t) => t.add_(&ss)?,
-        }
-    }
-    match total {
-        Some(t) => Ok(t),
-        None => Tensor::zeros(backend, [1], DType::F32),
-    }
+/// Adds the backend's memory in use and its peak since the step began to the trace's
+/// counter track (Perfetto draws it under the spans).
+fn record_memory<B: Backend>(tracer: &Tracer, backend: &B) {
+    let m = backend.memory_stats();
+    tracer.counters(
+        "memory (bytes)",
+        &[
+            ("in use", m.bytes_in_use as f64),
+            ("peak", m.peak_bytes as f64),
+        ],
+    );
 }
 
-/// The clipping coefficient `min(1, max_norm / (‖g‖ + 1e-6))` (as
-/// `torch.nn.utils.clip_grad_norm_` computes it) as a one-element f32 device tensor for
-/// [`adamw_step`], and the squared norm `‖g‖²` as a device tensor for logging.
-///
-/// Interim on native: the squared norm is read back (blocking) and the coefficient
-/// computed in f64 on the host exactly as [`brrr_nn::clip_grad_norm`] does, then
-/// uploaded, so that the numbers of existing runs do not change. A backend op that
-/// computes the coefficient on the device replaces this read. On wasm32, where nothing
-/// may block, the coefficient is computed with f32 device ops (sqrt, add, divide,
-/// minimum).
-fn clip_on_device<B: Backend>(
-    backend: &B,
-    params: &[&Param<B>],
-    max_norm: f64,
-) -> Result<(Tensor<B>, Tensor<B>)> {
-    let sumsq = sum_of_squares(backend, params)?;
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let norm = sumsq.to_scalar_f64()?.sqrt();
-        let coef = (max_norm / (norm + 1e-6)).min(1.0) as f32;
-        let coef = Tensor::from_f32(backend, &[coef], [1], DType::F32)?;
-        Ok((coef, sumsq))
-    }
-    #[cfg(target_arch = "wasm32")]
-    {
-        let denom = sumsq.sqrt()?.affine(1.0, 1e-6)?;
-        let max = Tensor::full(backend, [1], DType::F32, max_norm)?;
-        let one = Tensor::full(backend, [1], DType::F32, 1.0)?;
-        Ok((max.div(&denom)?.minimum(&one)?, sumsq))
-    }
-}
-
-/// [`AdamW::step`] with the gradient scale as a device scalar (`coef`, f32 `[1]`), which
-/// the fused kernel multiplies into every gradient (`inv_scale`): no read back. With
-/// `grad_scale = 1` the kernel's factor is `1 · coef`, the same number `AdamW::step`
-/// would use given `coef` on the host.
-fn adamw_step<B: Backend>(
-    opt: &mut AdamW<B>,
-    params: Vec<&mut Param<B>>,
-    lr: f32,
-    coef: &Tensor<B>,
-) -> Result<()> {
-    if opt.moments.is_empty() {
-        for p in &params {
-            let z = || Tensor::zeros(p.value.backend(), p.value.shape().clone(), DType::F32);
-            opt.moments.push((z()?, z()?));
-        }
-    }
-    if opt.moments.len() != params.len() {
-        return Err(Error::invalid(
-            "AdamW::step",
-            format!(
-                "optimizer holds state for {} parameters, got {}",
-                opt.moments.len(),
-                params.len()
-            ),
-        ));
-    }
-    opt.step += 1;
-    for (p, (m, v)) in params.into_iter().zip(&mut opt.moments) {
-        let hp = AdamWParams {
-            lr,
-            beta1: opt.config.beta1,
-            beta2: opt.config.beta2,
-            eps: opt.config.eps,
-            // Matrices only, as AdamW::step: see brrr_nn::AdamW.
-            weight_decay: if p.value.rank() >= 2 {
-                opt.config.weight_decay
-            } else {
-                0.0
-            },
-            step: opt.step,
-            grad_scale: 1.0,
-        };
-        let backend = p.value.backend().clone();
-        let grad = p.grad.contiguous()?;
-        backend.adamw(
-            &hp,
-            p.value.buffer_mut()?,
-            grad.buffer()?,
-            m.buffer_mut()?,
-            v.buffer_mut()?,
-            Some(coef.buffer()?),
-            None,
-        )?;
-    }
-    Ok(())
+/// The layers' name for the schedule's micro-batch `mb`.
+fn micro_batch(mb: usize) -> Result<MicroBatch> {
+    u32::try_from(mb).map(MicroBatch).map_err(|_| {
+        Error::invalid(
+            "Trainer::step",
+            format!("micro-batch index {mb} does not fit in u32"),
+        )
+    })
 }
 
 /// Replaces every parameter's value with the saved one (same name, shape and dtype):
