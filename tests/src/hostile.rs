@@ -21,11 +21,15 @@ struct GemmCase {
 }
 
 fn gemm_cases() -> Vec<GemmCase> {
-    const BIG: usize = 1 << 40;
+    // Sized by the word, so the cases overflow on 32-bit wasm as on 64-bit hosts:
+    // BIG² and HALF² exceed usize::MAX, TOP · 2 wraps.
+    const BIG: usize = 1 << (usize::BITS / 2 + 8);
+    const HALF: usize = 1 << (usize::BITS / 2 + 1);
+    const TOP: usize = 1 << (usize::BITS - 1);
     let one = GemmSpec::new(1, 1, 1);
     vec![
         GemmCase {
-            label: "gemm: batch 2^40 × stride 2^40 overflows",
+            label: "gemm: batch × stride overflows (both 2^(bits/2 + 8))",
             spec: GemmSpec {
                 batch: BIG,
                 stride_a: BIG,
@@ -46,9 +50,9 @@ fn gemm_cases() -> Vec<GemmCase> {
             lens: (4, 4, 4),
         },
         GemmCase {
-            label: "gemm: m × k overflows (m = 2^63, k = 2)",
+            label: "gemm: m × k overflows (m = 2^(bits - 1), k = 2)",
             spec: GemmSpec {
-                m: 1 << 63,
+                m: TOP,
                 k: 2,
                 n: 1,
                 ..one
@@ -58,8 +62,8 @@ fn gemm_cases() -> Vec<GemmCase> {
         GemmCase {
             label: "gemm: m × n overflows in C only (k = 0)",
             spec: GemmSpec {
-                m: 1 << 40,
-                n: 1 << 40,
+                m: BIG,
+                n: BIG,
                 k: 0,
                 ..one
             },
@@ -69,17 +73,17 @@ fn gemm_cases() -> Vec<GemmCase> {
             label: "gemm: m = 0 yet k × n overflows",
             spec: GemmSpec {
                 m: 0,
-                n: 1 << 33,
-                k: 1 << 33,
+                n: HALF,
+                k: HALF,
                 ..one
             },
             lens: (4, 4, 4),
         },
         GemmCase {
-            label: "gemm: stride_c wraps (batch 3, stride 2^63)",
+            label: "gemm: stride_c wraps (batch 3, stride 2^(bits - 1))",
             spec: GemmSpec {
                 batch: 3,
-                stride_c: 1 << 63,
+                stride_c: TOP,
                 ..one
             },
             lens: (4, 4, 4),
