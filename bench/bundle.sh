@@ -23,13 +23,13 @@ rm -rf "$tmp"
 mkdir -p "$tmp"
 
 echo "==== bundle: building (release)"
-cargo build --release -p brrr --features cuda
+cargo build --release -p brrr --features cuda,wgpu
 cargo build --release -p brrr-cuda --example cuda_bench
 
 # The test binaries have hashed names: ask cargo which files they are.
 echo "==== bundle: building the GPU test binaries"
 cargo test --release --no-run --message-format=json \
-    -p brrr-conformance --test cuda --test train_cuda \
+    -p brrr-conformance --test cuda --test train_cuda --test wgpu --test train_wgpu \
     -p brrr-cuda --test gpu --test nvrtc >"$tmp/artifacts.json"
 python3 - "$tmp/artifacts.json" "$tmp" <<'PY'
 import json, shutil, sys
@@ -49,6 +49,7 @@ for line in open(artifacts):
     shutil.copy2(m["executable"], f"{dest}/{name}")
     found.append(name)
 wanted = {"test-brrr-conformance-cuda", "test-brrr-conformance-train_cuda",
+          "test-brrr-conformance-wgpu", "test-brrr-conformance-train_wgpu",
           "test-brrr-cuda-gpu", "test-brrr-cuda-nvrtc"}
 missing = wanted - set(found)
 if missing:

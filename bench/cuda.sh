@@ -3,7 +3,7 @@
 #
 #   bench/cuda.sh              # everything
 #   STEPS=50 BATCH=16 bench/cuda.sh
-#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train
+#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train wgpu
 #
 # 1. conformance: the op-by-op suite on CUDA against brrr-cpu (cuBLAS and every own GEMM
 #    kernel) and `brrr train`'s loop against the CPU run; then the GPU-only tests of
@@ -14,6 +14,9 @@
 #    next to a measured device-to-device copy, then the same ops in PyTorch.
 # 4. train: the GPT-2 small (124M) preset on synthetic tokens with `brrr train`, then the
 #    equivalent PyTorch model (bench/torch_reference.py): tokens/s and MFU for both.
+# 5. wgpu: brrr-wgpu on the same GPU through Vulkan: the conformance suite, training
+#    against the CPU, GEMM GFLOP/s per WGSL kernel version and the element-wise overhead /
+#    bandwidth sweep. Needs a Vulkan loader (libvulkan.so.1) and the NVIDIA ICD.
 #
 # Needs: an NVIDIA driver, a CUDA toolkit's NVRTC and cuBLAS (12.x or 13.x), for the
 # PyTorch rows python3 with torch, and either cargo or a bundle of prebuilt binaries from
@@ -50,7 +53,7 @@ fi
 
 # The three things the script runs, from cargo or from the bundle.
 brrr() {
-    if [[ -n $BUNDLE ]]; then "$BUNDLE/brrr" "$@"; else cargo run --release -q -p brrr --features cuda -- "$@"; fi
+    if [[ -n $BUNDLE ]]; then "$BUNDLE/brrr" "$@"; else cargo run --release -q -p brrr --features cuda,wgpu -- "$@"; fi
 }
 cuda_bench() {
     if [[ -n $BUNDLE ]]; then
@@ -76,7 +79,7 @@ gpu_tests() {
     cargo test --release -p "$pkg" "${args[@]}" -- --nocapture --test-threads=1 --skip emulat
 }
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train)
+[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train wgpu)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 failed=()
 step() { # step NAME CMD... : runs CMD, tees output to $OUT/NAME.log, records failure
@@ -191,6 +194,20 @@ if want train; then
             --seq "$SEQ" --dtype bf16 --json "$OUT/torch-train-bf16.json"
         step train-torch-bf16-compile $PYTHON bench/torch_reference.py train --steps "$STEPS" --batch "$BATCH" \
             --seq "$SEQ" --dtype bf16 --compile --attention sdpa --json "$OUT/torch-train-bf16-compile.json"
+    fi
+fi
+
+# ---- 5. wgpu on the same GPU (Vulkan) ----------------------------------------------------------
+if want wgpu; then
+    if ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
+        # Absence of an adapter is a failure here, as for CUDA.
+        export BRRR_REQUIRE_WGPU=1
+        step wgpu-conformance gpu_tests brrr-conformance wgpu train_wgpu
+        step wgpu-gemm brrr bench gemm --backend wgpu --sizes 256,1024,2048,4096 --reps 10
+        step wgpu-overhead brrr bench overhead
+    else
+        echo "==== wgpu: FAILED (no Vulkan loader: libvulkan.so.1 is not installed)"
+        failed+=(wgpu)
     fi
 fi
 

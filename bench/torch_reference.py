@@ -288,7 +288,7 @@ class GPT(nn.Module):
         for block in self.h:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()  # tied head
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
     def num_params(self):
         return sum(p.numel() for p in self.parameters())

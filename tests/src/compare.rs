@@ -2,21 +2,39 @@
 
 use brrr_backend::{DType, HostData};
 
-/// Allowed error: `|got - want| <= rel * |want| + abs * max|want|`.
+/// Allowed error: `|got - want| <= rel * |want| + abs * max(max|want|, scale_floor)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Tol {
     pub rel: f64,
     pub abs: f64,
+    /// The least magnitude the absolute term is scaled by. An output that is the small
+    /// difference of large terms (a LayerNorm input gradient over two columns) carries
+    /// rounding errors of the terms' size, not of its own: such a case sets the floor to
+    /// the terms' magnitude. 0 for most cases.
+    pub scale_floor: f64,
 }
 
 impl Tol {
     /// Exact equality (integers, casts, copies).
-    pub const EXACT: Tol = Tol { rel: 0.0, abs: 0.0 };
+    pub const EXACT: Tol = Tol {
+        rel: 0.0,
+        abs: 0.0,
+        scale_floor: 0.0,
+    };
 
     pub fn times(self, f: f64) -> Tol {
         Tol {
             rel: self.rel * f,
             abs: self.abs * f,
+            ..self
+        }
+    }
+
+    /// This tolerance with its absolute term scaled by at least `floor`.
+    pub fn with_scale_floor(self, floor: f64) -> Tol {
+        Tol {
+            scale_floor: floor,
+            ..self
         }
     }
 }
@@ -32,7 +50,11 @@ pub fn tolerance(dtype: DType) -> Tol {
         DType::BF16 => 2.0 * 7.82e-3,
         DType::I32 | DType::U32 => 0.0,
     };
-    Tol { rel: t, abs: t }
+    Tol {
+        rel: t,
+        abs: t,
+        scale_floor: 0.0,
+    }
 }
 
 /// Compares `got` with `want`. `Ok(worst)` is the largest error as a fraction of the
@@ -74,7 +96,7 @@ pub fn compare(got: &HostData, want: &HostData, tol: Tol) -> Result<f64, String>
     let scale = w
         .iter()
         .filter(|x| x.is_finite())
-        .fold(0.0f64, |m, x| m.max(x.abs()));
+        .fold(tol.scale_floor, |m, x| m.max(x.abs()));
     let mut worst = 0.0f64;
     let mut bad = Vec::new();
     for i in 0..g.len() {
@@ -127,8 +149,30 @@ mod tests {
         let a = HostData::F32(vec![1.0, f32::NAN]);
         assert!(compare(&a, &a, tolerance(DType::F32)).is_err());
         let b = HostData::F32(vec![1.0, 2.0]);
-        assert!(compare(&a, &b, Tol { rel: 1e9, abs: 1e9 }).is_err());
-        assert!(compare(&b, &a, Tol { rel: 1e9, abs: 1e9 }).is_err());
+        assert!(
+            compare(
+                &a,
+                &b,
+                Tol {
+                    rel: 1e9,
+                    abs: 1e9,
+                    scale_floor: 0.0
+                }
+            )
+            .is_err()
+        );
+        assert!(
+            compare(
+                &b,
+                &a,
+                Tol {
+                    rel: 1e9,
+                    abs: 1e9,
+                    scale_floor: 0.0
+                }
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -138,7 +182,18 @@ mod tests {
         let b = HostData::F32(vec![f32::NEG_INFINITY, -1.0]);
         assert!(compare(&a, &b, tolerance(DType::F32)).is_err());
         let c = HostData::F32(vec![3e38, -1.0]);
-        assert!(compare(&a, &c, Tol { rel: 1e9, abs: 1e9 }).is_err());
+        assert!(
+            compare(
+                &a,
+                &c,
+                Tol {
+                    rel: 1e9,
+                    abs: 1e9,
+                    scale_floor: 0.0
+                }
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -151,7 +206,8 @@ mod tests {
                 &want,
                 Tol {
                     rel: 1e-5,
-                    abs: 1e-5
+                    abs: 1e-5,
+                    scale_floor: 0.0
                 }
             )
             .is_ok()
@@ -163,7 +219,8 @@ mod tests {
                 &want,
                 Tol {
                     rel: 1e-5,
-                    abs: 1e-5
+                    abs: 1e-5,
+                    scale_floor: 0.0
                 }
             )
             .is_err()
@@ -178,11 +235,28 @@ mod tests {
             compare(
                 &HostData::I32(vec![1, 2, 4]),
                 &a,
-                Tol { rel: 1.0, abs: 1.0 }
+                Tol {
+                    rel: 1.0,
+                    abs: 1.0,
+                    scale_floor: 0.0
+                }
             )
             .is_err()
         );
         assert!(compare(&HostData::U32(vec![1, 2, 3]), &a, Tol::EXACT).is_err());
         assert!(compare(&HostData::I32(vec![1, 2]), &a, Tol::EXACT).is_err());
+    }
+
+    #[test]
+    fn a_scale_floor_admits_the_rounding_of_cancelled_terms_only() {
+        // A result of 6e-6 left from terms of size ~1, off by one f64 ulp of those terms.
+        let want = HostData::F64(vec![6.224199918442836e-6, 1e-6]);
+        let got = HostData::F64(vec![6.224199918606427e-6, 1e-6]);
+        let tol = tolerance(DType::F64);
+        assert!(compare(&got, &want, tol).is_err());
+        assert!(compare(&got, &want, tol.with_scale_floor(1.0)).is_ok());
+        // The floor does not excuse an error of the terms' own size.
+        let wrong = HostData::F64(vec![1e-3, 1e-6]);
+        assert!(compare(&wrong, &want, tol.with_scale_floor(1.0)).is_err());
     }
 }

@@ -238,15 +238,7 @@ impl CudaBackend {
                 ] {
                     check_i32(OP, what, v)?;
                 }
-                let g = blas_for(
-                    spec,
-                    a.device_ptr(),
-                    b.device_ptr(),
-                    c.device_ptr(),
-                    (dtype, c.dtype()),
-                    self.allow_tf32(),
-                );
-                self.dev().blas_gemm(&g)?;
+                self.blas_batches(spec, a, b, c)?;
             }
             GemmImpl::CublasLt => {
                 self.lt(spec, a, b, None, false, c)?;
@@ -254,6 +246,37 @@ impl CudaBackend {
             own => self.own_gemm(own, spec, a, b, c)?,
         }
         Ok(which)
+    }
+
+    /// The cuBLAS call, or one call per matrix of the batch where C's matrices overlap
+    /// (`stride_c < m n`, e.g. 0 for a gradient summed over the batch): the spec applies
+    /// the batch in order, while a strided-batched call computes its matrices
+    /// concurrently and leaves overlapping outputs undefined.
+    fn blas_batches(
+        &self,
+        spec: &GemmSpec,
+        a: &CudaBuffer,
+        b: &CudaBuffer,
+        c: &CudaBuffer,
+    ) -> Result<()> {
+        let (dtype, c_dtype) = (a.dtype(), c.dtype());
+        let tf32 = self.allow_tf32();
+        if !c_overlaps(spec) {
+            let ptrs = (a.device_ptr(), b.device_ptr(), c.device_ptr());
+            let g = blas_for(spec, ptrs.0, ptrs.1, ptrs.2, (dtype, c_dtype), tf32);
+            return self.dev().blas_gemm(&g);
+        }
+        let one = GemmSpec { batch: 1, ..*spec };
+        let (es, es_c) = (dtype.size_in_bytes(), c_dtype.size_in_bytes());
+        for i in 0..spec.batch {
+            // In range: `i * stride` is below the checked `required_lens`.
+            let a_i = a.device_ptr() + (i * spec.stride_a * es) as u64;
+            let b_i = b.device_ptr() + (i * spec.stride_b * es) as u64;
+            let c_i = c.device_ptr() + (i * spec.stride_c * es_c) as u64;
+            let g = blas_for(&one, a_i, b_i, c_i, (dtype, c_dtype), tf32);
+            self.dev().blas_gemm(&g)?;
+        }
+        Ok(())
     }
 
     fn lt(
@@ -382,7 +405,12 @@ impl CudaBackend {
         };
         let mut start = 0;
         while start < spec.batch {
-            let count = (spec.batch - start).min(MAX_GRID_Z);
+            // Overlapping C matrices are written one launch at a time, in batch order.
+            let count = if c_overlaps(spec) {
+                1
+            } else {
+                (spec.batch - start).min(MAX_GRID_Z)
+            };
             // In range: `start * stride` is below the checked `required_lens`.
             let off = |stride: usize, es: u64| (start * stride) as u64 * es;
             self.launch(
@@ -404,6 +432,13 @@ impl CudaBackend {
         }
         Ok(())
     }
+}
+
+/// Whether the batch's C matrices overlap (`stride_c < m n`), so that they must be
+/// computed one after another rather than concurrently.
+fn c_overlaps(spec: &GemmSpec) -> bool {
+    // m * n fits: `required_lens` checked it.
+    spec.batch > 1 && spec.stride_c < spec.m * spec.n
 }
 
 /// Whether a product of `ab` operands into a `c` output is the mixed-precision case

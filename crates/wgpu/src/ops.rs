@@ -247,9 +247,18 @@ impl WgpuBackend {
                 MatmulKernel::V4Vec4 => "v4_vec4",
             },
         );
+        // C's matrices overlap (`stride_c < m n`, e.g. 0 for a gradient summed over the
+        // batch): the spec applies the batch in order, while the workgroups of one
+        // dispatch run concurrently, so each matrix gets its own dispatch. Dispatches are
+        // ordered by the storage-buffer barriers between them.
+        let overlapping = spec.batch > 1 && spec.stride_c < m * n;
         let mut base = 0;
         while base < spec.batch {
-            let chunk = (spec.batch - base).min(max_z);
+            let chunk = if overlapping {
+                1
+            } else {
+                (spec.batch - base).min(max_z)
+            };
             let p = Params::new()
                 .u(u32_of(m)?)
                 .u(u32_of(n)?)
