@@ -89,6 +89,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes one line of a report to stdout. A reader that closed the pipe early
+/// (`brrr bench gemm | head`) has what it wanted: the command stops there and succeeds,
+/// instead of panicking as `println!` does (Rust ignores SIGPIPE).
+fn say(line: std::fmt::Arguments<'_>) -> brrr_backend::Result<()> {
+    use std::io::Write;
+    match writeln!(std::io::stdout().lock(), "{line}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => other.map_err(|e| brrr_backend::Error::io("writing to stdout", e)),
+    }
+}
+
 fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
     print!("{}", train::run(args)?);
     Ok(())
@@ -109,13 +120,16 @@ fn run_bench_gemm(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
 #[cfg(feature = "wgpu")]
 fn wgpu_backend() -> brrr_backend::Result<brrr_wgpu::WgpuBackend> {
     let b = brrr_wgpu::WgpuBackend::new_blocking()?;
-    println!("backend: wgpu ({})", brrr_backend::Backend::info(&b).device);
+    say(format_args!(
+        "backend: wgpu ({})",
+        brrr_backend::Backend::info(&b).device
+    ))?;
     if brrr_backend::Backend::info(&b).device.contains("llvmpipe") {
-        println!(
+        say(format_args!(
             "note: llvmpipe/lavapipe is Vulkan emulated on the CPU: these are not GPU numbers"
-        );
+        ))?;
     }
-    println!();
+    say(format_args!(""))?;
     Ok(b)
 }
 
@@ -129,18 +143,18 @@ fn bench_gemm_wgpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
         &brrr_wgpu::MatmulKernel::ALL,
         0.2 * args.reps as f64,
     )?;
-    println!(
+    say(format_args!(
         "{:<22} {:>6} {:>10} {:>9}",
         "kernel", "n", "time (ms)", "GFLOP/s"
-    );
+    ))?;
     for r in rows {
-        println!(
+        say(format_args!(
             "{:<22} {:>6} {:>10.3} {:>9.1}",
             r.kernel,
             r.size,
             r.seconds * 1e3,
             r.rate
-        );
+        ))?;
     }
     Ok(())
 }
@@ -149,23 +163,25 @@ fn bench_gemm_wgpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
 fn run_bench_overhead(args: &BenchOverheadArgs) -> brrr_backend::Result<()> {
     let b = wgpu_backend()?;
     let rows = brrr_wgpu::bench::bench_overhead(&b, &args.sizes, args.dispatches, 0.2)?;
-    println!(
+    say(format_args!(
         "{:<16} {:>10} {:>14} {:>9}",
         "submission", "elements", "µs / dispatch", "GB/s"
-    );
+    ))?;
     for r in &rows {
-        println!(
+        say(format_args!(
             "{:<16} {:>10} {:>14.2} {:>9.2}",
             r.kernel,
             r.size,
             r.seconds * 1e6,
             r.rate
-        );
+        ))?;
     }
     for k in ["submit_per_op", "one_submission"] {
         match brrr_wgpu::bench::overhead_crossover(&rows, k) {
-            Some(n) => println!("{k}: overhead-bound below ~{n} elements; bandwidth-bound above"),
-            None => println!("{k}: overhead-bound at every size measured"),
+            Some(n) => say(format_args!(
+                "{k}: overhead-bound below ~{n} elements; bandwidth-bound above"
+            ))?,
+            None => say(format_args!("{k}: overhead-bound at every size measured"))?,
         }
     }
     Ok(())
@@ -179,24 +195,24 @@ fn run_bench_overhead(_: &BenchOverheadArgs) -> brrr_backend::Result<()> {
 fn bench_gemm_cpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
     let backend = brrr_cpu::CpuBackend::new();
     let peak = brrr_perf::machine::cpu_fp32_peak();
-    println!(
+    say(format_args!(
         "backend: cpu ({})",
         brrr_backend::Backend::info(&backend).device
-    );
-    println!("fp32 peak: {peak}");
-    println!();
-    println!(
+    ))?;
+    say(format_args!("fp32 peak: {peak}"))?;
+    say(format_args!(""))?;
+    say(format_args!(
         "{:>6}  {:>10}  {:>9}  {:>7}",
         "n", "time (ms)", "GFLOP/s", "% peak"
-    );
+    ))?;
     for r in bench::gemm(&backend, &args.sizes, DType::F32, args.reps)? {
-        println!(
+        say(format_args!(
             "{:>6}  {:>10.3}  {:>9.1}  {:>6.1}%",
             r.n,
             r.seconds * 1e3,
             r.gflops,
             100.0 * r.gflops * 1e9 / peak.flops
-        );
+        ))?;
     }
     Ok(())
 }
@@ -205,15 +221,15 @@ fn bench_gemm_cpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
 #[cfg(feature = "cuda")]
 fn bench_gemm_cuda(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
     let cuda = brrr_cuda::CudaBackend::new(0)?;
-    println!(
+    say(format_args!(
         "backend: cuda ({})",
         brrr_backend::Backend::info(&cuda).device
-    );
-    println!();
-    println!(
+    ))?;
+    say(format_args!(""))?;
+    say(format_args!(
         "{:<28} {:>6} {:>16} {:>10} {:>12} {:>9}",
         "kernel", "dtype", "size", "time (ms)", "rate", "vs base"
-    );
+    ))?;
     for &n in &args.sizes {
         let cfg = brrr_cuda::bench::GemmBench {
             n,
@@ -225,7 +241,7 @@ fn bench_gemm_cuda(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
                 .fraction_of_baseline
                 .map(|f| format!("{:.1}%", f * 100.0))
                 .unwrap_or_default();
-            println!(
+            say(format_args!(
                 "{:<28} {:>6} {:>16} {:>10.3} {:>8.1} {:<3} {:>9} {}",
                 r.name,
                 r.dtype.to_string(),
@@ -235,7 +251,7 @@ fn bench_gemm_cuda(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
                 r.rate.unit(),
                 base,
                 r.note
-            );
+            ))?;
         }
     }
     Ok(())
