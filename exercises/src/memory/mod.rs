@@ -1,0 +1,5 @@
+//! Chapter "What fills GPU memory" (`book/src/memory.md`).
+
+pub mod gpt_params;
+pub mod model_states;
+pub mod train_time;
