@@ -15,7 +15,7 @@
 //! on an untouched checkout; `--include-ignored` (or the runner) runs them.
 //!
 //! The [`puzzles`] are GPU kernels in WGSL: their definitions are plain data that
-//! compile for wasm32 (the web app shows them); natively, [`puzzles::run`] checks one on
+//! compile for wasm32 (the web app shows them); natively, `puzzles::gpu::Checker` checks one on
 //! a wgpu adapter.
 
 // The exercises' checks compare with brrr's crates through blocking reads, which only

@@ -35,7 +35,7 @@ const KERNELS: &str = "Kernels: from naive to tiled, and fusion";
 const TRAINING: &str = "Training a GPT with an explicit backward";
 const MEMORY: &str = "What fills GPU memory";
 
-/// Every exercise, in book order (the GPU puzzles come after, see [`puzzles::all`]).
+/// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
     vec![
         Exercise {

@@ -14,9 +14,9 @@ fn spec_table() -> Result<String> {
         "memory",
         "bandwidth",
         "L2",
-        "fp32 vector peak",
-        "bf16/fp16 tensor peak",
-        "tensor ridge (FLOP/B)",
+        "fp32 vector",
+        "bf16 tensor",
+        "ridge (FLOP/B)",
     ]);
     for g in gpus() {
         // Volta has no bf16: its tensor cores take fp16.
@@ -24,7 +24,7 @@ fn spec_table() -> Result<String> {
             .peak(DType::Bf16, Unit::Tensor)
             .or_else(|_| g.peak(DType::F16, Unit::Tensor))?;
         t.row(vec![
-            g.name.clone(),
+            format!("`{}`", g.id),
             g.sm_count.to_string(),
             bytes_binary(g.memory_bytes),
             bandwidth(g.memory_bandwidth),
@@ -34,7 +34,11 @@ fn spec_table() -> Result<String> {
             sig3(tensor / g.memory_bandwidth),
         ]);
     }
-    Ok(page(&t.render()))
+    Ok(page(&format!(
+        "{}\nPeaks are dense FLOP/s (fp16 for the V100, which has no bf16); the ridge is \
+         the tensor-core peak over the bandwidth.\n",
+        t.render()
+    )))
 }
 
 /// Output shapes around one full wave of 128×128 tiles on 108 SMs, and GPT-2's

@@ -2,13 +2,14 @@
 //! and the classifier on hypothetical measurements.
 
 use crate::md::{Md, page, sig3};
-use brrr_perf::roofline::{AttentionShape, OpCost, Roofline};
+use brrr_perf::roofline::{AttentionShape, OpCost, Regime, Roofline};
 use brrr_perf::specs::gpu;
 use brrr_perf::table::{bytes, duration, flops, flops_per_s, percent};
 use brrr_perf::{DType, Result, Unit};
 
-/// The ops the chapter discusses, in bf16: GPT-2-sized shapes.
-fn ops() -> Result<Vec<OpCost>> {
+/// The ops the chapter discusses, in bf16, with a short label: GPT-2-sized shapes
+/// (width 768, 8 sequences of 1024 tokens, 12 heads, vocabulary 50304).
+fn ops() -> Result<Vec<(&'static str, OpCost)>> {
     let attention = AttentionShape {
         batch: 8,
         heads: 12,
@@ -17,22 +18,41 @@ fn ops() -> Result<Vec<OpCost>> {
         causal: true,
         fused: true,
     };
+    let unfused = AttentionShape {
+        fused: false,
+        ..attention
+    };
     Ok(vec![
-        OpCost::gemm(4096, 4096, 4096, DType::Bf16)?,
-        OpCost::gemm(8192, 2304, 768, DType::Bf16)?,
-        OpCost::gemm(8192, 768, 768, DType::Bf16)?,
-        OpCost::gemm(16, 768, 768, DType::Bf16)?,
-        OpCost::attention(attention, DType::Bf16)?,
-        OpCost::attention(
-            AttentionShape {
-                fused: false,
-                ..attention
-            },
-            DType::Bf16,
-        )?,
-        OpCost::softmax(8192, 50304, DType::Bf16)?,
-        OpCost::layernorm(8192, 768, DType::Bf16)?,
-        OpCost::elementwise(8192 * 768, 1.0, 2, 1, DType::Bf16)?,
+        ("GEMM 4096³", OpCost::gemm(4096, 4096, 4096, DType::Bf16)?),
+        (
+            "QKV projection",
+            OpCost::gemm(8192, 2304, 768, DType::Bf16)?,
+        ),
+        (
+            "output projection",
+            OpCost::gemm(8192, 768, 768, DType::Bf16)?,
+        ),
+        (
+            "projection of 16 tokens",
+            OpCost::gemm(16, 768, 768, DType::Bf16)?,
+        ),
+        (
+            "attention, fused",
+            OpCost::attention(attention, DType::Bf16)?,
+        ),
+        (
+            "attention, unfused",
+            OpCost::attention(unfused, DType::Bf16)?,
+        ),
+        (
+            "softmax over the vocabulary",
+            OpCost::softmax(8192, 50304, DType::Bf16)?,
+        ),
+        ("LayerNorm", OpCost::layernorm(8192, 768, DType::Bf16)?),
+        (
+            "residual add",
+            OpCost::elementwise(8192 * 768, 1.0, 2, 1, DType::Bf16)?,
+        ),
     ])
 }
 
@@ -46,20 +66,20 @@ fn ops_table(gpu_id: &str) -> Result<String> {
         "min bytes",
         "intensity (FLOP/B)",
         "ridge (FLOP/B)",
-        "predicted time",
+        "time",
         "regime",
     ]);
-    for op in ops()? {
+    for (label, op) in ops()? {
         let roof = Roofline::for_op(&g, &op, DType::Bf16)?;
         let p = roof.predict(&op);
         t.row(vec![
-            format!("`{}`", op.name),
+            label.to_string(),
             flops(op.flops),
             bytes(op.bytes),
             sig3(p.intensity),
             sig3(p.ridge),
             duration(p.time_s),
-            p.regime.to_string(),
+            regime_word(p.regime),
         ]);
     }
     Ok(page(&format!(
@@ -73,6 +93,16 @@ fn ops_table(gpu_id: &str) -> Result<String> {
     )))
 }
 
+/// `compute`, `memory`, `overhead`: short enough for a table column.
+fn regime_word(r: Regime) -> String {
+    match r {
+        Regime::Compute => "compute",
+        Regime::Memory => "memory",
+        Regime::Overhead => "overhead",
+    }
+    .to_string()
+}
+
 /// Hypothetical measurements (inputs, not results) judged by the classifier.
 fn classify_table() -> Result<String> {
     let g = gpu("h100")?;
@@ -80,45 +110,42 @@ fn classify_table() -> Result<String> {
         (
             OpCost::gemm(4096, 4096, 4096, DType::Bf16)?,
             200e-6,
-            "a good GEMM",
+            "GEMM 4096³",
         ),
         (
             OpCost::elementwise(1 << 28, 1.0, 2, 1, DType::Bf16)?,
             0.6e-3,
-            "a large element-wise add",
+            "add of 2²⁸ elements",
         ),
         (
             OpCost::elementwise(1 << 12, 1.0, 2, 1, DType::Bf16)?,
             5e-6,
-            "a tiny add, one kernel launch",
+            "add of 4096 elements: one launch",
         ),
         (
             OpCost::gemm(16, 768, 768, DType::Bf16)?,
             20e-6,
-            "a small GEMM behind Python overhead",
+            "GEMM 16×768×768 behind Python",
         ),
     ];
     let mut t = Md::new(&[
-        "case",
-        "op",
+        "op (bf16)",
         "measured (hypothetical)",
         "roofline time",
         "of compute peak",
         "of bandwidth",
         "regime",
-    ])
-    .left(&[1]);
+    ]);
     for (op, measured, what) in cases {
         let roof = Roofline::for_op(&g, &op, DType::Bf16)?;
         let c = roof.classify(&op, measured)?;
         t.row(vec![
             what.to_string(),
-            format!("`{}`", op.name),
             duration(measured),
             duration(c.predicted.time_s),
             percent(c.compute_fraction),
             percent(c.memory_fraction),
-            c.regime.to_string(),
+            regime_word(c.regime),
         ]);
     }
     Ok(page(&t.render()))
@@ -132,7 +159,7 @@ fn roofline_svg() -> Result<String> {
         Roofline::for_gpu(&g, DType::Bf16, Unit::Vector)?,
     ];
     let mut preds = Vec::new();
-    for op in ops()? {
+    for (_, op) in ops()? {
         let roof = Roofline::for_op(&g, &op, DType::Bf16)?;
         preds.push(roof.predict(&op));
     }

@@ -13,6 +13,10 @@ use brrr_wgpu::{WgpuBackend, WgpuBuffer};
 /// The environment variable that turns "no wgpu adapter" from a skip into a failure.
 pub const REQUIRE_ENV: &str = "BRRR_REQUIRE_WGPU";
 
+/// Zeros after the output's last element: a kernel that writes past the end (a missing
+/// guard) lands here and is caught, where WGSL's bounds checks would otherwise hide it.
+pub const OUTPUT_SLACK: usize = 64;
+
 /// A wgpu device to run puzzles on.
 pub struct Checker {
     gpu: WgpuBackend,
@@ -31,7 +35,8 @@ impl Checker {
         &self.gpu.report().adapter
     }
 
-    /// Runs `wgsl` as `puzzle`'s kernel on `inputs` and returns the output buffer.
+    /// Runs `wgsl` as `puzzle`'s kernel on `inputs` and returns the output buffer,
+    /// including its [`OUTPUT_SLACK`].
     pub fn run(
         &self,
         puzzle: &Puzzle,
@@ -59,7 +64,7 @@ impl Checker {
         let bufs: Vec<WgpuBuffer> = inputs
             .iter()
             .map(|v| self.gpu.upload(&HostData::F32(v.clone())))
-            .chain([self.gpu.zeros(DType::F32, puzzle.output_len)])
+            .chain([self.gpu.zeros(DType::F32, puzzle.output_len + OUTPUT_SLACK)])
             .collect::<Result<_, _>>()
             .map_err(err)?;
         let pipeline = pipeline(device, &module, puzzle);
@@ -97,7 +102,17 @@ impl Checker {
     pub fn check(&self, puzzle: &Puzzle, wgsl: &str, seed: u64) -> Outcome {
         let inputs = puzzle.random_inputs(seed);
         let want = (puzzle.reference)(&inputs);
-        let got = self.run(puzzle, wgsl, &inputs)?;
+        let mut got = self.run(puzzle, wgsl, &inputs)?;
+        let slack = got.split_off(puzzle.output_len.min(got.len()));
+        if let Some(i) = slack.iter().position(|&v| v != 0.0) {
+            return Err(format!(
+                "an invocation wrote out[{}] = {}, past the end of `out` ({} elements): \
+                 guard the invocations that have no element",
+                puzzle.output_len + i,
+                slack[i],
+                puzzle.output_len
+            ));
+        }
         if got != want {
             return Err(format!(
                 "inputs {inputs:?}: output {got:?}, expected {want:?}"
