@@ -94,6 +94,12 @@ pub fn all() -> Vec<Exercise> {
         },
         Exercise {
             chapter: TRAINING,
+            module: "training::cross_entropy_backward",
+            task: "cross-entropy's gradient of the logits, ignoring padding",
+            check: training::cross_entropy_backward::check,
+        },
+        Exercise {
+            chapter: TRAINING,
             module: "training::adamw_step",
             task: "one AdamW step with bias correction and decoupled decay",
             check: training::adamw_step::check,
@@ -106,6 +112,12 @@ pub fn all() -> Vec<Exercise> {
         },
         Exercise {
             chapter: MEMORY,
+            module: "memory::activations",
+            task: "activation bytes of a layer, with and without recomputation",
+            check: memory::activations::check,
+        },
+        Exercise {
+            chapter: MEMORY,
             module: "memory::model_states",
             task: "bytes of model states per GPU under ZeRO stages 0-3",
             check: memory::model_states::check,
@@ -113,7 +125,7 @@ pub fn all() -> Vec<Exercise> {
         Exercise {
             chapter: MEMORY,
             module: "memory::train_time",
-            task: "days to train from 6ND, GPUs, peak and MFU",
+            task: "time to train from 6ND, GPUs, peak and MFU",
             check: memory::train_time::check,
         },
     ]

@@ -79,10 +79,23 @@ fn fusion_table() -> Result<String> {
     )))
 }
 
+/// The `v2_tiled` section of `shaders/matmul.wgsl`, as brrr-wgpu compiles it (without
+/// the `common.wgsl` prelude every kernel gets).
+fn v2_source() -> Result<String> {
+    let full = brrr_wgpu::kernel_source(brrr_wgpu::Family::Matmul, "v2_tiled", &[])
+        .map_err(|e| brrr_perf::PerfError::Invalid(e.to_string()))?;
+    let section = full
+        .strip_prefix(brrr_wgpu::shaders::COMMON)
+        .unwrap_or(&full)
+        .trim();
+    Ok(page(&format!("```wgsl\n{section}\n```\n")))
+}
+
 /// The chapter's files.
 pub fn files() -> Result<Vec<(String, String)>> {
     Ok(vec![
         ("kernels-matmul.md".into(), matmul_table()?),
         ("kernels-fusion.md".into(), fusion_table()?),
+        ("kernels-v2-tiled.md".into(), v2_source()?),
     ])
 }
