@@ -31,7 +31,7 @@ fn generate() -> Result<BTreeMap<String, String>, String> {
         regimes::files().map_err(perf)?,
         gpu::files().map_err(perf)?,
         kernels::files().map_err(perf)?,
-        training::files(),
+        training::files().map_err(|e| e.to_string())?,
         memory::files().map_err(perf)?,
         exercises::files(),
     ];

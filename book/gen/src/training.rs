@@ -56,7 +56,59 @@ fn models_table() -> String {
     ))
 }
 
+/// The default run's learning rate at a few steps (`CosineSchedule::lr`, from 0).
+fn schedule_table() -> String {
+    let cfg = TrainConfig::default();
+    let s = cfg.schedule();
+    let last = cfg.steps - 1;
+    let mut t = Md::new(&["step", "learning rate"]);
+    for step in [
+        0,
+        s.warmup_steps / 2,
+        s.warmup_steps - 1,
+        last / 4,
+        last / 2,
+        last,
+    ] {
+        t.row(vec![step.to_string(), format!("{:.3e}", s.lr(step))]);
+    }
+    page(&t.render())
+}
+
+/// Micro-batch schedules written as `brrr-train` writes them, and how many micro-batches
+/// each keeps in flight.
+fn micro_batch_table() -> Result<String, brrr_backend::Error> {
+    use brrr_train::schedule::{Action, MicroBatchSchedule};
+    let k = 4;
+    let gpipe: Vec<Action> = (0..k)
+        .map(Action::Forward)
+        .chain((0..k).rev().map(Action::Backward))
+        .collect();
+    let mut t = Md::new(&["schedule", "actions", "micro-batches in flight"]).left(&[1]);
+    for (name, s) in [
+        (
+            "gradient accumulation",
+            MicroBatchSchedule::grad_accumulation(k)?,
+        ),
+        (
+            "all forwards first (GPipe)",
+            MicroBatchSchedule::new(gpipe)?,
+        ),
+    ] {
+        t.row(vec![
+            name.to_string(),
+            format!("`{s}`"),
+            s.max_in_flight().to_string(),
+        ]);
+    }
+    Ok(page(&t.render()))
+}
+
 /// The chapter's files.
-pub fn files() -> Vec<(String, String)> {
-    vec![("training-models.md".into(), models_table())]
+pub fn files() -> Result<Vec<(String, String)>, brrr_backend::Error> {
+    Ok(vec![
+        ("training-models.md".into(), models_table()),
+        ("training-schedule.md".into(), schedule_table()),
+        ("training-micro-batches.md".into(), micro_batch_table()?),
+    ])
 }
