@@ -50,9 +50,8 @@ fn puzzle_table() -> String {
         "workgroup size",
         "workgroups",
         "invocations",
-        "file",
     ])
-    .left(&[1, 5]);
+    .left(&[1]);
     for p in brrr_exercises::puzzles::all() {
         let [x, y, z] = p.workgroup_size;
         let [gx, gy, gz] = p.workgroups;
@@ -62,10 +61,17 @@ fn puzzle_table() -> String {
             format!("{x} × {y} × {z}"),
             format!("{gx} × {gy} × {gz}"),
             (x * y * z * gx * gy * gz).to_string(),
-            format!("`{}`", p.file()),
         ]);
     }
-    page(&t.render())
+    page(&format!(
+        "{}\nEach puzzle is a file `exercises/src/puzzles/wgsl/ID.wgsl` (for example \
+         `{}`).\n",
+        t.render(),
+        brrr_exercises::puzzles::all()
+            .first()
+            .map(|p| p.file())
+            .unwrap_or_default()
+    ))
 }
 
 /// The files.

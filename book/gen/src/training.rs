@@ -5,38 +5,36 @@ use brrr_nn::GptConfig;
 use brrr_perf::table::{count, flops};
 use brrr_train::TrainConfig;
 
-/// `brrr train`'s default model and GPT-2 small, side by side.
+/// One cell of the models table: a model and its sequence length to the text shown.
+type Cell = fn(&GptConfig, usize) -> String;
+
+/// `brrr train`'s default model and GPT-2 small, side by side (one column each).
 fn models_table() -> String {
     let default = TrainConfig::default();
+    let gpt2 = GptConfig::gpt2_124m();
+    let models: [(&GptConfig, usize); 2] = [(&default.model, default.seq_len), (&gpt2, 1024)];
     let mut t = Md::new(&[
-        "model",
-        "layers",
-        "heads",
-        "width",
-        "context",
-        "vocabulary",
-        "parameters",
-        "training FLOPs per token",
+        "",
+        "`brrr train` default",
+        "GPT-2 small (padded vocabulary)",
     ]);
-    let rows: [(&str, &GptConfig, usize); 2] = [
-        ("`brrr train` default", &default.model, default.seq_len),
-        (
-            "GPT-2 small (padded vocabulary)",
-            &GptConfig::gpt2_124m(),
-            1024,
-        ),
+    let rows: [(&str, Cell); 7] = [
+        ("layers", |c, _| c.n_layer.to_string()),
+        ("heads", |c, _| c.n_head.to_string()),
+        ("width", |c, _| c.n_embd.to_string()),
+        ("context", |c, _| c.block_size.to_string()),
+        ("vocabulary", |c, _| c.vocab_size.to_string()),
+        ("parameters", |c, _| {
+            format!("{} ({})", c.num_params(), count(c.num_params() as f64))
+        }),
+        ("training FLOPs per token", |c, seq| {
+            flops(c.flops_per_token(seq))
+        }),
     ];
-    for (name, c, seq) in rows {
-        t.row(vec![
-            name.to_string(),
-            c.n_layer.to_string(),
-            c.n_head.to_string(),
-            c.n_embd.to_string(),
-            c.block_size.to_string(),
-            c.vocab_size.to_string(),
-            format!("{} ({})", c.num_params(), count(c.num_params() as f64)),
-            flops(c.flops_per_token(seq)),
-        ]);
+    for (name, cell) in rows {
+        let mut r = vec![name.to_string()];
+        r.extend(models.iter().map(|(c, seq)| cell(c, *seq)));
+        t.row(r);
     }
     let d = &default;
     page(&format!(
