@@ -162,3 +162,28 @@ fn relative_to_root(dir: &Path, path: &str) -> String {
     }
     rest.to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_are_found_in_order() {
+        let html = r#"<a href="a.html#x">A</a> <img src="b.svg"> <h2 id="x">"#;
+        assert_eq!(attr_values(html, "href"), vec!["a.html#x"]);
+        assert_eq!(attr_values(html, "src"), vec!["b.svg"]);
+        assert_eq!(attr_values(html, "id"), vec!["x"]);
+    }
+
+    #[test]
+    fn paths_normalize_and_escape_the_root() {
+        assert_eq!(
+            normalize(Path::new("a/./b/../c.html")),
+            Some(PathBuf::from("a/c.html"))
+        );
+        assert_eq!(normalize(Path::new("../web/index.html")), None);
+        assert_eq!(relative_to_root(Path::new(""), "../web/x"), "../web/x");
+        assert_eq!(relative_to_root(Path::new("a"), "../../web/x"), "../web/x");
+        assert_eq!(relative_to_root(Path::new("a"), "../b.html"), "b.html");
+    }
+}

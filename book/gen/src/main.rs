@@ -122,3 +122,38 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every generated file is used by a chapter, and every `generated/NAME` a chapter
+    /// names is generated: no orphans, no dangling includes.
+    #[test]
+    fn chapters_and_generated_files_agree() {
+        let files = generate().unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
+        let mut text = String::new();
+        for entry in std::fs::read_dir(&src).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "md") {
+                text += &std::fs::read_to_string(entry.path()).unwrap();
+            }
+        }
+        for name in files.keys() {
+            assert!(
+                text.contains(&format!("generated/{name}")),
+                "{name} is generated but no chapter uses it"
+            );
+        }
+        for (i, _) in text.match_indices("generated/") {
+            let name: String = text[i + "generated/".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+                .collect();
+            assert!(
+                files.contains_key(&name),
+                "a chapter names generated/{name}"
+            );
+        }
+    }
+}
