@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The book and its exercises:
 #   1. mdbook 0.5.4 installed into $BRRR_TOOLS_DIR (default ~/.cache/brrr-tools) if missing;
-#   2. book/src/generated/ is what the crates compute now (book/gen), else fail;
+#   2. book/src/generated/ is what the crates compute now (book/gen), and every generated
+#      file is used by a chapter (book/gen's tests), else fail;
 #   3. mdbook build book, then a link check of the HTML (every internal link and anchor);
 #   4. mdbook test (the chapters' Rust snippets, against brrr-perf built into target/book);
 #   5. the exercises both ways: with --features solutions every test passes; on the stubs
@@ -87,6 +88,7 @@ lavapipe() {
 }
 
 generated() {
+    cargo test -q -p brrr-book-gen < /dev/null
     cargo run -q -p brrr-book-gen -- check book/src/generated < /dev/null
 }
 
