@@ -92,9 +92,16 @@ generated() {
     cargo run -q -p brrr-book-gen -- check book/src/generated < /dev/null
 }
 
+# mdbook reports a missing {{#include}} as an ERROR line but still builds: fail on it.
 build_book() {
     rm -rf book/book
-    mdbook build book
+    local log
+    log="$(mdbook build book 2>&1)"
+    printf '%s\n' "$log"
+    if grep -q 'ERROR' <<< "$log"; then
+        echo "mdbook reported errors (above)"
+        return 1
+    fi
 }
 
 links() {
