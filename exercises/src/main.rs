@@ -51,7 +51,7 @@ fn main() {
         "your code (the stubs until you fill them in)"
     };
     println!("brrr exercises: {mode}");
-    let (mut passed, mut total) = (0, 0);
+    let (mut passed, mut total, mut skipped) = (0, 0, 0);
     let mut first_failure: Option<String> = None;
     let mut chapter = "";
     for ex in brrr_exercises::all() {
@@ -84,6 +84,7 @@ fn main() {
         for p in puzzles {
             let Ok(c) = &checker else {
                 println!("  - {:<28} SKIPPED", p.id);
+                skipped += 1;
                 continue;
             };
             let outcome = run(|| c.check(&p, p.source(), seed));
@@ -95,7 +96,11 @@ fn main() {
             }
         }
     }
-    println!("\n{passed}/{total} passed");
+    if skipped > 0 {
+        println!("\n{passed}/{total} passed, {skipped} SKIPPED (no wgpu adapter)");
+    } else {
+        println!("\n{passed}/{total} passed");
+    }
     if let Some(file) = first_failure {
         println!("next: {file}");
         std::process::exit(1);
