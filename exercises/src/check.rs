@@ -1,0 +1,78 @@
+//! What every exercise's check uses: a fresh seed per run (printed, so a failure can be
+//! reproduced with `BRRR_SEED`), tolerant comparisons, and the stubs' "not done yet".
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// The result of a check: `Err` says what was wrong, in words a reader can act on.
+pub type Outcome = Result<(), String>;
+
+/// A seed for this run: `BRRR_SEED` if set (to reproduce a failure), else the clock, so
+/// that every run draws fresh inputs and a solution cannot be fitted to one of them.
+pub fn seed() -> u64 {
+    if let Some(s) = std::env::var("BRRR_SEED")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+    {
+        return s;
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x5eed)
+}
+
+/// A generator seeded with [`seed`], and the seed (for the failure message).
+pub fn rng() -> (ChaCha8Rng, u64) {
+    let s = seed();
+    (ChaCha8Rng::seed_from_u64(s), s)
+}
+
+/// Relative difference `|got − want| / max(|want|, floor)`.
+pub fn rel_diff(got: f64, want: f64, floor: f64) -> f64 {
+    let d = (got - want).abs() / want.abs().max(floor);
+    if d.is_nan() { f64::INFINITY } else { d }
+}
+
+/// `Ok` if `got` is within relative tolerance `rtol` of `want`.
+pub fn close(what: &str, got: f64, want: f64, rtol: f64) -> Outcome {
+    if rel_diff(got, want, 1e-300) <= rtol {
+        Ok(())
+    } else {
+        Err(format!("{what}: got {got}, expected {want}"))
+    }
+}
+
+/// `Ok` if every element of `got` is within `atol + rtol·|want|` of `want`; the error
+/// names the first element that is not.
+pub fn all_close(what: &str, got: &[f64], want: &[f64], rtol: f64, atol: f64) -> Outcome {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{what}: got {} elements, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= atol + rtol * w.abs();
+        if !ok || g.is_nan() != w.is_nan() {
+            return Err(format!("{what}[{i}]: got {g}, expected {w}"));
+        }
+    }
+    Ok(())
+}
+
+/// Widens f32s for [`all_close`].
+pub fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| f64::from(x)).collect()
+}
+
+/// Adds the seed to a failure message.
+pub fn with_seed(outcome: Outcome, seed: u64) -> Outcome {
+    outcome.map_err(|e| format!("{e} (inputs from BRRR_SEED={seed})"))
+}
+
+/// What a stub returns where its type allows an error.
+pub fn not_done(what: &str) -> String {
+    format!("{what}: not implemented yet")
+}

@@ -1,0 +1,4 @@
+//! Chapter "Kernels: from naive to tiled, and fusion" (`book/src/kernels.md`).
+
+pub mod fusion_bytes;
+pub mod tiled_matmul;

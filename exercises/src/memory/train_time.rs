@@ -1,0 +1,70 @@
+//! # How long will it train?
+//!
+//! Training a dense model of `params` parameters on `tokens` tokens costs about
+//! `6 · params · tokens` FLOPs (2 per parameter per token forward, 4 backward: Kaplan
+//! et al. 2020). On `gpus` GPUs of peak `peak_flops` each, running at model FLOPs
+//! utilisation `mfu`, how many seconds does it take?
+//!
+//! Checked against `brrr_perf::flops::training_flops` and `time_to_train`.
+
+use crate::check::{Outcome, close, rng, with_seed};
+use brrr_perf::flops::{time_to_train, training_flops};
+use rand::Rng;
+
+/// YOUR CODE: seconds to train.
+#[cfg(not(feature = "solutions"))]
+pub fn train_seconds(params: f64, tokens: f64, gpus: u64, peak_flops: f64, mfu: f64) -> f64 {
+    let _ = (gpus, mfu);
+    6.0 * params * tokens / peak_flops
+}
+
+#[cfg(feature = "solutions")]
+pub use solution::train_seconds;
+
+/// The reference solution.
+pub mod solution {
+    /// `6ND / (gpus · peak · mfu)`.
+    pub fn train_seconds(params: f64, tokens: f64, gpus: u64, peak_flops: f64, mfu: f64) -> f64 {
+        6.0 * params * tokens / (gpus as f64 * peak_flops * mfu)
+    }
+}
+
+/// Against brrr-perf on random runs.
+pub fn check() -> Outcome {
+    let (mut rng, seed) = rng();
+    with_seed(compare(&mut rng), seed)
+}
+
+fn compare(rng: &mut impl Rng) -> Outcome {
+    for _ in 0..20 {
+        let params = 10f64.powf(rng.random_range(7.0..12.0));
+        let tokens = 10f64.powf(rng.random_range(9.0..13.0));
+        let gpus = rng.random_range(2..4096u64);
+        let peak = rng.random_range(100e12..2000e12);
+        let mfu = rng.random_range(0.2..0.6);
+        let flops = training_flops(params, tokens).map_err(|e| e.to_string())?;
+        let want = time_to_train(flops, gpus, peak, mfu).map_err(|e| e.to_string())?;
+        let got = train_seconds(params, tokens, gpus, peak, mfu);
+        close(
+            &format!("{params:.2e} params, {tokens:.2e} tokens, {gpus} GPUs at {mfu:.2} MFU"),
+            got,
+            want,
+            1e-12,
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg_attr(
+        not(feature = "solutions"),
+        ignore = "an exercise: solve it, then `cargo run -p brrr-exercises`"
+    )]
+    fn check() {
+        if let Err(e) = super::check() {
+            panic!("{e}");
+        }
+    }
+}

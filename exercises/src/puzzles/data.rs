@@ -1,0 +1,383 @@
+//! The puzzles as data: no wgpu here (this module compiles for wasm32).
+//!
+//! Conventions shared by every puzzle: inputs are f32 storage buffers bound at 0, 1, …
+//! in the order of [`Puzzle::inputs`], the output is the next binding, zero-filled
+//! before the dispatch. Inputs are small random integers (0 to 9), so every reference
+//! is exact in f32 and a correct kernel matches it exactly.
+
+/// One puzzle.
+#[derive(Debug, Clone, Copy)]
+pub struct Puzzle {
+    /// `p01_map`: the file name of its WGSL and its test's name.
+    pub id: &'static str,
+    /// A short title.
+    pub title: &'static str,
+    /// What the kernel must compute, in a sentence or two.
+    pub task: &'static str,
+    /// The WGSL the reader edits (`exercises/src/puzzles/wgsl/ID.wgsl`): the whole kernel
+    /// with an empty body between the `your code` markers.
+    pub stub: &'static str,
+    /// The reference solution (`exercises/src/puzzles/wgsl/solutions/ID.wgsl`).
+    pub solution: &'static str,
+    /// `@workgroup_size` of the kernel (the source declares the same).
+    pub workgroup_size: [u32; 3],
+    /// Workgroups dispatched in x, y, z.
+    pub workgroups: [u32; 3],
+    /// Lengths of the input buffers, in binding order.
+    pub inputs: &'static [usize],
+    /// Length of the output buffer.
+    pub output_len: usize,
+    /// The CPU reference: inputs to the expected output.
+    pub reference: fn(&[Vec<f32>]) -> Vec<f32>,
+}
+
+/// The line that opens the reader's part of a kernel.
+pub const BEGIN_MARKER: &str = "// ---- your code: begin ----";
+/// The line that closes it.
+pub const END_MARKER: &str = "// ---- your code: end ----";
+
+impl Puzzle {
+    /// The source the checks run: the stub, or the solution with the `solutions` feature.
+    pub fn source(&self) -> &'static str {
+        if cfg!(feature = "solutions") {
+            self.solution
+        } else {
+            self.stub
+        }
+    }
+
+    /// The file a reader edits, relative to the repository root.
+    pub fn file(&self) -> String {
+        format!("exercises/src/puzzles/wgsl/{}.wgsl", self.id)
+    }
+
+    /// Random inputs (integers 0 to 9) from `seed`, one vector per input binding.
+    pub fn random_inputs(&self, seed: u64) -> Vec<Vec<f32>> {
+        // xorshift64*: a few lines, no dependency, and the same on every target.
+        let mut s = seed | 1;
+        let mut next = move || {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) % 10
+        };
+        self.inputs
+            .iter()
+            .map(|&n| (0..n).map(|_| next() as f32).collect())
+            .collect()
+    }
+
+    /// The part of `source` outside the reader's markers (to check a stub and its
+    /// solution declare the same kernel), or `None` if the markers are missing.
+    pub fn frame(source: &str) -> Option<(String, String)> {
+        let b = source.find(BEGIN_MARKER)? + BEGIN_MARKER.len();
+        let e = source.find(END_MARKER)?;
+        (b <= e).then(|| (source[..b].to_string(), source[e..].to_string()))
+    }
+}
+
+fn map_add10(x: &[Vec<f32>]) -> Vec<f32> {
+    x[0].iter().map(|v| v + 10.0).collect()
+}
+
+fn zip_add(x: &[Vec<f32>]) -> Vec<f32> {
+    x[0].iter().zip(&x[1]).map(|(a, b)| a + b).collect()
+}
+
+fn broadcast(x: &[Vec<f32>]) -> Vec<f32> {
+    x[0].iter()
+        .flat_map(|a| x[1].iter().map(move |b| a + b))
+        .collect()
+}
+
+fn pooling(x: &[Vec<f32>]) -> Vec<f32> {
+    let a = &x[0];
+    (0..a.len())
+        .map(|i| a[i.saturating_sub(2)..=i].iter().sum())
+        .collect()
+}
+
+fn dot(x: &[Vec<f32>]) -> Vec<f32> {
+    vec![x[0].iter().zip(&x[1]).map(|(a, b)| a * b).sum()]
+}
+
+fn conv1d(x: &[Vec<f32>]) -> Vec<f32> {
+    let (a, b) = (&x[0], &x[1]);
+    (0..a.len())
+        .map(|i| {
+            b.iter()
+                .enumerate()
+                .filter(|(j, _)| i + j < a.len())
+                .map(|(j, w)| a[i + j] * w)
+                .sum()
+        })
+        .collect()
+}
+
+fn prefix_sum(x: &[Vec<f32>]) -> Vec<f32> {
+    x[0].iter()
+        .scan(0.0, |acc, v| {
+            *acc += v;
+            Some(*acc)
+        })
+        .collect()
+}
+
+fn axis_sum(x: &[Vec<f32>]) -> Vec<f32> {
+    x[0].chunks(6).map(|row| row.iter().sum()).collect()
+}
+
+fn matmul5(x: &[Vec<f32>]) -> Vec<f32> {
+    let n = 5;
+    let (a, b) = (&x[0], &x[1]);
+    let mut c = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            c[i * n + j] = (0..n).map(|q| a[i * n + q] * b[q * n + j]).sum();
+        }
+    }
+    c
+}
+
+macro_rules! wgsl {
+    ($id:literal) => {
+        (
+            include_str!(concat!("wgsl/", $id, ".wgsl")),
+            include_str!(concat!("wgsl/solutions/", $id, ".wgsl")),
+        )
+    };
+}
+
+/// Builds a puzzle from its id, sources and launch shape.
+#[allow(clippy::too_many_arguments)]
+const fn puzzle(
+    id: &'static str,
+    title: &'static str,
+    task: &'static str,
+    (stub, solution): (&'static str, &'static str),
+    workgroup_size: [u32; 3],
+    workgroups: [u32; 3],
+    inputs: &'static [usize],
+    output_len: usize,
+    reference: fn(&[Vec<f32>]) -> Vec<f32>,
+) -> Puzzle {
+    Puzzle {
+        id,
+        title,
+        task,
+        stub,
+        solution,
+        workgroup_size,
+        workgroups,
+        inputs,
+        output_len,
+        reference,
+    }
+}
+
+/// Every puzzle, in order.
+pub fn all() -> Vec<Puzzle> {
+    vec![
+        puzzle(
+            "p01_map",
+            "Map",
+            "out[i] = a[i] + 10, one invocation per element.",
+            wgsl!("p01_map"),
+            [4, 1, 1],
+            [1, 1, 1],
+            &[4],
+            4,
+            map_add10,
+        ),
+        puzzle(
+            "p02_zip",
+            "Zip",
+            "out[i] = a[i] + b[i].",
+            wgsl!("p02_zip"),
+            [4, 1, 1],
+            [1, 1, 1],
+            &[4, 4],
+            4,
+            zip_add,
+        ),
+        puzzle(
+            "p03_guards",
+            "Guards",
+            "out[i] = a[i] + 10 with more invocations than elements.",
+            wgsl!("p03_guards"),
+            [8, 1, 1],
+            [1, 1, 1],
+            &[4],
+            4,
+            map_add10,
+        ),
+        puzzle(
+            "p04_map_2d",
+            "Map 2D",
+            "out = a + 10 for a 2×2 matrix on a 3×3 workgroup.",
+            wgsl!("p04_map_2d"),
+            [3, 3, 1],
+            [1, 1, 1],
+            &[4],
+            4,
+            map_add10,
+        ),
+        puzzle(
+            "p05_broadcast",
+            "Broadcast",
+            "out[r][c] = a[r] + b[c]: a column plus a row.",
+            wgsl!("p05_broadcast"),
+            [3, 3, 1],
+            [1, 1, 1],
+            &[2, 2],
+            4,
+            broadcast,
+        ),
+        puzzle(
+            "p06_blocks",
+            "Blocks",
+            "out[i] = a[i] + 10 for 9 elements in workgroups of 4.",
+            wgsl!("p06_blocks"),
+            [4, 1, 1],
+            [3, 1, 1],
+            &[9],
+            9,
+            map_add10,
+        ),
+        puzzle(
+            "p07_blocks_2d",
+            "Blocks 2D",
+            "out = a + 10 for a 5×5 matrix, 3×3 workgroups in a 2×2 grid.",
+            wgsl!("p07_blocks_2d"),
+            [3, 3, 1],
+            [2, 2, 1],
+            &[25],
+            25,
+            map_add10,
+        ),
+        puzzle(
+            "p08_shared",
+            "Shared memory",
+            "out[i] = a[i] + 10 through workgroup memory and a barrier.",
+            wgsl!("p08_shared"),
+            [4, 1, 1],
+            [2, 1, 1],
+            &[8],
+            8,
+            map_add10,
+        ),
+        puzzle(
+            "p09_pooling",
+            "Pooling",
+            "out[i] = a[i-2] + a[i-1] + a[i], staged in shared memory.",
+            wgsl!("p09_pooling"),
+            [8, 1, 1],
+            [1, 1, 1],
+            &[8],
+            8,
+            pooling,
+        ),
+        puzzle(
+            "p10_dot",
+            "Dot product",
+            "out[0] = Σ a[i]·b[i], a tree reduction in shared memory.",
+            wgsl!("p10_dot"),
+            [8, 1, 1],
+            [1, 1, 1],
+            &[8, 8],
+            1,
+            dot,
+        ),
+        puzzle(
+            "p11_conv1d",
+            "1D convolution",
+            "out[i] = Σ_j a[i+j]·b[j], zero past the end.",
+            wgsl!("p11_conv1d"),
+            [8, 1, 1],
+            [1, 1, 1],
+            &[6, 3],
+            6,
+            conv1d,
+        ),
+        puzzle(
+            "p12_prefix_sum",
+            "Prefix sum",
+            "out[i] = a[0] + … + a[i], in log₂ n rounds.",
+            wgsl!("p12_prefix_sum"),
+            [8, 1, 1],
+            [1, 1, 1],
+            &[8],
+            8,
+            prefix_sum,
+        ),
+        puzzle(
+            "p13_axis_sum",
+            "Axis sum",
+            "out[r] = the sum of row r of a 4×6 matrix, a workgroup per row.",
+            wgsl!("p13_axis_sum"),
+            [8, 1, 1],
+            [1, 4, 1],
+            &[24],
+            4,
+            axis_sum,
+        ),
+        puzzle(
+            "p14_matmul",
+            "Matmul",
+            "out = a·b for 5×5 matrices in 3×3 shared-memory tiles.",
+            wgsl!("p14_matmul"),
+            [3, 3, 1],
+            [2, 2, 1],
+            &[25, 25],
+            25,
+            matmul5,
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stub and the solution declare the same kernel; only the marked body differs,
+    /// and the declared workgroup size is the one the checker assumes.
+    #[test]
+    fn stubs_and_solutions_differ_only_in_the_marked_body() {
+        for p in all() {
+            let stub = Puzzle::frame(p.stub).unwrap_or_else(|| panic!("{}: markers", p.id));
+            let sol = Puzzle::frame(p.solution).unwrap_or_else(|| panic!("{}: markers", p.id));
+            assert_eq!(
+                stub, sol,
+                "{}: stub and solution differ outside the markers",
+                p.id
+            );
+            let [x, y, _] = p.workgroup_size;
+            let decl = if y == 1 {
+                format!("@workgroup_size({x})")
+            } else {
+                format!("@workgroup_size({x}, {y})")
+            };
+            assert!(p.stub.contains(&decl), "{}: expected {decl}", p.id);
+        }
+    }
+
+    /// Every reference has the declared output length for inputs of the declared sizes.
+    #[test]
+    fn references_fit_the_declared_sizes() {
+        for p in all() {
+            let inputs = p.random_inputs(7);
+            assert_eq!((p.reference)(&inputs).len(), p.output_len, "{}", p.id);
+        }
+    }
+
+    #[test]
+    fn references_on_known_inputs() {
+        let p = all();
+        let pool = (p[8].reference)(&[vec![1.0, 2.0, 3.0, 4.0]]);
+        assert_eq!(pool, vec![1.0, 3.0, 6.0, 9.0]);
+        let conv = (p[10].reference)(&[vec![1.0, 2.0, 3.0], vec![1.0, 10.0]]);
+        assert_eq!(conv, vec![21.0, 32.0, 3.0]);
+        let scan = (p[11].reference)(&[vec![1.0, 2.0, 3.0]]);
+        assert_eq!(scan, vec![1.0, 3.0, 6.0]);
+    }
+}

@@ -1,0 +1,20 @@
+// Puzzle 14: matmul. out = a . b for SIZE x SIZE (5 x 5) matrices, row-major, with
+// 3 x 3 workgroups in a 2 x 2 grid, each computing a 3 x 3 tile of out. Walk the
+// cache dimension in tiles of 3: copy a 3 x 3 block of `a` and of `b` into
+// `a_tile` and `b_tile` (0 outside the matrices), barrier, accumulate, barrier.
+const SIZE: u32 = 5u;
+const TILE: u32 = 3u;
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+var<workgroup> a_tile: array<f32, 9>;
+var<workgroup> b_tile: array<f32, 9>;
+
+@compute @workgroup_size(3, 3)
+fn main(@builtin(local_invocation_id) local: vec3<u32>,
+        @builtin(workgroup_id) block: vec3<u32>) {
+    let row = block.y * TILE + local.y;
+    let col = block.x * TILE + local.x;
+    // ---- your code: begin ----
+    // ---- your code: end ----
+}

@@ -1,0 +1,109 @@
+//! # Which regime was it?
+//!
+//! A *measured* time for an op (its FLOPs and minimum bytes known) tells more than the
+//! prediction: compute the fraction of the compute ceiling it achieved
+//! (`flops / measured / peak`) and of the bandwidth ceiling (`bytes / measured /
+//! bandwidth`). If neither fraction reaches `brrr_perf::roofline::OVERHEAD_THRESHOLD`
+//! (one half), most of the time went to neither ceiling: `Regime::Overhead`. Otherwise
+//! the op is in the regime of the larger fraction (compute on a tie).
+//!
+//! Checked against `brrr_perf::roofline::Roofline::classify`.
+
+use crate::check::{Outcome, rng, with_seed};
+use brrr_perf::roofline::{OpCost, Roofline};
+use rand::Rng;
+
+/// YOUR CODE: the regime of an op that took `measured_s` seconds.
+#[cfg(not(feature = "solutions"))]
+pub fn classify(
+    flops: f64,
+    bytes: f64,
+    measured_s: f64,
+    peak_flops: f64,
+    bandwidth: f64,
+) -> brrr_perf::roofline::Regime {
+    let _ = (flops, bytes, measured_s, peak_flops, bandwidth);
+    brrr_perf::roofline::Regime::Compute
+}
+
+#[cfg(feature = "solutions")]
+pub use solution::classify;
+
+/// The reference solution.
+pub mod solution {
+    use brrr_perf::roofline::{OVERHEAD_THRESHOLD, Regime};
+
+    /// Fractions of both ceilings; overhead below the threshold.
+    pub fn classify(
+        flops: f64,
+        bytes: f64,
+        measured_s: f64,
+        peak_flops: f64,
+        bandwidth: f64,
+    ) -> Regime {
+        let compute = flops / measured_s / peak_flops;
+        let memory = bytes / measured_s / bandwidth;
+        if compute.max(memory) < OVERHEAD_THRESHOLD {
+            Regime::Overhead
+        } else if compute >= memory {
+            Regime::Compute
+        } else {
+            Regime::Memory
+        }
+    }
+}
+
+/// Compares [`classify`] with brrr-perf on random measurements; every regime occurs.
+pub fn check() -> Outcome {
+    let (mut rng, seed) = rng();
+    with_seed(compare(&mut rng), seed)
+}
+
+fn compare(rng: &mut impl Rng) -> Outcome {
+    let roof = Roofline::new("toy", 100e12, 2e12).map_err(|e| e.to_string())?;
+    let mut seen = Vec::new();
+    for i in 0..60 {
+        let bytes = 10f64.powf(rng.random_range(6.0..10.0));
+        let flops = bytes * 10f64.powf(rng.random_range(-1.0..3.5));
+        let op = OpCost::new("op", flops, bytes, false).map_err(|e| e.to_string())?;
+        // From 1.2x faster than the roofline allows (data in cache) to 20x slower.
+        let slowdown = if i % 3 == 0 {
+            rng.random_range(0.8..2.0)
+        } else {
+            rng.random_range(1.0..20.0)
+        };
+        let measured = roof.predict(&op).time_s * slowdown;
+        let want = roof
+            .classify(&op, measured)
+            .map_err(|e| e.to_string())?
+            .regime;
+        let got = classify(flops, bytes, measured, roof.peak_flops, roof.bandwidth);
+        if got != want {
+            return Err(format!(
+                "{flops:.3e} FLOP, {bytes:.3e} B in {measured:.3e} s on 100 TFLOP/s and \
+                 2 TB/s: got {got:?}, expected {want:?}"
+            ));
+        }
+        if !seen.contains(&want) {
+            seen.push(want);
+        }
+    }
+    if seen.len() < 3 {
+        return Err(format!("the random cases covered only {seen:?}; run again"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg_attr(
+        not(feature = "solutions"),
+        ignore = "an exercise: solve it, then `cargo run -p brrr-exercises`"
+    )]
+    fn check() {
+        if let Err(e) = super::check() {
+            panic!("{e}");
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! Chapter "Three regimes and rooflines" (`book/src/regimes.md`).
+
+pub mod classify;
+pub mod gemm_cost;
+pub mod roofline_time;

@@ -1,0 +1,132 @@
+//! The list of exercises, in book order.
+
+use crate::check::Outcome;
+use crate::{gpu, kernels, memory, regimes, training};
+
+/// One exercise as the runner and the book list it.
+#[derive(Debug, Clone, Copy)]
+pub struct Exercise {
+    /// The book chapter's title.
+    pub chapter: &'static str,
+    /// Module path inside this crate, e.g. `regimes::gemm_cost` (its test is
+    /// `regimes::gemm_cost::tests::check`).
+    pub module: &'static str,
+    /// One line: what to write.
+    pub task: &'static str,
+    /// Runs the exercise's check.
+    pub check: fn() -> Outcome,
+}
+
+impl Exercise {
+    /// The file a reader edits, relative to the repository root.
+    pub fn file(&self) -> String {
+        format!("exercises/src/{}.rs", self.module.replace("::", "/"))
+    }
+
+    /// The short name (the module's last part).
+    pub fn name(&self) -> &'static str {
+        self.module.rsplit("::").next().unwrap_or(self.module)
+    }
+}
+
+const REGIMES: &str = "Three regimes and rooflines";
+const GPU: &str = "What a GPU is";
+const KERNELS: &str = "Kernels: from naive to tiled, and fusion";
+const TRAINING: &str = "Training a GPT with an explicit backward";
+const MEMORY: &str = "What fills GPU memory";
+
+/// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
+pub fn all() -> Vec<Exercise> {
+    vec![
+        Exercise {
+            chapter: REGIMES,
+            module: "regimes::gemm_cost",
+            task: "FLOPs, minimum bytes and arithmetic intensity of a GEMM",
+            check: regimes::gemm_cost::check,
+        },
+        Exercise {
+            chapter: REGIMES,
+            module: "regimes::roofline_time",
+            task: "the roofline's predicted time and regime",
+            check: regimes::roofline_time::check,
+        },
+        Exercise {
+            chapter: REGIMES,
+            module: "regimes::classify",
+            task: "compute-, memory- or overhead-bound, from a measured time",
+            check: regimes::classify::check,
+        },
+        Exercise {
+            chapter: GPU,
+            module: "gpu::compute_ceiling",
+            task: "tensor cores or vector units: the peak an op runs under",
+            check: gpu::compute_ceiling::check,
+        },
+        Exercise {
+            chapter: GPU,
+            module: "gpu::wave_quantization",
+            task: "tiles, waves and the useful fraction of a GEMM launch",
+            check: gpu::wave_quantization::check,
+        },
+        Exercise {
+            chapter: KERNELS,
+            module: "kernels::tiled_matmul",
+            task: "a tiled matmul on the CPU, counting global reads",
+            check: kernels::tiled_matmul::check,
+        },
+        Exercise {
+            chapter: KERNELS,
+            module: "kernels::fusion_bytes",
+            task: "FLOPs and bytes of an element-wise chain, fused and unfused",
+            check: kernels::fusion_bytes::check,
+        },
+        Exercise {
+            chapter: TRAINING,
+            module: "training::gelu_backward",
+            task: "GELU's backward, checked against finite differences",
+            check: training::gelu_backward::check,
+        },
+        Exercise {
+            chapter: TRAINING,
+            module: "training::layernorm_backward",
+            task: "LayerNorm's backward: dx, dgamma, dbeta",
+            check: training::layernorm_backward::check,
+        },
+        Exercise {
+            chapter: TRAINING,
+            module: "training::cross_entropy_backward",
+            task: "cross-entropy's gradient of the logits, ignoring padding",
+            check: training::cross_entropy_backward::check,
+        },
+        Exercise {
+            chapter: TRAINING,
+            module: "training::adamw_step",
+            task: "one AdamW step with bias correction and decoupled decay",
+            check: training::adamw_step::check,
+        },
+        Exercise {
+            chapter: MEMORY,
+            module: "memory::gpt_params",
+            task: "the parameter count of a GPT",
+            check: memory::gpt_params::check,
+        },
+        Exercise {
+            chapter: MEMORY,
+            module: "memory::activations",
+            task: "activation bytes of a layer, with and without recomputation",
+            check: memory::activations::check,
+        },
+        Exercise {
+            chapter: MEMORY,
+            module: "memory::model_states",
+            task: "bytes of model states per GPU under ZeRO stages 0-3",
+            check: memory::model_states::check,
+        },
+        Exercise {
+            chapter: MEMORY,
+            module: "memory::train_time",
+            task: "time to train from 6ND, GPUs, peak and MFU",
+            check: memory::train_time::check,
+        },
+    ]
+}

@@ -1,0 +1,129 @@
+//! # One AdamW step
+//!
+//! AdamW (Loshchilov and Hutter 2019) with Adam's bias correction (Kingma and Ba 2015),
+//! as `brrr_backend::AdamWParams` documents it. For each element, with `t = hp.step`
+//! (counting from 1) and `g = grad · hp.grad_scale`:
+//!
+//! ```text
+//! m ← β1·m + (1 − β1)·g            m̂ = m / (1 − β1^t)
+//! v ← β2·v + (1 − β2)·g²           v̂ = v / (1 − β2^t)
+//! p ← p − lr·( m̂ / (√v̂ + ε) + weight_decay·p )
+//! ```
+//!
+//! Update `param`, `m` and `v` in place. Checked over several steps against
+//! brrr-cpu's fused `adamw` kernel.
+
+use crate::check::{Outcome, all_close, f64s, rng, with_seed};
+use brrr_backend::{AdamWParams, Backend, HostData, block_on};
+use brrr_cpu::CpuBackend;
+use rand::Rng;
+
+/// YOUR CODE: one AdamW update of `param` (and its moments `m`, `v`) in place.
+#[cfg(not(feature = "solutions"))]
+pub fn adamw_step(hp: &AdamWParams, param: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32]) {
+    let _ = (hp, param, grad, m, v);
+}
+
+#[cfg(feature = "solutions")]
+pub use solution::adamw_step;
+
+/// The reference solution.
+pub mod solution {
+    use brrr_backend::AdamWParams;
+
+    /// Moments, bias correction, then the decoupled decay, element by element
+    /// (bias corrections in f64, as `beta^t` needs).
+    pub fn adamw_step(
+        hp: &AdamWParams,
+        param: &mut [f32],
+        grad: &[f32],
+        m: &mut [f32],
+        v: &mut [f32],
+    ) {
+        let t = f64::from(hp.step);
+        let bc1 = (1.0 - f64::from(hp.beta1).powf(t)) as f32;
+        let bc2 = (1.0 - f64::from(hp.beta2).powf(t)) as f32;
+        for i in 0..param.len() {
+            let g = grad[i] * hp.grad_scale;
+            m[i] = hp.beta1 * m[i] + (1.0 - hp.beta1) * g;
+            v[i] = hp.beta2 * v[i] + (1.0 - hp.beta2) * g * g;
+            let (mhat, vhat) = (m[i] / bc1, v[i] / bc2);
+            param[i] -= hp.lr * (mhat / (vhat.sqrt() + hp.eps) + hp.weight_decay * param[i]);
+        }
+    }
+}
+
+/// Three steps against brrr-cpu's `adamw`, from random parameters and gradients.
+pub fn check() -> Outcome {
+    let (mut rng, seed) = rng();
+    with_seed(compare(&mut rng), seed)
+}
+
+fn compare(rng: &mut impl Rng) -> Outcome {
+    let cpu = CpuBackend::new();
+    let err = |e: brrr_backend::Error| e.to_string();
+    let n = 1000;
+    let mut param: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let (mut m, mut v) = (vec![0.0f32; n], vec![0.0f32; n]);
+    let mut p_dev = cpu.upload(&HostData::F32(param.clone())).map_err(err)?;
+    let mut m_dev = cpu.upload(&HostData::F32(m.clone())).map_err(err)?;
+    let mut v_dev = cpu.upload(&HostData::F32(v.clone())).map_err(err)?;
+    for step in 1..=3 {
+        let grad: Vec<f32> = (0..n).map(|_| rng.random_range(-0.1..0.1)).collect();
+        let hp = AdamWParams {
+            lr: rng.random_range(1e-4..1e-2),
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            step,
+            grad_scale: rng.random_range(0.5..1.0),
+        };
+        adamw_step(&hp, &mut param, &grad, &mut m, &mut v);
+        let g_dev = cpu.upload(&HostData::F32(grad)).map_err(err)?;
+        cpu.adamw(&hp, &mut p_dev, &g_dev, &mut m_dev, &mut v_dev, None, None)
+            .map_err(err)?;
+        let read = |b| -> Result<Vec<f64>, String> {
+            match block_on(cpu.read(b)).map_err(err)? {
+                HostData::F32(v) => Ok(f64s(&v)),
+                other => Err(format!("unexpected dtype {}", other.dtype())),
+            }
+        };
+        all_close(
+            &format!("m after step {step}"),
+            &f64s(&m),
+            &read(&m_dev)?,
+            1e-5,
+            1e-9,
+        )?;
+        all_close(
+            &format!("v after step {step}"),
+            &f64s(&v),
+            &read(&v_dev)?,
+            1e-5,
+            1e-12,
+        )?;
+        all_close(
+            &format!("param after step {step}"),
+            &f64s(&param),
+            &read(&p_dev)?,
+            1e-5,
+            1e-7,
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg_attr(
+        not(feature = "solutions"),
+        ignore = "an exercise: solve it, then `cargo run -p brrr-exercises`"
+    )]
+    fn check() {
+        if let Err(e) = super::check() {
+            panic!("{e}");
+        }
+    }
+}

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# The book and its exercises:
+#   1. mdbook 0.5.4 installed into $BRRR_TOOLS_DIR (default ~/.cache/brrr-tools) if missing;
+#   2. book/src/generated/ is what the crates compute now (book/gen), and every generated
+#      file is used by a chapter (book/gen's tests), else fail;
+#   3. mdbook build book, then a link check of the HTML (every internal link and anchor);
+#   4. mdbook test (the chapters' Rust snippets, against brrr-perf built into target/book);
+#   5. the exercises both ways: with --features solutions every test passes; on the stubs
+#      every exercise test (and GPU puzzle) fails, and any that passes is named;
+#   6. the puzzle definitions compile for wasm32 (the web app shows them).
+# GPU puzzles run on wgpu (Mesa's lavapipe where there is no GPU) with BRRR_REQUIRE_WGPU=1:
+# no adapter is a failure here, never a silent skip.
+#
+#   bash scripts/test-book.sh
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+TOOLS="${BRRR_TOOLS_DIR:-$HOME/.cache/brrr-tools}"
+export PATH="$TOOLS/bin:$PATH"
+export BRRR_REQUIRE_WGPU=1
+MDBOOK_VERSION=0.5.4
+# lavapipe warns without it; any private directory will do.
+if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -d "${XDG_RUNTIME_DIR}" ]; then
+    export XDG_RUNTIME_DIR="${TMPDIR:-/tmp}/brrr-xdg-$(id -u)"
+    mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
+fi
+
+now() {
+    local t="${EPOCHREALTIME:-$(date +%s)}"
+    echo "${t/,/.}"
+}
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+START="$(now)"
+CURRENT=""
+SUMMARY=()
+step() {
+    local name="$1"
+    shift
+    CURRENT="$name"
+    echo
+    echo "==> $name"
+    local t0
+    t0="$(now)"
+    "$@"
+    SUMMARY+=("$(printf '  %-44s %8ss' "$name" "$(elapsed "$t0")")")
+    CURRENT=""
+}
+finish() {
+    local rc=$?
+    echo
+    echo "==> test-book summary"
+    if ((${#SUMMARY[@]})); then printf '%s\n' "${SUMMARY[@]}"; fi
+    if ((rc != 0)); then
+        echo "FAILED in step: ${CURRENT:-setup} (exit status $rc)"
+    else
+        echo "all book steps passed"
+    fi
+    echo "total: $(elapsed "$START")s"
+}
+trap finish EXIT
+
+install_mdbook() {
+    mkdir -p "$TOOLS"
+    # One installer at a time: another checkout may be installing the same tool.
+    (
+        flock 9
+        if [ "$(mdbook --version 2> /dev/null)" = "mdbook v$MDBOOK_VERSION" ]; then
+            echo "mdbook $MDBOOK_VERSION present in $TOOLS"
+        else
+            env -u CARGO_TARGET_DIR cargo install mdbook --version "$MDBOOK_VERSION" --locked \
+                --root "$TOOLS" --force < /dev/null
+        fi
+    ) 9> "$TOOLS/mdbook.lock"
+}
+
+lavapipe() {
+    if compgen -G '/usr/share/vulkan/icd.d/lvp_icd*.json' > /dev/null \
+        && ldconfig -p 2> /dev/null | grep -q 'libvulkan\.so\.1'; then
+        echo "lavapipe and libvulkan1 present"
+        return 0
+    fi
+    local sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 update -q < /dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+        --no-install-recommends mesa-vulkan-drivers libvulkan1 < /dev/null
+}
+
+generated() {
+    cargo test -q -p brrr-book-gen < /dev/null
+    cargo run -q -p brrr-book-gen -- check book/src/generated < /dev/null
+}
+
+# mdbook reports a missing {{#include}} as an ERROR line but still builds: fail on it.
+build_book() {
+    rm -rf book/book
+    local log
+    log="$(mdbook build book 2>&1)"
+    printf '%s\n' "$log"
+    if grep -q 'ERROR' <<< "$log"; then
+        echo "mdbook reported errors (above)"
+        return 1
+    fi
+}
+
+links() {
+    cargo run -q -p brrr-book-gen -- links book/book < /dev/null
+}
+
+# Snippets say `extern crate brrr_perf;`; only the crates they use are built, into their
+# own target dir, so that mdbook's -L sees one rlib per crate.
+mdbook_test() {
+    cargo build -q -p brrr-perf --target-dir target/book < /dev/null
+    mdbook test book -L target/book/debug/deps
+}
+
+clippy_solutions() {
+    cargo clippy -q -p brrr-exercises --features solutions --all-targets -- -D warnings < /dev/null
+}
+
+solutions() {
+    cargo test -p brrr-exercises --features solutions < /dev/null
+}
+
+# The exercise tests are `...::tests::check` and the puzzles `puzzles::gpu::tests::pNN_*`.
+stubs() {
+    local out
+    out="$(mktemp -t brrr-stubs.XXXXXX)"
+    cargo test -p brrr-exercises --lib --no-fail-fast -- --include-ignored --test-threads 4 \
+        < /dev/null > "$out" 2>&1 || true
+    awk '
+        /^test .* \.\.\. / {
+            name = $2; result = $4
+            if (name ~ /::tests::check$/ || name ~ /^puzzles::gpu::tests::p[0-9][0-9]_/) {
+                total++
+                if (result == "FAILED") failed++
+                else { bad++; print "  passes on the stub: " name " (" result ")" }
+            }
+        }
+        END {
+            printf "exercise tests on the stubs: %d, failing: %d\n", total, failed
+            if (total == 0) { print "  no exercise tests found in the output"; exit 1 }
+            exit bad > 0
+        }' "$out" || {
+        echo "every exercise test must fail on its stub; the full output is in $out"
+        return 1
+    }
+    rm -f "$out"
+}
+
+wasm32() {
+    if ! rustup target list --installed 2> /dev/null | grep -qx wasm32-unknown-unknown; then
+        echo "SKIPPED: wasm32 check of brrr-exercises (the wasm32-unknown-unknown target is not installed)"
+        return 0
+    fi
+    cargo check -q -p brrr-exercises --lib --target wasm32-unknown-unknown < /dev/null
+}
+
+step "mdbook $MDBOOK_VERSION" install_mdbook
+step "lavapipe (Vulkan on the CPU)" lavapipe
+step "generated tables and figures up to date" generated
+step "mdbook build" build_book
+step "link check (book/book)" links
+step "mdbook test" mdbook_test
+step "clippy brrr-exercises --features solutions" clippy_solutions
+step "exercises: solutions pass" solutions
+step "exercises: stubs fail" stubs
+step "puzzle data compiles for wasm32" wasm32
