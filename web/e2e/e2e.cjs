@@ -193,16 +193,17 @@ async function kernels(browser) {
   await page.close();
 }
 
-async function trainOn(browser, device, steps) {
+async function trainOn(browser, device, preset, steps) {
   const page = await open(browser, '/train');
   await page.waitForSelector('[data-testid="banner-gpu"], [data-testid="banner-cpu"]', { timeout: 60000 });
   await page.select('[data-testid="train-device"]', device);
+  await page.select('[data-testid="train-preset"]', preset);
   await setSize(page, 'train-steps', steps);
   await page.click('[data-testid="train-start"]');
   await page.waitForFunction((n) => {
     const el = document.querySelector('[data-testid="train-step"]');
     return el && parseFloat(el.getAttribute('data-value')) >= n;
-  }, { timeout: 300000 }, steps);
+  }, { timeout: 600000 }, steps);
   // The run ends by itself; the button turns back into "Train".
   await page.waitForFunction(() => document.querySelector('[data-testid="train-start"]').textContent === 'Train', { timeout: 60000 });
   return page;
@@ -210,14 +211,15 @@ async function trainOn(browser, device, steps) {
 
 async function train(browser) {
   console.log('train');
-  const steps = full ? 60 : 30;
-  const page = await trainOn(browser, 'auto', steps);
+  // WebGPU on SwiftShader (a CPU emulating a GPU) is slow: the micro model (4 × 32 tokens
+  // a step) for a few steps; the CPU in wasm trains the tiny one (8 × 64).
+  const gpuSteps = full ? 12 : 4;
+  const page = await trainOn(browser, 'auto', 'micro', gpuSteps);
   const gpu = (await page.$('[data-testid="banner-gpu"]')) !== null;
   check(gpu, 'training runs on WebGPU');
-  // tiny preset: 8 sequences of 64 tokens per step.
-  check(close(await value(page, 'tokens-trained'), steps * 8 * 64), `tokens trained = ${steps} · 8 · 64`);
-  const losses = await page.evaluate(() => parseFloat(document.querySelector('[data-testid="train-loss"]').getAttribute('data-value')));
-  check(losses < Math.log(256), `loss fell below ln 256 (${losses})`);
+  check(close(await value(page, 'tokens-trained'), gpuSteps * 4 * 32), `tokens trained = ${gpuSteps} · 4 · 32`);
+  const loss = await value(page, 'train-loss');
+  check(loss < Math.log(256) + 0.1 && loss > 0, `loss is finite, near or below ln 256 (${loss})`);
   metrics.train_tokens_per_s_webgpu = await value(page, 'tokens-per-s');
   check(metrics.train_tokens_per_s_webgpu > 0, `tokens/s on WebGPU = ${metrics.train_tokens_per_s_webgpu}`);
   await page.click('[data-testid="sample"]');
@@ -229,7 +231,11 @@ async function train(browser) {
   await shot(page, 'train');
   await page.close();
 
-  const cpu = await trainOn(browser, 'cpu', steps);
+  const steps = full ? 100 : 40;
+  const cpu = await trainOn(browser, 'cpu', 'tiny', steps);
+  check(close(await value(cpu, 'tokens-trained'), steps * 8 * 64), `tokens trained = ${steps} · 8 · 64`);
+  const cpuLoss = await value(cpu, 'train-loss');
+  check(cpuLoss < Math.log(256) - 1, `the loss fell by more than 1 nat from ln 256 (${cpuLoss})`);
   check((await cpu.$('[data-testid="banner-cpu"]')) !== null, 'the CPU run shows the fallback banner');
   metrics.train_tokens_per_s_cpu = await value(cpu, 'tokens-per-s');
   check(metrics.train_tokens_per_s_cpu > 0, `tokens/s on the CPU in wasm = ${metrics.train_tokens_per_s_cpu}`);

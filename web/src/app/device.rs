@@ -49,7 +49,7 @@ thread_local! {
 /// skips WebGPU (the reader's choice) without forgetting a GPU already opened.
 pub async fn acquire(force_cpu: bool) -> Device {
     if force_cpu {
-        return Device::Cpu(CpuBackend::new(), "CPU chosen on this page".into());
+        return Device::Cpu(CpuBackend::new(), "The CPU was chosen on this page".into());
     }
     if let Some(d) = DEVICE.with(|d| d.borrow().clone()) {
         return d;
@@ -61,13 +61,13 @@ pub async fn acquire(force_cpu: bool) -> Device {
                 Ok(()) => Device::Gpu(g),
                 Err(e) => Device::Cpu(
                     CpuBackend::new(),
-                    format!("WebGPU kernels failed to compile: {e}"),
+                    format!("WebGPU kernels failed to compile ({e})"),
                 ),
             }
         }
         Err(e) => Device::Cpu(
             CpuBackend::new(),
-            format!("this browser gives no WebGPU adapter ({e})"),
+            format!("No WebGPU in this browser ({e})"),
         ),
     };
     DEVICE.with(|slot| *slot.borrow_mut() = Some(d.clone()));

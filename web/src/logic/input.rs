@@ -52,7 +52,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
         return Some(v);
     }
     let f: f64 = t.parse().ok()?;
-    (f.is_finite() && f >= 0.0 && f < 1.8e19).then(|| f.round() as u64)
+    (0.0..1.8e19).contains(&f).then(|| f.round() as u64)
 }
 
 #[cfg(test)]

@@ -472,8 +472,10 @@ mod tests {
 
     #[test]
     fn trail_doubles_and_stays_in_range() {
-        let mut input = RooflineInput::default();
-        input.vary = Dim::N;
+        let mut input = RooflineInput {
+            vary: Dim::N,
+            ..RooflineInput::default()
+        };
         input.set(Dim::N, 1);
         let v = explore(&input).unwrap();
         assert_eq!(v.trail[0].value, 1);

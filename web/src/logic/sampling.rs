@@ -26,12 +26,13 @@ pub struct TrainPreset {
     pub lr: f64,
 }
 
-/// The demo's presets: a tiny model that trains in a minute even on the CPU in wasm, and
-/// `brrr train`'s default model (4 layers, 128 wide, context 128, 16 sequences a step).
-pub const PRESETS: [TrainPreset; 2] = [
+/// The demo's presets: a tiny model that trains in a minute even on the CPU in wasm, a
+/// micro one for software GPU emulators (SwiftShader), and `brrr train`'s default model
+/// (4 layers, 128 wide, context 128, 16 sequences a step).
+pub const PRESETS: [TrainPreset; 3] = [
     TrainPreset {
         key: "tiny",
-        label: "tiny: 2 layers, 64 wide, context 64, 8 × 64 tokens a step",
+        label: "tiny — 2 layers × 64, context 64",
         n_layer: 2,
         n_head: 4,
         n_embd: 64,
@@ -41,8 +42,19 @@ pub const PRESETS: [TrainPreset; 2] = [
         lr: 3e-3,
     },
     TrainPreset {
+        key: "micro",
+        label: "micro — 1 layer × 32, context 32",
+        n_layer: 1,
+        n_head: 2,
+        n_embd: 32,
+        seq_len: 32,
+        batch_size: 4,
+        steps: 200,
+        lr: 1e-2,
+    },
+    TrainPreset {
         key: "default",
-        label: "brrr train's default: 4 layers, 128 wide, context 128, 16 × 128 tokens",
+        label: "default — 4 layers × 128, context 128 (brrr train's)",
         n_layer: 4,
         n_head: 4,
         n_embd: 128,

@@ -33,8 +33,8 @@ pub fn device_banner(props: &DeviceBannerProps) -> Html {
         },
         DeviceState::Cpu(why) => html! {
             <Banner kind={BannerKind::CpuFallback}>
-                { format!("No WebGPU here: {why}. brrr-cpu's Rust kernels run instead, compiled to WebAssembly on one thread — \
-                   the same Backend trait, far slower. Chrome and Edge 113+ and Safari 26 have WebGPU.") }
+                { format!("{why}: brrr-cpu's Rust kernels run instead, compiled to WebAssembly on one thread — \
+                   the same Backend trait, far slower than a GPU. (Chrome and Edge 113+ have WebGPU.)") }
             </Banner>
         },
     }
