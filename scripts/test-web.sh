@@ -96,7 +96,8 @@ if [ "$CHROME" != /usr/bin/chromium ]; then
 fi
 export WASM_BINDGEN_TEST_WEBDRIVER_JSON="$WEBDRIVER_JSON"
 step "cargo test -p brrr-web --target wasm32-unknown-unknown (headless Chromium)"
-cargo test -q -p brrr-web --target wasm32-unknown-unknown --test web < /dev/null
+# No -q: cargo would pass --quiet to wasm-bindgen-test-runner, which rejects it.
+cargo test -p brrr-web --target wasm32-unknown-unknown --test web < /dev/null
 
 # ---- build ------------------------------------------------------------------------------
 step "trunk build --release (web/dist)"

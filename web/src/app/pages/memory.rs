@@ -111,10 +111,8 @@ fn layout_controls(input: &UseStateHandle<MemoryInput>) -> Html {
             <Select id="zero" label="ZeRO stage" selected={s.zero_stage.to_string()}
                 options={opts(&[("0", "0 (plain data parallel)"), ("1", "1 (optimizer states)"), ("2", "2 (+ gradients)"), ("3", "3 (+ weights)")])}
                 on_change={edit(input, |i: &mut MemoryInput, k: String| if let Ok(z) = k.parse() { i.setup.zero_stage = z })} />
-            <div class="control-row">
-                { degree("dp", "DP", s.dp, 4096, |i, v| i.setup.dp = v) }
-                { degree("tp", "TP", s.tp, 64, |i, v| i.setup.tp = v) }
-            </div>
+            { degree("dp", "DP (data-parallel ranks)", s.dp, 4096, |i, v| i.setup.dp = v) }
+            { degree("tp", "TP (tensor-parallel ranks)", s.tp, 64, |i, v| i.setup.tp = v) }
             { degree("pp", "PP (pipeline stages)", s.pp, 128, |i, v| i.setup.pp = v) }
             <Toggle id="sp" label="sequence parallelism (with TP)" checked={s.sequence_parallel}
                 on_change={edit(input, |i: &mut MemoryInput, b: bool| i.setup.sequence_parallel = b)} />
@@ -122,10 +120,8 @@ fn layout_controls(input: &UseStateHandle<MemoryInput>) -> Html {
             if matches!(s.schedule, PipelineSchedule::Interleaved { .. }) {
                 { degree("chunks", "model chunks per GPU", chunks, 16, |i, v| i.setup.schedule = PipelineSchedule::Interleaved { chunks: v }) }
             }
-            <div class="control-row">
-                { degree("micro-batch", "micro-batch", s.micro_batch, 1024, |i, v| i.setup.micro_batch = v) }
-                { degree("grad-accum", "micro-batches / step", s.grad_accum, 1024, |i, v| i.setup.grad_accum = v) }
-            </div>
+            { degree("micro-batch", "micro-batch (sequences)", s.micro_batch, 1024, |i, v| i.setup.micro_batch = v) }
+            { degree("grad-accum", "micro-batches per step", s.grad_accum, 1024, |i, v| i.setup.grad_accum = v) }
             <Select id="recompute" label="Activation recomputation" selected={recompute_key(s.recompute)}
                 options={opts(&[("none", "none"), ("selective", "selective (attention core)"), ("full", "full (layer inputs only)")])}
                 on_change={edit(input, |i: &mut MemoryInput, k: String| if let Ok(r) = Recompute::parse(&k) { i.setup.recompute = r })} />
