@@ -1,0 +1,274 @@
+// End-to-end test of the built app in headless Chromium (puppeteer-core, the system
+// browser; scripts/test-web.sh installs puppeteer-core and serves the app).
+//
+//   node web/e2e/e2e.cjs URL SCREENSHOT_DIR [--full]
+//
+// Opens every page, operates a control, checks that a shown number became the value
+// computed here independently (from the formula, not from the app), saves a screenshot
+// per page, and fails on any console error or page exception. Prints one JSON line of
+// measurements (time to interactive, training tokens/s) prefixed with "METRICS ".
+'use strict';
+const puppeteer = require('puppeteer-core');
+const fs = require('fs');
+const path = require('path');
+
+const [url, shots] = process.argv.slice(2);
+const full = process.argv.includes('--full');
+const CHROME = process.env.CHROME || '/usr/bin/chromium';
+const FLAGS = [
+  '--no-sandbox', '--disable-gpu-sandbox', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic',
+  '--disable-dev-shm-usage', '--enable-unsafe-webgpu',
+];
+
+const errors = [];
+const metrics = {};
+let failures = 0;
+
+function check(cond, what) {
+  if (cond) {
+    console.log(`  ok   ${what}`);
+  } else {
+    console.log(`  FAIL ${what}`);
+    failures += 1;
+  }
+}
+
+function close(a, b, rel = 1e-9) {
+  return Math.abs(a - b) <= rel * Math.max(Math.abs(a), Math.abs(b));
+}
+
+async function value(page, id) {
+  return page.$eval(`[data-testid="${id}"]`, (el) => parseFloat(el.getAttribute('data-value')));
+}
+
+async function text(page, id) {
+  return page.$eval(`[data-testid="${id}"]`, (el) => el.textContent);
+}
+
+// Types an exact value into a size control's number box and commits it (change event).
+async function setSize(page, id, v) {
+  await page.$eval(`[data-testid="${id}"] input[type=number]`, (el, v) => {
+    el.value = v;
+    el.dispatchEvent(new Event('change', { bubbles: true }));
+  }, String(v));
+}
+
+async function waitValue(page, id, pred, timeout = 10000) {
+  const t0 = Date.now();
+  for (;;) {
+    const v = await value(page, id).catch(() => NaN);
+    if (pred(v)) return v;
+    if (Date.now() - t0 > timeout) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function open(browser, route) {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1280, height: 900 });
+  page.on('console', (m) => {
+    if (m.type() === 'error') errors.push(`${route}: console error: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => errors.push(`${route}: page error: ${e.message}`));
+  page.on('requestfailed', (r) => errors.push(`${route}: request failed: ${r.url()} ${r.failure()?.errorText}`));
+  await page.goto(`${url}#${route}`, { waitUntil: 'load' });
+  return page;
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: true });
+}
+
+async function landing(browser) {
+  console.log('landing');
+  const t0 = Date.now();
+  const page = await open(browser, '/');
+  await page.waitForSelector('[data-testid="card-roofline"]', { timeout: 60000 });
+  metrics.time_to_interactive_ms = Date.now() - t0;
+  const cards = await page.$$eval('.card', (els) => els.length);
+  check(cards === 4, `4 demo cards (got ${cards})`);
+  const hrefs = await page.$$eval('.card a', (els) => els.map((a) => a.getAttribute('href')));
+  for (const p of ['roofline', 'memory', 'kernels', 'train']) {
+    check(hrefs.includes(`#/${p}`), `a link to #/${p}`);
+  }
+  check(hrefs.some((h) => h && h.startsWith('book/')), 'links into the book');
+  // Navigate by clicking, as a reader does.
+  await page.click('[data-testid="card-memory"] a.button');
+  await page.waitForSelector('[data-testid="total"]', { timeout: 10000 });
+  check(page.url().endsWith('#/memory'), 'the card opens the memory calculator');
+  await page.goto(`${url}#/`);
+  await page.waitForSelector('[data-testid="card-roofline"]');
+  await shot(page, 'landing');
+  await page.close();
+}
+
+async function roofline(browser) {
+  console.log('roofline');
+  const page = await open(browser, '/roofline');
+  await page.waitForSelector('[data-testid="flops"]');
+  const [M, K] = [8192, 768];
+  let N = 50257;
+  check(close(await value(page, 'flops'), 2 * M * N * K), 'GEMM FLOPs = 2MNK');
+  check((await text(page, 'regime')).startsWith('compute-bound'), 'the GPT-2 head is compute-bound on an A100');
+  const eff0 = await value(page, 'tile-eff');
+  check(close(eff0, (M * N) / (Math.ceil(M / 128) * Math.ceil(N / 128) * 128 * 128)), 'tile efficiency of N = 50257');
+  N = 50304;
+  await setSize(page, 'dim-n', N);
+  const flops = await waitValue(page, 'flops', (v) => close(v, 2 * M * N * K));
+  check(close(flops, 2 * M * N * K), `N → 50304: FLOPs = ${flops}`);
+  check(close(await value(page, 'tile-eff'), 1), 'N = 50304 fills every 128-wide tile');
+  // A100 80GB SXM datasheet: 312 TFLOP/s bf16 dense, 2039 GB/s.
+  const bytes = (M * K + K * N + M * N) * 2;
+  const want = Math.max((2 * M * N * K) / 312e12, bytes / 2039e9);
+  check(close(await value(page, 'time'), want), `predicted time = max(F/312T, B/2039G) = ${want}`);
+  check((await text(page, 'align-n')).includes('✓'), 'N = 50304 is 16-byte aligned');
+  // Switch the op: softmax over 8192 × 50304, 5 FLOPs and 2 × 2 bytes per element.
+  await page.select('[data-testid="op"]', 'softmax');
+  const sm = await waitValue(page, 'flops', (v) => close(v, 5 * 8192 * 50304));
+  check(close(sm, 5 * 8192 * 50304), 'softmax FLOPs = 5 · rows · cols');
+  check(close(await value(page, 'bytes'), 2 * 2 * 8192 * 50304), 'softmax bytes = 2 · rows · cols · 2');
+  check((await text(page, 'regime')).startsWith('memory-bound'), 'softmax is memory-bound');
+  await page.select('[data-testid="op"]', 'gemm');
+  await page.waitForSelector('[data-testid="tiles"]');
+  await shot(page, 'roofline');
+  await page.close();
+}
+
+async function memory(browser) {
+  console.log('memory');
+  const page = await open(browser, '/memory');
+  await page.waitForSelector('[data-testid="total"]');
+  // GPT-2 XL: l = 48, h = 1600, s = 1024, V = 50257; P = l(12h² + 13h) + Vh + sh + 2h.
+  const [l, h, s, V] = [48, 1600, 1024, 50257];
+  const P = l * (12 * h * h + 13 * h) + V * h + s * h + 2 * h;
+  check(close(await value(page, 'params'), P), `parameters = ${P}`);
+  check(close(await value(page, 'memory-bar-weights'), 2 * P), 'bf16 weights = 2P bytes');
+  check(close(await value(page, 'memory-bar-optimizer-states'), 8 * P), 'Adam moments = 8P bytes');
+  await page.select('[data-testid="zero"]', '3');
+  await setSize(page, 'dp', 8);
+  const w = await waitValue(page, 'memory-bar-weights', (v) => close(v, (2 * P) / 8));
+  check(close(w, (2 * P) / 8), 'ZeRO-3 over 8 ranks: weights = 2P/8');
+  check(close(await value(page, 'memory-bar-optimizer-states'), P), 'ZeRO-3 over 8 ranks: moments = 8P/8');
+  check(close(await value(page, 'gpus'), 8), '8 GPUs');
+  await shot(page, 'memory');
+  await page.close();
+}
+
+async function kernels(browser) {
+  console.log('kernels');
+  const page = await open(browser, '/kernels');
+  await page.waitForSelector('[data-testid="banner-gpu"], [data-testid="banner-cpu"]', { timeout: 60000 });
+  const gpu = (await page.$('[data-testid="banner-gpu"]')) !== null;
+  metrics.kernels_device = gpu ? 'webgpu' : 'cpu';
+  check(gpu, 'WebGPU adapter found (SwiftShader with --enable-unsafe-webgpu)');
+  if (!full) await page.click('[data-testid="quick"]');
+  await page.click('[data-testid="run"]');
+  await page.waitForFunction(() => {
+    const s = document.querySelector('[data-testid="status"]');
+    return s && (s.textContent === 'done' || s.textContent === 'stopped');
+  }, { timeout: full ? 480000 : 240000 });
+  check((await text(page, 'status')) === 'done', 'the kernel run finished');
+  const rows = await page.$$eval('[data-testid="gemm-row"]', (els) => els.map((r) => ({
+    n: parseFloat(r.getAttribute('data-n')),
+    kernel: r.getAttribute('data-kernel'),
+    flops: parseFloat(r.querySelector('[data-testid="gemm-flops"]').getAttribute('data-value')),
+    rate: parseFloat(r.querySelector('[data-testid="gemm-rate"]').getAttribute('data-value')),
+  })));
+  check(rows.length >= (gpu ? 12 : 3), `${rows.length} GEMM measurements`);
+  check(rows.every((r) => close(r.flops, 2 * r.n ** 3)), 'every GEMM row shows 2n³ FLOPs');
+  check(rows.every((r) => r.rate > 0 && Number.isFinite(r.rate)), 'every GEMM rate is positive');
+  metrics.gemm = rows.map((r) => `${r.kernel}@${r.n}=${(r.rate / 1e9).toFixed(2)}GFLOP/s`);
+  const bytes = await page.$$eval('[data-testid="row-kernel"]', (els) => els.map((r) => ({
+    kernel: r.getAttribute('data-kernel'),
+    n: parseFloat(r.getAttribute('data-n')),
+    bytes: parseFloat(r.querySelector('[data-testid="row-bytes"]').getAttribute('data-value')),
+  })));
+  const affine = bytes.filter((b) => b.kernel.startsWith('elementwise'));
+  check(affine.length > 0 && affine.every((b) => close(b.bytes, 8 * b.n)), 'element-wise f32 moves 8 bytes per element');
+  check(close(await value(page, 'fusion-bytes'), 76 / 8), 'unfused GELU moves 9.5× the bytes');
+  check((await value(page, 'fusion-diff')) < 1e-4, 'fused and unfused GELU agree');
+  metrics.fusion_speedup = await value(page, 'fusion-speedup');
+  await shot(page, 'kernels');
+  await page.close();
+}
+
+async function trainOn(browser, device, preset, steps) {
+  const page = await open(browser, '/train');
+  await page.waitForSelector('[data-testid="banner-gpu"], [data-testid="banner-cpu"]', { timeout: 60000 });
+  await page.select('[data-testid="train-device"]', device);
+  await page.select('[data-testid="train-preset"]', preset);
+  await setSize(page, 'train-steps', steps);
+  await page.click('[data-testid="train-start"]');
+  await page.waitForFunction((n) => {
+    const el = document.querySelector('[data-testid="train-step"]');
+    return el && parseFloat(el.getAttribute('data-value')) >= n;
+  }, { timeout: 600000 }, steps);
+  // The run ends by itself; the button turns back into "Train".
+  await page.waitForFunction(() => document.querySelector('[data-testid="train-start"]').textContent === 'Train', { timeout: 60000 });
+  return page;
+}
+
+async function train(browser) {
+  console.log('train');
+  // WebGPU on SwiftShader (a CPU emulating a GPU) is slow: the micro model (4 × 32 tokens
+  // a step) for a few steps; the CPU in wasm trains the tiny one (8 × 64).
+  const gpuSteps = full ? 12 : 4;
+  const page = await trainOn(browser, 'auto', 'micro', gpuSteps);
+  const gpu = (await page.$('[data-testid="banner-gpu"]')) !== null;
+  check(gpu, 'training runs on WebGPU');
+  check(close(await value(page, 'tokens-trained'), gpuSteps * 4 * 32), `tokens trained = ${gpuSteps} · 4 · 32`);
+  const loss = await value(page, 'train-loss');
+  check(loss < Math.log(256) + 0.1 && loss > 0, `loss is finite, near or below ln 256 (${loss})`);
+  metrics.train_tokens_per_s_webgpu = await value(page, 'tokens-per-s');
+  check(metrics.train_tokens_per_s_webgpu > 0, `tokens/s on WebGPU = ${metrics.train_tokens_per_s_webgpu}`);
+  await page.click('[data-testid="sample"]');
+  await page.waitForFunction(() => {
+    const t = document.querySelector('[data-testid="sample-text"]').textContent;
+    return t.startsWith('My fellow Americans') && t.length >= 'My fellow Americans'.length + 150;
+  }, { timeout: 120000 });
+  check(true, 'the sample continues the prompt');
+  await shot(page, 'train');
+  await page.close();
+
+  const steps = full ? 100 : 40;
+  const cpu = await trainOn(browser, 'cpu', 'tiny', steps);
+  check(close(await value(cpu, 'tokens-trained'), steps * 8 * 64), `tokens trained = ${steps} · 8 · 64`);
+  const cpuLoss = await value(cpu, 'train-loss');
+  check(cpuLoss < Math.log(256) - 1, `the loss fell by more than 1 nat from ln 256 (${cpuLoss})`);
+  check((await cpu.$('[data-testid="banner-cpu"]')) !== null, 'the CPU run shows the fallback banner');
+  metrics.train_tokens_per_s_cpu = await value(cpu, 'tokens-per-s');
+  check(metrics.train_tokens_per_s_cpu > 0, `tokens/s on the CPU in wasm = ${metrics.train_tokens_per_s_cpu}`);
+  await shot(cpu, 'train-cpu');
+  await cpu.close();
+}
+
+(async () => {
+  fs.mkdirSync(shots, { recursive: true });
+  const browser = await puppeteer.launch({ executablePath: CHROME, headless: true, args: FLAGS });
+  try {
+    const only = process.env.BRRR_E2E_ONLY;
+    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train]]) {
+      if (only && !only.split(',').includes(name)) {
+        console.log(`${name}: SKIPPED (BRRR_E2E_ONLY=${only})`);
+        continue;
+      }
+      const t0 = Date.now();
+      try {
+        await f(browser);
+      } catch (e) {
+        check(false, `${name}: ${e.message}`);
+      }
+      metrics[`${name}_s`] = (Date.now() - t0) / 1000;
+    }
+  } finally {
+    await browser.close();
+  }
+  for (const e of errors) check(false, e);
+  console.log(`METRICS ${JSON.stringify(metrics)}`);
+  if (failures > 0) {
+    console.log(`${failures} check(s) failed`);
+    process.exit(1);
+  }
+  console.log('all end-to-end checks passed');
+})();

@@ -1,0 +1,41 @@
+//! "Runs on your GPU" / "falls back to the CPU": the live pages' banner.
+
+use crate::app::components::{Banner, BannerKind};
+use yew::prelude::*;
+
+/// What the live pages know about their device.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeviceState {
+    /// Still asking the browser for a WebGPU adapter.
+    Probing,
+    /// WebGPU, on this adapter.
+    Gpu(String),
+    /// brrr-cpu in wasm, for this reason.
+    Cpu(String),
+}
+
+/// Props of [`DeviceBanner`].
+#[derive(Properties, PartialEq)]
+pub struct DeviceBannerProps {
+    /// The state.
+    pub state: DeviceState,
+}
+
+/// The banner for a [`DeviceState`].
+#[function_component(DeviceBanner)]
+pub fn device_banner(props: &DeviceBannerProps) -> Html {
+    match &props.state {
+        DeviceState::Probing => {
+            html! { <Banner kind={BannerKind::Info}>{ "Looking for a WebGPU adapter…" }</Banner> }
+        }
+        DeviceState::Gpu(adapter) => html! {
+            <Banner kind={BannerKind::Gpu}>{ format!("brrr-wgpu's WGSL kernels through WebGPU on {adapter}.") }</Banner>
+        },
+        DeviceState::Cpu(why) => html! {
+            <Banner kind={BannerKind::CpuFallback}>
+                { format!("{why}: brrr-cpu's Rust kernels run instead, compiled to WebAssembly on one thread — \
+                   the same Backend trait, far slower than a GPU. (Chrome and Edge 113+ have WebGPU.)") }
+            </Banner>
+        },
+    }
+}

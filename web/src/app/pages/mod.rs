@@ -1,0 +1,7 @@
+//! One module per page.
+
+pub mod kernels;
+pub mod landing;
+pub mod memory;
+pub mod roofline;
+pub mod train;

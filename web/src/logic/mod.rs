@@ -1,0 +1,12 @@
+//! The computations behind the pages, free of the DOM: each takes the page's inputs and
+//! returns what the page shows, calling `brrr-perf` for every number.
+
+pub mod chart;
+pub mod input;
+pub mod kernels;
+pub mod memory;
+
+pub mod roofline;
+pub mod sampling;
+
+pub mod site;

@@ -1,0 +1,132 @@
+//! The site map: every demo page, where it lives, which book chapter and which crates it
+//! shows. The landing page, the navigation bar and the router all read this one table,
+//! so a new page is a module, a row here and a route.
+
+/// A demo page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PageId {
+    /// GPU × op × dtype on the roofline, with tile and wave quantization.
+    Roofline,
+    /// Per-GPU training memory under ZeRO and 3D parallelism.
+    Memory,
+    /// brrr-wgpu's kernels timed on the reader's GPU.
+    Kernels,
+    /// A small GPT trained by brrr-train in the page.
+    Train,
+}
+
+/// What the site says about a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageInfo {
+    /// The page.
+    pub id: PageId,
+    /// The route's path, after the `#`.
+    pub path: &'static str,
+    /// Title, in the navigation bar and on the page.
+    pub title: &'static str,
+    /// One sentence for the landing page.
+    pub blurb: &'static str,
+    /// The book chapter that explains it, relative to the book's root (`/book/`).
+    pub chapter: &'static str,
+    /// The crates whose code produces its numbers (their docs are linked).
+    pub crates: &'static [&'static str],
+}
+
+/// Every demo page, in the order the landing page lists them.
+pub const PAGES: [PageInfo; 4] = [
+    PageInfo {
+        id: PageId::Roofline,
+        path: "/roofline",
+        title: "Roofline explorer",
+        blurb: "Pick a GPU, an op and a dtype: see its arithmetic intensity on the roofline, \
+                whether it is compute- or memory-bound, its predicted time, and how tile and \
+                wave quantization punish awkward sizes (why GPT-2's vocabulary 50257 becomes 50304).",
+        chapter: "rooflines.html",
+        crates: &["brrr_perf"],
+    },
+    PageInfo {
+        id: PageId::Memory,
+        path: "/memory",
+        title: "Memory calculator",
+        blurb: "A transformer, a precision, an optimizer, a ZeRO stage and data/tensor/pipeline \
+                degrees: the weights, gradients, optimizer state and activations one GPU holds, \
+                against its capacity.",
+        chapter: "memory.html",
+        crates: &["brrr_perf"],
+    },
+    PageInfo {
+        id: PageId::Kernels,
+        path: "/kernels",
+        title: "Kernels live",
+        blurb: "brrr's WGSL kernels on your GPU through WebGPU: four matmul versions from naive \
+                to vectorised, memory-bound kernels in GB/s, fused against unfused GELU, and the \
+                overhead of many tiny dispatches.",
+        chapter: "kernels.html",
+        crates: &["brrr_wgpu", "brrr_cpu", "brrr_perf"],
+    },
+    PageInfo {
+        id: PageId::Train,
+        path: "/train",
+        title: "Train in the browser",
+        blurb: "A small GPT learns the State of the Union addresses in this tab: brrr-train's \
+                Trainer on WebGPU (or the CPU), a live loss curve, tokens per second, and \
+                samples from the model as it learns.",
+        chapter: "training.html",
+        crates: &["brrr_train", "brrr_nn", "brrr_wgpu", "brrr_cpu"],
+    },
+];
+
+/// Where the book is served, beside the app.
+pub const BOOK_ROOT: &str = "book/";
+/// Where `cargo doc` output is served, beside the app (`scripts/serve.sh`).
+pub const DOC_ROOT: &str = "doc/";
+
+/// The row of [`PAGES`] for `id`.
+pub fn page(id: PageId) -> &'static PageInfo {
+    // Every PageId has exactly one row (tested below), so the search always succeeds;
+    // the fallback keeps this total without a panic path.
+    PAGES.iter().find(|p| p.id == id).unwrap_or(&PAGES[0])
+}
+
+/// The book link of a page: `book/CHAPTER`.
+pub fn chapter_url(info: &PageInfo) -> String {
+    format!("{BOOK_ROOT}{}", info.chapter)
+}
+
+/// The docs link of a crate: `doc/CRATE/index.html`.
+pub fn crate_doc_url(krate: &str) -> String {
+    format!("{DOC_ROOT}{krate}/index.html")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_page_has_one_row_and_a_unique_path() {
+        for id in [
+            PageId::Roofline,
+            PageId::Memory,
+            PageId::Kernels,
+            PageId::Train,
+        ] {
+            assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
+            assert_eq!(page(id).id, id);
+        }
+        let mut paths: Vec<_> = PAGES.iter().map(|p| p.path).collect();
+        paths.sort_unstable();
+        paths.dedup();
+        assert_eq!(paths.len(), PAGES.len());
+        assert!(
+            PAGES
+                .iter()
+                .all(|p| p.path.starts_with('/') && !p.crates.is_empty())
+        );
+    }
+
+    #[test]
+    fn links_are_relative_to_the_app() {
+        assert_eq!(chapter_url(page(PageId::Memory)), "book/memory.html");
+        assert_eq!(crate_doc_url("brrr_perf"), "doc/brrr_perf/index.html");
+    }
+}

@@ -1,0 +1,7 @@
+//! The browser entry point (built by trunk). Natively there is nothing to run: the page
+//! logic is a library, tested with `cargo test -p brrr-web`.
+
+fn main() {
+    #[cfg(target_arch = "wasm32")]
+    brrr_web::app::start();
+}
