@@ -19,6 +19,10 @@
 #                           the CUDA compile checks then report themselves skipped.
 #   scripts/test-wgpu.sh    installs lavapipe/Chromium and runs the GPU-backend tests.
 #                           Its failure fails the run.
+#   scripts/test-book.sh    installs mdbook; the book and the exercises (stubs fail,
+#                           solutions pass).
+#   scripts/test-web.sh     installs trunk and puppeteer-core; builds the web app and
+#                           drives it in headless Chromium.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,6 +44,10 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 START="$(now)"
 CURRENT=""
 SUMMARY=()
+# Every test that finds something absent (a GPU, a driver, a compiler) appends a line
+# `NAME: SKIPPED (reason)` here (brrr_backend::skip::report_skipped); the summary lists them.
+BRRR_SKIP_LOG="$(mktemp -t brrr-skips.XXXXXX)"
+export BRRR_SKIP_LOG
 
 # step NAME COMMAND...: runs COMMAND under a header and records how long it took.
 step() {
@@ -63,6 +71,13 @@ finish() {
     echo
     echo "==> summary"
     if ((${#SUMMARY[@]})); then printf '%s\n' "${SUMMARY[@]}"; fi
+    if [[ -s "$BRRR_SKIP_LOG" ]]; then
+        echo "skipped (absent here, reported by name):"
+        sort -u "$BRRR_SKIP_LOG" | sed 's/^/  /'
+    else
+        echo "skipped: nothing"
+    fi
+    rm -f "$BRRR_SKIP_LOG"
     if ((rc != 0)); then
         echo "FAILED in step: ${CURRENT:-setup} (exit status $rc)"
     else
@@ -149,3 +164,7 @@ step "doctests" cargo test --workspace --doc
 step "wasm32 build" cargo build --target wasm32-unknown-unknown \
     -p brrr-backend -p brrr-cpu -p brrr-tensor -p brrr-nn -p brrr-perf
 step "wgpu (scripts/test-wgpu.sh)" wgpu
+# The book (mdbook build, test, links, generated pages) and the exercises both ways.
+step "book (scripts/test-book.sh)" bash scripts/test-book.sh
+# The browser app: trunk build, browser unit tests, end to end in headless Chromium.
+step "web (scripts/test-web.sh)" bash scripts/test-web.sh

@@ -304,11 +304,9 @@ pub fn backend_absent(name: &str, reason: impl fmt::Display, require_env: &str) 
     if required {
         panic!("{msg}, but {require_env} is set: the {name} backend must be present here");
     }
-    eprintln!(
-        "\n{}\n{msg}\n{}\n",
-        "=".repeat(msg.len()),
-        "=".repeat(msg.len())
-    );
+    eprintln!("\n{}", "=".repeat(msg.len()));
+    brrr_backend::skip::report_skipped(name, &reason.to_string());
+    eprintln!("{}\n", "=".repeat(msg.len()));
 }
 
 /// Host data of `dtype` from f64 values (rounded to nearest even).

@@ -45,7 +45,10 @@ fn emulated() -> Option<CudaBackend> {
     static EMU: OnceLock<Option<CudaBackend>> = OnceLock::new();
     EMU.get_or_init(|| {
         if !brrr_cuda::emu::compiler_available() {
-            eprintln!("cuda-emu: SKIPPED (no C++ compiler to build the kernel emulator)");
+            brrr_backend::skip::report_skipped(
+                "cuda-emu",
+                "no C++ compiler to build the kernel emulator",
+            );
             return None;
         }
         Some(CudaBackend::emulated().expect("building the CUDA kernel emulator"))

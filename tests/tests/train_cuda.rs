@@ -32,7 +32,10 @@ fn cuda_training_follows_cpu_training() {
 #[test]
 fn emulated_cuda_training_follows_cpu_training() {
     if !brrr_cuda::emu::compiler_available() {
-        eprintln!("cuda-emu: SKIPPED (no C++ compiler to build the kernel emulator)");
+        brrr_backend::skip::report_skipped(
+            "cuda-emu",
+            "no C++ compiler to build the kernel emulator",
+        );
         return;
     }
     let emu = CudaBackend::emulated().expect("building the CUDA kernel emulator");

@@ -22,6 +22,7 @@ mod error;
 mod host;
 mod layout;
 mod ops;
+pub mod skip;
 
 pub use backend::{Backend, BackendInfo};
 pub use device::{DeviceLocation, MemoryCounter, MemoryStats, WasmNotSendSync};

@@ -25,7 +25,10 @@ fn emu() -> Option<&'static CudaBackend> {
     static EMU: OnceLock<Option<CudaBackend>> = OnceLock::new();
     EMU.get_or_init(|| {
         if !brrr_cuda::emu::compiler_available() {
-            println!("cuda-emu: skipped (no C++ compiler to build the kernel emulator)");
+            brrr_backend::skip::report_skipped(
+                "cuda-emu",
+                "no C++ compiler to build the kernel emulator",
+            );
             return None;
         }
         Some(CudaBackend::emulated().expect("building the kernel emulator"))

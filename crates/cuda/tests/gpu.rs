@@ -20,7 +20,7 @@ fn gpu() -> Option<CudaBackend> {
             let required =
                 std::env::var("BRRR_REQUIRE_CUDA").is_ok_and(|v| !v.is_empty() && v != "0");
             assert!(!required, "cuda: {e}, but BRRR_REQUIRE_CUDA is set");
-            println!("cuda: skipped ({e})");
+            brrr_backend::skip::report_skipped("cuda", &e.to_string());
             None
         }
     }

@@ -10,7 +10,7 @@ use brrr_cuda::kernels::{Family, compile_source, nvrtc_available, nvrtc_version}
 #[test]
 fn every_kernel_file_compiles() {
     if !nvrtc_available() {
-        println!("nvrtc: skipped (libnvrtc not found)");
+        brrr_backend::skip::report_skipped("nvrtc", "libnvrtc not found");
         return;
     }
     let (major, minor) = nvrtc_version().unwrap();
@@ -125,7 +125,7 @@ fn report_v4(arch: &str, log: &str, report: &mut String, failures: &mut Vec<Stri
 #[test]
 fn compiled_kernels_are_cached_on_disk() {
     if !nvrtc_available() {
-        println!("nvrtc: skipped (libnvrtc not found)");
+        brrr_backend::skip::report_skipped("nvrtc", "libnvrtc not found");
         return;
     }
     let dir = std::env::temp_dir().join(format!("brrr-kernel-cache-test-{}", std::process::id()));

@@ -172,7 +172,10 @@ pub fn test_puzzle(id: &str) {
     let checker = match Checker::new() {
         Ok(c) => c,
         Err(why) if std::env::var(REQUIRE_ENV).as_deref() != Ok("1") => {
-            println!("SKIPPED: puzzle {id}: no wgpu adapter ({why})");
+            brrr_backend::skip::report_skipped(
+                &format!("puzzle {id}"),
+                &format!("no wgpu adapter: {why}"),
+            );
             return;
         }
         Err(why) => panic!("puzzle {id}: no wgpu adapter and {REQUIRE_ENV}=1: {why}"),
