@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-/// Paths outside the book that a page may link to, relative to the book's root: the
-/// web app, which `scripts/` serves beside the book.
-pub const OUTSIDE_ROUTES: &[&str] = &["../web/"];
+/// Paths outside the book that a page may link to, relative to the book's root:
+/// `scripts/serve.sh` serves the web app at `/` (one page; its routes are `#/...`
+/// fragments) and the book at `/book/`.
+pub const OUTSIDE_ROUTES: &[&str] = &["../index.html"];
 
 /// What the check found.
 #[derive(Debug, Default)]

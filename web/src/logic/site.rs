@@ -41,7 +41,7 @@ pub const PAGES: [PageInfo; 4] = [
         blurb: "Pick a GPU, an op and a dtype: see its arithmetic intensity on the roofline, \
                 whether it is compute- or memory-bound, its predicted time, and how tile and \
                 wave quantization punish awkward sizes (why GPT-2's vocabulary 50257 becomes 50304).",
-        chapter: "rooflines.html",
+        chapter: "regimes.html",
         crates: &["brrr_perf"],
     },
     PageInfo {

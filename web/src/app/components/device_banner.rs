@@ -28,6 +28,12 @@ pub fn device_banner(props: &DeviceBannerProps) -> Html {
         DeviceState::Probing => {
             html! { <Banner kind={BannerKind::Info}>{ "Looking for a WebGPU adapter…" }</Banner> }
         }
+        // A software adapter (SwiftShader, lavapipe) reports device type `Cpu`: say so, or
+        // its numbers would pass for a GPU's.
+        DeviceState::Gpu(adapter) if adapter.contains("Cpu") => html! {
+            <Banner kind={BannerKind::Gpu}>{ format!("brrr-wgpu's WGSL kernels through WebGPU on {adapter}: \
+                a software adapter, your CPU emulating a GPU, so the numbers are not a GPU's.") }</Banner>
+        },
         DeviceState::Gpu(adapter) => html! {
             <Banner kind={BannerKind::Gpu}>{ format!("brrr-wgpu's WGSL kernels through WebGPU on {adapter}.") }</Banner>
         },
