@@ -87,9 +87,9 @@ async function landing(browser) {
   await page.waitForSelector('[data-testid="card-roofline"]', { timeout: 60000 });
   metrics.time_to_interactive_ms = Date.now() - t0;
   const cards = await page.$$eval('.card', (els) => els.length);
-  check(cards === 4, `4 demo cards (got ${cards})`);
+  check(cards === 5, `5 demo cards (got ${cards})`);
   const hrefs = await page.$$eval('.card a', (els) => els.map((a) => a.getAttribute('href')));
-  for (const p of ['roofline', 'memory', 'kernels', 'train']) {
+  for (const p of ['roofline', 'memory', 'kernels', 'train', 'puzzles']) {
     check(hrefs.includes(`#/${p}`), `a link to #/${p}`);
   }
   check(hrefs.some((h) => h && h.startsWith('book/')), 'links into the book');
@@ -243,12 +243,61 @@ async function train(browser) {
   await cpu.close();
 }
 
+// Runs the puzzle in the editor and waits for a verdict or an error to replace "Running…".
+async function runPuzzle(page) {
+  await page.click('[data-testid="puzzle-run"]');
+  await page.waitForSelector('[data-testid="puzzle-verdict"], [data-testid="puzzle-compile-error"], [data-testid="puzzle-gpu-error"]', { timeout: 60000 });
+}
+
+async function puzzles(browser) {
+  console.log('puzzles');
+  const page = await open(browser, '/puzzles');
+  await page.waitForSelector('[data-testid="banner-gpu"], [data-testid="banner-cpu"]', { timeout: 60000 });
+  check((await page.$('[data-testid="banner-gpu"]')) !== null, 'the puzzles page found WebGPU');
+  const options = await page.$$eval('[data-testid="puzzle"] option', (els) => els.length);
+  check(options === 14, `14 puzzles to pick from (got ${options})`);
+  const chapter = await page.$eval('[data-testid="chapter-link"]', (a) => a.getAttribute('href'));
+  check(chapter === 'book/puzzles.html', `links the book chapter (${chapter})`);
+  // Puzzle 1's stub writes nothing: every element of out stays 0 and differs from a + 10.
+  const stub = await page.$eval('[data-testid="puzzle-source"]', (el) => el.value);
+  check(stub.includes('your code: begin') && !stub.includes('a[i] + 10.0'), 'the editor holds puzzle 1\'s stub');
+  await runPuzzle(page);
+  check(await page.$eval('[data-testid="puzzle-verdict"]', (el) => el.dataset.pass === 'false' && el.textContent.startsWith('FAIL')), 'the stub FAILs');
+  const bad = await page.$$eval('[data-testid="array-out"] .cell.bad', (els) => els.length);
+  check(bad === 4, `all 4 output cells are marked wrong (got ${bad})`);
+  const rows = await page.$$eval('[data-testid="puzzle-arrays"] .array-row', (els) => els.length);
+  check(rows === 3, `input a, out and expected are drawn (${rows} rows)`);
+  await shot(page, 'puzzles-stub');
+  // The solution passes, and out = a + 10 cell by cell as read from the page.
+  await page.click('[data-testid="puzzle-solution"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="puzzle-source"]').value.includes('a[i] + 10.0'));
+  await runPuzzle(page);
+  check(await page.$eval('[data-testid="puzzle-verdict"]', (el) => el.dataset.pass === 'true' && el.textContent.startsWith('PASS')), 'the solution PASSes');
+  const cellsOf = (id) => page.$$eval(`[data-testid="${id}"] .cell`, (els) => els.map((e) => parseFloat(e.textContent)));
+  const [a, out] = [await cellsOf('array-a'), await cellsOf('array-out')];
+  check(a.length === 4 && out.every((v, i) => v === a[i] + 10), `out = a + 10 (${a} → ${out})`);
+  await shot(page, 'puzzles-pass');
+  // A syntax error: shown inline, the page stays usable, no uncaught error (checked at the end).
+  await page.$eval('[data-testid="puzzle-source"]', (el) => {
+    el.value = el.value.replace('out[i] = a[i] + 10.0;', 'out[i] = a[i] + ;');
+    el.dispatchEvent(new Event('input', { bubbles: true }));
+  });
+  await runPuzzle(page);
+  const msg = await page.$eval('[data-testid="puzzle-compile-error"]', (el) => el.textContent).catch(() => '');
+  check(/line \d+:\d+/.test(msg), `the compile error is shown inline with its line (${msg.replace(/\s+/g, ' ').slice(0, 120)})`);
+  await shot(page, 'puzzles-compile-error');
+  await page.click('[data-testid="puzzle-solution"]');
+  await runPuzzle(page);
+  check(await page.$eval('[data-testid="puzzle-verdict"]', (el) => el.dataset.pass === 'true').catch(() => false), 'after the error the page still runs kernels');
+  await page.close();
+}
+
 (async () => {
   fs.mkdirSync(shots, { recursive: true });
   const browser = await puppeteer.launch({ executablePath: CHROME, headless: true, args: FLAGS });
   try {
     const only = process.env.BRRR_E2E_ONLY;
-    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train]]) {
+    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles]]) {
       if (only && !only.split(',').includes(name)) {
         console.log(`${name}: SKIPPED (BRRR_E2E_ONLY=${only})`);
         continue;

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod components;
 pub mod device;
 pub mod pages;
+pub mod puzzle_run;
 pub mod trainer;
 pub mod util;
 
@@ -33,6 +34,9 @@ pub enum Route {
     /// [`PageId::Train`].
     #[at("/train")]
     Train,
+    /// [`PageId::Puzzles`].
+    #[at("/puzzles")]
+    Puzzles,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -47,6 +51,7 @@ impl Route {
             PageId::Memory => Route::Memory,
             PageId::Kernels => Route::Kernels,
             PageId::Train => Route::Train,
+            PageId::Puzzles => Route::Puzzles,
         }
     }
 }
@@ -59,6 +64,7 @@ pub fn render(route: Route) -> Html {
         Route::Memory => html! { <pages::memory::MemoryPage /> },
         Route::Kernels => html! { <pages::kernels::KernelsPage /> },
         Route::Train => html! { <pages::train::TrainPage /> },
+        Route::Puzzles => html! { <pages::puzzles::PuzzlesPage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

@@ -5,6 +5,7 @@ pub mod chart;
 pub mod input;
 pub mod kernels;
 pub mod memory;
+pub mod puzzles;
 
 pub mod roofline;
 pub mod sampling;

@@ -13,6 +13,8 @@ pub enum PageId {
     Kernels,
     /// A small GPT trained by brrr-train in the page.
     Train,
+    /// The book's GPU puzzles: WGSL kernels edited and run on WebGPU in the page.
+    Puzzles,
 }
 
 /// What the site says about a page.
@@ -33,7 +35,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 4] = [
+pub const PAGES: [PageInfo; 5] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -74,6 +76,16 @@ pub const PAGES: [PageInfo; 4] = [
         chapter: "training.html",
         crates: &["brrr_train", "brrr_nn", "brrr_wgpu", "brrr_cpu"],
     },
+    PageInfo {
+        id: PageId::Puzzles,
+        path: "/puzzles",
+        title: "GPU puzzles",
+        blurb: "Fourteen small WGSL kernels, from a map to a tiled matmul: edit one in the page, \
+                run it on your GPU through WebGPU, and see its output cell by cell against the \
+                CPU reference, with compile errors where they happen.",
+        chapter: "puzzles.html",
+        crates: &["brrr_exercises", "brrr_wgpu"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -109,6 +121,7 @@ mod tests {
             PageId::Memory,
             PageId::Kernels,
             PageId::Train,
+            PageId::Puzzles,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

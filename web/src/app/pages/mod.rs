@@ -3,5 +3,6 @@
 pub mod kernels;
 pub mod landing;
 pub mod memory;
+pub mod puzzles;
 pub mod roofline;
 pub mod train;

@@ -1,0 +1,143 @@
+//! Runs a GPU puzzle's WGSL on brrr-wgpu's WebGPU device, the way the native checker
+//! (`brrr_exercises::puzzles::gpu::Checker::run`) does: inputs bound read-only at 0, 1, …,
+//! the output next, zero-filled with [`OUTPUT_SLACK`] extra elements, and a pipeline
+//! with an explicit layout so that a stub that ignores a binding still binds.
+//!
+//! Everything from the shader module to the submission runs inside a validation error
+//! scope, so a kernel that does not compile (or does not fit the layout) comes back as
+//! an `Err` to show in the page, never as an uncaught device error.
+
+use crate::logic::puzzles::OUTPUT_SLACK;
+use brrr_backend::{Backend, DType, HostData};
+use brrr_exercises::puzzles::Puzzle;
+use brrr_wgpu::{WgpuBackend, WgpuBuffer};
+
+/// Why a run produced no output.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunError {
+    /// The WGSL does not compile: one line per message, `line L:C: message`.
+    Compile(Vec<String>),
+    /// It compiled, but WebGPU rejected the pipeline, binding or dispatch, or a buffer failed.
+    Gpu(String),
+}
+
+/// Runs `wgsl` as `puzzle`'s kernel on `inputs`; returns the whole output buffer,
+/// slack included.
+pub async fn run_puzzle(
+    gpu: &WgpuBackend,
+    puzzle: &Puzzle,
+    wgsl: &str,
+    inputs: &[Vec<f32>],
+) -> Result<Vec<f32>, RunError> {
+    let (device, queue) = gpu.device();
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(puzzle.id),
+        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+    });
+    let messages = compile_errors(&module.get_compilation_info().await);
+    if !messages.is_empty() {
+        // The scope holds the same error the messages describe; popping it keeps it
+        // from reaching the device's uncaptured-error handler.
+        let _ = scope.pop().await;
+        return Err(RunError::Compile(messages));
+    }
+    let gpu_err = |e: brrr_backend::Error| RunError::Gpu(e.to_string());
+    let mut bufs: Vec<WgpuBuffer> = Vec::with_capacity(inputs.len() + 1);
+    for v in inputs {
+        bufs.push(gpu.upload(&HostData::F32(v.clone())).map_err(gpu_err)?);
+    }
+    let out = gpu
+        .zeros(DType::F32, puzzle.output_len + OUTPUT_SLACK)
+        .map_err(gpu_err)?;
+    bufs.push(out);
+    dispatch(device, queue, &module, puzzle, &bufs);
+    if let Some(e) = scope.pop().await {
+        return Err(RunError::Gpu(e.to_string()));
+    }
+    let out = bufs
+        .last()
+        .ok_or_else(|| RunError::Gpu("no output buffer".into()))?;
+    match gpu.read(out).await.map_err(gpu_err)? {
+        HostData::F32(v) => Ok(v),
+        other => Err(RunError::Gpu(format!(
+            "output read back as {}",
+            other.dtype()
+        ))),
+    }
+}
+
+/// The error messages of a compilation, with their line and column.
+fn compile_errors(info: &wgpu::CompilationInfo) -> Vec<String> {
+    info.messages
+        .iter()
+        .filter(|m| m.message_type == wgpu::CompilationMessageType::Error)
+        .map(|m| match m.location {
+            Some(l) => format!("line {}:{}: {}", l.line_number, l.line_position, m.message),
+            None => m.message.clone(),
+        })
+        .collect()
+}
+
+/// Builds the pipeline (every input read-only, the output read-write), binds `bufs`
+/// and submits one dispatch of `puzzle.workgroups`.
+fn dispatch(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    module: &wgpu::ShaderModule,
+    p: &Puzzle,
+    bufs: &[WgpuBuffer],
+) {
+    let n = p.inputs.len();
+    let layout_entries: Vec<wgpu::BindGroupLayoutEntry> = (0..=n)
+        .map(|i| wgpu::BindGroupLayoutEntry {
+            binding: i as u32,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only: i < n },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        })
+        .collect();
+    let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(p.id),
+        entries: &layout_entries,
+    });
+    let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(p.id),
+        bind_group_layouts: &[Some(&bgl)],
+        immediate_size: 0,
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(p.id),
+        layout: Some(&layout),
+        module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let entries: Vec<wgpu::BindGroupEntry> = bufs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: b.raw().as_entire_binding(),
+        })
+        .collect();
+    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(p.id),
+        layout: &bgl,
+        entries: &entries,
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        let [x, y, z] = p.workgroups;
+        pass.dispatch_workgroups(x, y, z);
+    }
+    queue.submit([enc.finish()]);
+}
