@@ -289,6 +289,26 @@ async function puzzles(browser) {
   await page.click('[data-testid="puzzle-solution"]');
   await runPuzzle(page);
   check(await page.$eval('[data-testid="puzzle-verdict"]', (el) => el.dataset.pass === 'true').catch(() => false), 'after the error the page still runs kernels');
+  // Puzzle 3 without its guard: 8 invocations for 4 elements write past the end of out,
+  // which the slack catches although out[0..4] is right.
+  await page.select('[data-testid="puzzle"]', '2');
+  await page.waitForFunction(() => document.querySelector('[data-testid="puzzle-source"]').value.includes('Puzzle 3'));
+  await page.$eval('[data-testid="puzzle-source"]', (el) => {
+    el.value = el.value.replace('// ---- your code: begin ----', '// ---- your code: begin ----\n    out[i] = a[i] + 10.0;');
+    el.dispatchEvent(new Event('input', { bubbles: true }));
+  });
+  await runPuzzle(page);
+  const guard = await page.$eval('[data-testid="puzzle-verdict"]', (el) => el.textContent).catch(() => '');
+  check(guard.startsWith('FAIL') && guard.includes('past the end'), `a missing guard is caught (${guard.slice(0, 100)})`);
+  check((await page.$$('[data-testid="array-past-the-end"] .cell.bad')).length > 0, 'the writes past the end are drawn');
+  await shot(page, 'puzzles-guard');
+  // Puzzle 14's solution: 5×5 matrices drawn as grids of 5 columns.
+  await page.select('[data-testid="puzzle"]', '13');
+  await page.click('[data-testid="puzzle-solution"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="puzzle-source"]').value.includes('var acc'));
+  await runPuzzle(page);
+  check(await page.$eval('[data-testid="puzzle-verdict"]', (el) => el.dataset.pass === 'true').catch(() => false), 'the tiled matmul solution PASSes');
+  await shot(page, 'puzzles-matmul');
   await page.close();
 }
 

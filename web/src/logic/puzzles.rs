@@ -112,6 +112,27 @@ pub fn judge(buffer: &[f32], want: &[f32]) -> Verdict {
     }
 }
 
+/// Row lengths of the puzzles whose arrays are matrices, stored row-major, as their
+/// tasks (and WGSL) declare them: the page draws those arrays as grids.
+const MATRIX_COLUMNS: [(&str, usize); 5] = [
+    ("p04_map_2d", 2),
+    ("p05_broadcast", 2),
+    ("p07_blocks_2d", 5),
+    ("p13_axis_sum", 6),
+    ("p14_matmul", 5),
+];
+
+/// How many cells a row of an array of `len` elements has in puzzle `id`: the matrix's
+/// row length for a matrix of that puzzle, else `len` (one row).
+pub fn columns(id: &str, len: usize) -> usize {
+    MATRIX_COLUMNS
+        .iter()
+        .find(|(p, _)| *p == id)
+        .map(|&(_, c)| c)
+        .filter(|&c| len > c && len.is_multiple_of(c))
+        .unwrap_or(len.max(1))
+}
+
 /// Formats a cell's value: integers without a decimal point (every correct value is
 /// one), anything else with up to three decimals.
 pub fn cell_text(v: f32) -> String {
@@ -174,6 +195,16 @@ mod tests {
         let v = judge(&[1.0], &[1.0, 2.0]);
         assert_eq!(v.ok, vec![true, false]);
         assert!(v.mismatches[0].got.is_nan());
+    }
+
+    #[test]
+    fn matrices_are_drawn_by_rows() {
+        assert_eq!(columns("p14_matmul", 25), 5);
+        assert_eq!(columns("p13_axis_sum", 24), 6);
+        // The row sums of the axis-sum puzzle are a vector.
+        assert_eq!(columns("p13_axis_sum", 4), 4);
+        assert_eq!(columns("p01_map", 4), 4);
+        assert_eq!(columns("p01_map", 0), 1);
     }
 
     #[test]

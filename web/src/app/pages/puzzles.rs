@@ -4,7 +4,7 @@
 use crate::app::components::{Banner, BannerKind, DeviceBanner, DeviceState, PageHeader, Select};
 use crate::app::device::{Device, acquire};
 use crate::app::puzzle_run::{RunError, run_puzzle};
-use crate::logic::puzzles::{Verdict, cell_text, judge};
+use crate::logic::puzzles::{Verdict, cell_text, columns, judge};
 use crate::logic::site::PageId;
 use brrr_exercises::puzzles::{Puzzle, all};
 use std::rc::Rc;
@@ -93,6 +93,9 @@ pub fn puzzles_page() -> Html {
         .collect();
     let running = *outcome == Outcome::Running;
     let no_gpu = matches!(*device, DeviceState::Cpu(_));
+    // Tall enough for the whole kernel (the longest is about 45 lines), so it reads
+    // without scrolling.
+    let rows = (source.lines().count() + 2).clamp(12, 60).to_string();
     html! {
         <section class="page">
             <PageHeader id={PageId::Puzzles} />
@@ -116,8 +119,8 @@ pub fn puzzles_page() -> Html {
                 </aside>
                 <div class="results">
                     <textarea class="wgsl-editor" data-testid="puzzle-source" spellcheck="false"
-                        aria-label="WGSL kernel" value={(*source).clone()} {oninput} />
-                    { outcome_view(&outcome) }
+                        aria-label="WGSL kernel" {rows} value={(*source).clone()} {oninput} />
+                    { outcome_view(puzzle.id, &outcome) }
                 </div>
             </div>
         </section>
@@ -201,7 +204,7 @@ fn run_callback(
     })
 }
 
-fn outcome_view(o: &Outcome) -> Html {
+fn outcome_view(id: &str, o: &Outcome) -> Html {
     match o {
         Outcome::Idle => html! {
             <p class="muted" data-testid="puzzle-idle">{ "Edit the kernel between the `your code` markers, then run it." }</p>
@@ -225,7 +228,10 @@ fn outcome_view(o: &Outcome) -> Html {
             verdict,
         } => {
             let names = input_names(inputs.len());
-            let rows = names.iter().zip(inputs).map(|(n, v)| cells(n, v, None));
+            let rows = names
+                .iter()
+                .zip(inputs)
+                .map(|(n, v)| cells(n, v, None, columns(id, v.len())));
             let pass = verdict.pass();
             let overflow: Vec<f32> = verdict.overflow.iter().map(|(_, v)| *v).collect();
             html! {
@@ -236,10 +242,10 @@ fn outcome_view(o: &Outcome) -> Html {
                     </div>
                     <div class="arrays" data-testid="puzzle-arrays">
                         { for rows }
-                        { cells("out", &verdict.out, Some(&verdict.ok)) }
-                        { cells("expected", want, None) }
+                        { cells("out", &verdict.out, Some(&verdict.ok), columns(id, want.len())) }
+                        { cells("expected", want, None, columns(id, want.len())) }
                         if !overflow.is_empty() {
-                            { cells("past the end", &overflow, Some(&vec![false; overflow.len()])) }
+                            { cells("past the end", &overflow, Some(&vec![false; overflow.len()]), overflow.len()) }
                         }
                     </div>
                 </div>
@@ -248,8 +254,8 @@ fn outcome_view(o: &Outcome) -> Html {
     }
 }
 
-/// One array as a row of cells; with `ok`, wrong cells are marked.
-fn cells(name: &str, values: &[f32], ok: Option<&[bool]>) -> Html {
+/// One array as rows of `cols` cells (a matrix) or one row; with `ok`, wrong cells are marked.
+fn cells(name: &str, values: &[f32], ok: Option<&[bool]>, cols: usize) -> Html {
     let items = values.iter().enumerate().map(|(i, v)| {
         let state = ok.map(|ok| if ok.get(i).copied().unwrap_or(false) { "ok" } else { "bad" });
         html! {
@@ -259,7 +265,7 @@ fn cells(name: &str, values: &[f32], ok: Option<&[bool]>) -> Html {
     html! {
         <div class="array-row" data-testid={format!("array-{}", name.replace(' ', "-"))}>
             <span class="array-name"><code>{ name }</code></span>
-            <div class="array-cells">{ for items }</div>
+            <div class="array-cells" style={format!("grid-template-columns: repeat({cols}, max-content)")}>{ for items }</div>
         </div>
     }
 }
