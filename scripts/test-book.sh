@@ -87,9 +87,37 @@ lavapipe() {
         --no-install-recommends mesa-vulkan-drivers libvulkan1 < /dev/null
 }
 
+# Cargo resolves features over the packages it is asked to build, so `-p CRATE` would
+# rebuild CRATE's dependencies with other features than the test command's
+# `--workspace` build (minutes on 2 cores). Everything here selects the whole
+# workspace and narrows to a target instead: the dependencies are built once. (The
+# generator's own unit tests run in the test command's workspace test step.)
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+
+book_gen() {
+    cargo build -q --workspace --bin brrr-book-gen < /dev/null
+    "$TARGET_DIR/debug/brrr-book-gen" "$@" < /dev/null
+}
+
+# exercises_lib_tests [CARGO FLAGS]: builds brrr-exercises' unit-test binary and prints
+# its path.
+exercises_lib_tests() {
+    cargo test -q --workspace --lib --no-run --message-format=json "$@" < /dev/null |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if (m.get("reason") == "compiler-artifact" and m.get("executable")
+            and m["target"]["name"] == "brrr_exercises" and m["profile"]["test"]):
+        print(m["executable"])
+'
+}
+
 generated() {
-    cargo test -q -p brrr-book-gen < /dev/null
-    cargo run -q -p brrr-book-gen -- check book/src/generated < /dev/null
+    book_gen check book/src/generated
 }
 
 # mdbook reports a missing {{#include}} as an ERROR line but still builds: fail on it.
@@ -105,7 +133,7 @@ build_book() {
 }
 
 links() {
-    cargo run -q -p brrr-book-gen -- links book/book < /dev/null
+    book_gen links book/book
 }
 
 # Snippets say `extern crate brrr_perf;`; only the crates they use are built, into their
@@ -116,19 +144,24 @@ mdbook_test() {
 }
 
 clippy_solutions() {
-    cargo clippy -q -p brrr-exercises --features solutions --all-targets -- -D warnings < /dev/null
+    cargo clippy -q --workspace --features brrr-exercises/solutions --all-targets -- -D warnings < /dev/null
 }
 
 solutions() {
-    cargo test -p brrr-exercises --features solutions < /dev/null
+    local bin
+    bin="$(exercises_lib_tests --features brrr-exercises/solutions)"
+    [ -x "$bin" ] || { echo "no test binary of brrr-exercises was built"; return 1; }
+    "$bin" < /dev/null
 }
 
 # The exercise tests are `...::tests::check` and the puzzles `puzzles::gpu::tests::pNN_*`.
 stubs() {
     local out
     out="$(mktemp -t brrr-stubs.XXXXXX)"
-    cargo test -p brrr-exercises --lib --no-fail-fast -- --include-ignored --test-threads 4 \
-        < /dev/null > "$out" 2>&1 || true
+    local bin
+    bin="$(exercises_lib_tests)"
+    [ -x "$bin" ] || { echo "no test binary of brrr-exercises was built"; return 1; }
+    "$bin" --include-ignored --test-threads 4 < /dev/null > "$out" 2>&1 || true
     awk '
         /^test .* \.\.\. / {
             name = $2; result = $4
