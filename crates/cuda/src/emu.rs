@@ -1,5 +1,5 @@
 //! The CPU emulator: brrr's CUDA C kernels compiled as host C++ (`kernels/emu`) and run
-//! with one OS thread per CUDA thread, behind the same [`Device`] trait as a real GPU.
+//! with one OS thread per CUDA thread, behind the same `Device` trait as a real GPU.
 //!
 //! It exists so that the whole backend above the driver calls (argument marshalling,
 //! launch geometry, the allocator, the cuBLAS operand mapping) and the kernels themselves

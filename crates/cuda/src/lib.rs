@@ -19,7 +19,7 @@
 //! - **A CPU emulator** ([`emu`], [`CudaBackend::emulated`]) runs the same CUDA C
 //!   kernels with one OS thread per CUDA thread, so the kernels and all host code above
 //!   the driver calls are tested on machines without a GPU.
-//! - **Benchmarks** as data ([`bench`]): GEMM TFLOP/s per implementation and memory
+//! - **Benchmarks** as data ([`bench`](mod@bench)): GEMM TFLOP/s per implementation and memory
 //!   bandwidth of the memory-bound kernels against a device-to-device copy.
 //!
 //! On `wasm32` the crate is empty apart from [`kernels`] (the sources, for display).

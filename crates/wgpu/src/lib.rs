@@ -28,7 +28,7 @@
 //!   (natively they poll the device; in the browser they await the map callback).
 //! - **Matmul as a lesson.** Four versions, from naive to vectorised register blocking,
 //!   selectable with [`MatmulKernel`] and [`WgpuBackend::gemm_with`]; see
-//!   `shaders/matmul.wgsl` and [`bench`].
+//!   `shaders/matmul.wgsl` and [`bench`](mod@bench).
 //!
 //! ```no_run
 //! # #[cfg(not(target_arch = "wasm32"))] {
