@@ -91,6 +91,11 @@ fn main() {
             total += 1;
             if report(p.id, p.task, &p.file(), &outcome) {
                 passed += 1;
+                // What the passing kernel cost in global memory, counted by a second run.
+                match c.count(&p, p.source(), &p.random_inputs(seed)) {
+                    Ok(counts) => println!("      {}", counts.summary()),
+                    Err(why) => println!("      global-memory accesses not counted: {why}"),
+                }
             } else if first_failure.is_none() {
                 first_failure = Some(p.file());
             }

@@ -276,6 +276,9 @@ async function puzzles(browser) {
   const cellsOf = (id) => page.$$eval(`[data-testid="${id}"] .cell`, (els) => els.map((e) => parseFloat(e.textContent)));
   const [a, out] = [await cellsOf('array-a'), await cellsOf('array-out')];
   check(a.length === 4 && out.every((v, i) => v === a[i] + 10), `out = a + 10 (${a} → ${out})`);
+  const counts = () => page.$eval('[data-testid="puzzle-counts"]', (el) => [el.dataset.reads, el.dataset.writes, el.querySelectorAll('.cell').length].join(' ')).catch(() => 'none');
+  const mapCounts = await counts();
+  check(mapCounts === '4 4 4', `map: 4 invocations, each 1 global read and 1 write (reads writes cells: ${mapCounts})`);
   await shot(page, 'puzzles-pass');
   // A syntax error: shown inline, the page stays usable, no uncaught error (checked at the end).
   await page.$eval('[data-testid="puzzle-source"]', (el) => {
@@ -301,6 +304,8 @@ async function puzzles(browser) {
   const guard = await page.$eval('[data-testid="puzzle-verdict"]', (el) => el.textContent).catch(() => '');
   check(guard.startsWith('FAIL') && guard.includes('past the end'), `a missing guard is caught (${guard.slice(0, 100)})`);
   check((await page.$$('[data-testid="array-past-the-end"] .cell.bad')).length > 0, 'the writes past the end are drawn');
+  const guardCounts = await counts();
+  check(guardCounts === '8 8 8', `without the guard all 8 invocations read and write (reads writes cells: ${guardCounts})`);
   await shot(page, 'puzzles-guard');
   // Puzzle 14's solution: 5×5 matrices drawn as grids of 5 columns.
   await page.select('[data-testid="puzzle"]', '13');

@@ -5,6 +5,7 @@
 //! bound in a pipeline built here with an explicit layout, so that a stub that does
 //! not use a binding yet still binds.
 
+use super::count::{AccessCounts, instrument};
 use super::data::Puzzle;
 use crate::check::Outcome;
 use brrr_backend::{Backend, DType, HostData, block_on};
@@ -43,31 +44,45 @@ impl Checker {
         wgsl: &str,
         inputs: &[Vec<f32>],
     ) -> Result<Vec<f32>, String> {
+        self.dispatch(puzzle, wgsl, inputs, None)
+            .map(|(out, _)| out)
+    }
+
+    /// Runs `wgsl` rewritten by [`instrument`] and returns each invocation's
+    /// global-memory reads and writes; `Err` when it cannot be counted.
+    pub fn count(
+        &self,
+        puzzle: &Puzzle,
+        wgsl: &str,
+        inputs: &[Vec<f32>],
+    ) -> Result<AccessCounts, String> {
+        let inst = instrument(puzzle, wgsl)?;
+        let (_, counters) = self.dispatch(puzzle, &inst.wgsl, inputs, Some(inst.invocations))?;
+        AccessCounts::from_counters(puzzle, &counters)
+    }
+
+    /// One dispatch; with `counters = Some(n)`, a zeroed buffer of `2n` u32 is bound
+    /// after the output and read back too.
+    fn dispatch(
+        &self,
+        puzzle: &Puzzle,
+        wgsl: &str,
+        inputs: &[Vec<f32>],
+        counters: Option<usize>,
+    ) -> Result<(Vec<f32>, Vec<u32>), String> {
         let err = |e: brrr_backend::Error| e.to_string();
         let (device, queue) = self.gpu.device();
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(puzzle.id),
-            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-        });
-        let errors: Vec<String> = block_on(module.get_compilation_info())
-            .messages
-            .into_iter()
-            .filter(|m| m.message_type == wgpu::CompilationMessageType::Error)
-            .map(|m| match m.location {
-                Some(l) => format!("line {}:{}: {}", l.line_number, l.line_position, m.message),
-                None => m.message,
-            })
-            .collect();
-        if !errors.is_empty() {
-            return Err(format!("the WGSL does not compile: {}", errors.join("; ")));
-        }
-        let bufs: Vec<WgpuBuffer> = inputs
+        let module = self.compile(puzzle, wgsl)?;
+        let mut bufs: Vec<WgpuBuffer> = inputs
             .iter()
             .map(|v| self.gpu.upload(&HostData::F32(v.clone())))
             .chain([self.gpu.zeros(DType::F32, puzzle.output_len + OUTPUT_SLACK)])
             .collect::<Result<_, _>>()
             .map_err(err)?;
-        let pipeline = pipeline(device, &module, puzzle);
+        if let Some(n) = counters {
+            bufs.push(self.gpu.zeros(DType::U32, 2 * n).map_err(err)?);
+        }
+        let pipeline = pipeline(device, &module, puzzle, counters.is_some());
         let entries: Vec<wgpu::BindGroupEntry> = bufs
             .iter()
             .enumerate()
@@ -91,10 +106,40 @@ impl Checker {
         }
         queue.submit([enc.finish()]);
         // Reading waits for the dispatch; any error wgpu reported comes back here.
-        let out = bufs.last().ok_or("no output buffer")?;
-        match block_on(self.gpu.read(out)).map_err(err)? {
-            HostData::F32(v) => Ok(v),
-            other => Err(format!("output read back as {}", other.dtype())),
+        let out = match block_on(self.gpu.read(&bufs[inputs.len()])).map_err(err)? {
+            HostData::F32(v) => v,
+            other => return Err(format!("output read back as {}", other.dtype())),
+        };
+        let counts = match counters {
+            None => Vec::new(),
+            Some(_) => match block_on(self.gpu.read(&bufs[inputs.len() + 1])).map_err(err)? {
+                HostData::U32(v) => v,
+                other => return Err(format!("counters read back as {}", other.dtype())),
+            },
+        };
+        Ok((out, counts))
+    }
+
+    /// Compiles `wgsl`; `Err` lists the compiler's errors with line and column.
+    fn compile(&self, puzzle: &Puzzle, wgsl: &str) -> Result<wgpu::ShaderModule, String> {
+        let (device, _) = self.gpu.device();
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(puzzle.id),
+            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+        });
+        let errors: Vec<String> = block_on(module.get_compilation_info())
+            .messages
+            .into_iter()
+            .filter(|m| m.message_type == wgpu::CompilationMessageType::Error)
+            .map(|m| match m.location {
+                Some(l) => format!("line {}:{}: {}", l.line_number, l.line_position, m.message),
+                None => m.message,
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(module)
+        } else {
+            Err(format!("the WGSL does not compile: {}", errors.join("; ")))
         }
     }
 
@@ -123,14 +168,17 @@ impl Checker {
 }
 
 /// A pipeline whose layout binds every input read-only and the output read-write,
-/// whether or not the kernel uses them yet.
+/// whether or not the kernel uses them yet; with `counted`, the access counters after
+/// the output (read-write).
 fn pipeline(
     device: &wgpu::Device,
     module: &wgpu::ShaderModule,
     p: &Puzzle,
+    counted: bool,
 ) -> wgpu::ComputePipeline {
     let n = p.inputs.len();
-    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..=n)
+    let last = n + usize::from(counted);
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = (0..=last)
         .map(|i| wgpu::BindGroupLayoutEntry {
             binding: i as u32,
             visibility: wgpu::ShaderStages::COMPUTE,
@@ -186,10 +234,67 @@ pub fn test_puzzle(id: &str) {
     }
 }
 
+/// Counts every puzzle's *solution* (whatever the feature): it must compute the same
+/// output instrumented as plain, and the simplest puzzles' counts are known.
+pub fn test_access_counts() {
+    let checker = match Checker::new() {
+        Ok(c) => c,
+        Err(why) if std::env::var(REQUIRE_ENV).as_deref() != Ok("1") => {
+            brrr_backend::skip::report_skipped(
+                "puzzle access counts",
+                &format!("no wgpu adapter: {why}"),
+            );
+            return;
+        }
+        Err(why) => panic!("access counts: no wgpu adapter and {REQUIRE_ENV}=1: {why}"),
+    };
+    let seed = crate::check::seed();
+    for p in super::all() {
+        let inputs = p.random_inputs(seed);
+        let plain = checker
+            .run(&p, p.solution, &inputs)
+            .expect("the solution runs");
+        let inst = instrument(&p, p.solution).unwrap_or_else(|e| panic!("{}: {e}", p.id));
+        let counts = checker
+            .count(&p, p.solution, &inputs)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.id));
+        let (out, _) = checker
+            .dispatch(&p, &inst.wgsl, &inputs, Some(inst.invocations))
+            .expect("the instrumented solution runs");
+        assert_eq!(out, plain, "{}: instrumenting changed the output", p.id);
+        println!("{}: {}", p.id, counts.summary());
+        let (r, w) = (counts.total_reads(), counts.total_writes());
+        match p.id {
+            // One read of `a` and one write of `out` per element, nothing more.
+            "p01_map" | "p08_shared" => {
+                assert!(counts.reads.iter().all(|&r| r == 1), "{}: {counts:?}", p.id);
+                assert!(
+                    counts.writes.iter().all(|&w| w == 1),
+                    "{}: {counts:?}",
+                    p.id
+                );
+            }
+            // Guards: the invocations past the end touch nothing.
+            "p03_guards" => {
+                assert_eq!(counts.reads, [1, 1, 1, 1, 0, 0, 0, 0], "{counts:?}");
+                assert_eq!(counts.writes, [1, 1, 1, 1, 0, 0, 0, 0], "{counts:?}");
+            }
+            "p02_zip" => assert_eq!((r, w), (2 * p.output_len as u64, p.output_len as u64)),
+            // Every solution writes each output element at least once.
+            _ => assert!(w >= p.output_len as u64 && r > 0, "{}: {counts:?}", p.id),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! One test per puzzle, ignored on the stubs like the other exercises.
     use super::test_puzzle;
+
+    #[test]
+    fn access_counts_of_the_solutions() {
+        super::test_access_counts();
+    }
 
     #[test]
     #[cfg_attr(

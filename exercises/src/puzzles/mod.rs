@@ -6,6 +6,7 @@
 //! web app can show the puzzles. Natively, [`gpu`] runs a puzzle's WGSL through wgpu
 //! (brrr-wgpu's device) and compares the output with the reference.
 
+pub mod count;
 pub mod data;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod gpu;

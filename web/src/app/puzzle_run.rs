@@ -10,6 +10,7 @@
 use crate::logic::puzzles::OUTPUT_SLACK;
 use brrr_backend::{Backend, DType, HostData};
 use brrr_exercises::puzzles::Puzzle;
+use brrr_exercises::puzzles::count::{AccessCounts, instrument};
 use brrr_wgpu::{WgpuBackend, WgpuBuffer};
 
 /// Why a run produced no output.
@@ -29,6 +30,33 @@ pub async fn run_puzzle(
     wgsl: &str,
     inputs: &[Vec<f32>],
 ) -> Result<Vec<f32>, RunError> {
+    run(gpu, puzzle, wgsl, inputs, None)
+        .await
+        .map(|(out, _)| out)
+}
+
+/// Runs `wgsl` rewritten to count its global-memory accesses
+/// (`brrr_exercises::puzzles::count`) and returns each invocation's reads and writes.
+pub async fn count_puzzle(
+    gpu: &WgpuBackend,
+    puzzle: &Puzzle,
+    wgsl: &str,
+    inputs: &[Vec<f32>],
+) -> Result<AccessCounts, RunError> {
+    let inst = instrument(puzzle, wgsl).map_err(RunError::Gpu)?;
+    let (_, counters) = run(gpu, puzzle, &inst.wgsl, inputs, Some(inst.invocations)).await?;
+    AccessCounts::from_counters(puzzle, &counters).map_err(RunError::Gpu)
+}
+
+/// One dispatch; with `counters = Some(n)`, a zeroed buffer of `2n` u32 is bound after
+/// the output and read back too.
+async fn run(
+    gpu: &WgpuBackend,
+    puzzle: &Puzzle,
+    wgsl: &str,
+    inputs: &[Vec<f32>],
+    counters: Option<usize>,
+) -> Result<(Vec<f32>, Vec<u32>), RunError> {
     let (device, queue) = gpu.device();
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -43,7 +71,7 @@ pub async fn run_puzzle(
         return Err(RunError::Compile(messages));
     }
     let gpu_err = |e: brrr_backend::Error| RunError::Gpu(e.to_string());
-    let mut bufs: Vec<WgpuBuffer> = Vec::with_capacity(inputs.len() + 1);
+    let mut bufs: Vec<WgpuBuffer> = Vec::with_capacity(inputs.len() + 2);
     for v in inputs {
         bufs.push(gpu.upload(&HostData::F32(v.clone())).map_err(gpu_err)?);
     }
@@ -51,20 +79,35 @@ pub async fn run_puzzle(
         .zeros(DType::F32, puzzle.output_len + OUTPUT_SLACK)
         .map_err(gpu_err)?;
     bufs.push(out);
+    if let Some(n) = counters {
+        bufs.push(gpu.zeros(DType::U32, 2 * n).map_err(gpu_err)?);
+    }
     dispatch(device, queue, &module, puzzle, &bufs);
     if let Some(e) = scope.pop().await {
         return Err(RunError::Gpu(e.to_string()));
     }
-    let out = bufs
-        .last()
-        .ok_or_else(|| RunError::Gpu("no output buffer".into()))?;
-    match gpu.read(out).await.map_err(gpu_err)? {
-        HostData::F32(v) => Ok(v),
-        other => Err(RunError::Gpu(format!(
-            "output read back as {}",
-            other.dtype()
-        ))),
-    }
+    let out = match gpu.read(&bufs[inputs.len()]).await.map_err(gpu_err)? {
+        HostData::F32(v) => v,
+        other => {
+            return Err(RunError::Gpu(format!(
+                "output read back as {}",
+                other.dtype()
+            )));
+        }
+    };
+    let counts = match bufs.get(inputs.len() + 1) {
+        None => Vec::new(),
+        Some(c) => match gpu.read(c).await.map_err(gpu_err)? {
+            HostData::U32(v) => v,
+            other => {
+                return Err(RunError::Gpu(format!(
+                    "counters read back as {}",
+                    other.dtype()
+                )));
+            }
+        },
+    };
+    Ok((out, counts))
 }
 
 /// The error messages of a compilation, with their line and column.
@@ -79,8 +122,8 @@ fn compile_errors(info: &wgpu::CompilationInfo) -> Vec<String> {
         .collect()
 }
 
-/// Builds the pipeline (every input read-only, the output read-write), binds `bufs`
-/// and submits one dispatch of `puzzle.workgroups`.
+/// Builds the pipeline (every input read-only, the output and any counter buffer
+/// read-write), binds `bufs` and submits one dispatch of `puzzle.workgroups`.
 fn dispatch(
     device: &wgpu::Device,
     queue: &wgpu::Queue,
@@ -89,7 +132,7 @@ fn dispatch(
     bufs: &[WgpuBuffer],
 ) {
     let n = p.inputs.len();
-    let layout_entries: Vec<wgpu::BindGroupLayoutEntry> = (0..=n)
+    let layout_entries: Vec<wgpu::BindGroupLayoutEntry> = (0..bufs.len())
         .map(|i| wgpu::BindGroupLayoutEntry {
             binding: i as u32,
             visibility: wgpu::ShaderStages::COMPUTE,

@@ -3,9 +3,10 @@
 
 use crate::app::components::{Banner, BannerKind, DeviceBanner, DeviceState, PageHeader, Select};
 use crate::app::device::{Device, acquire};
-use crate::app::puzzle_run::{RunError, run_puzzle};
+use crate::app::puzzle_run::{RunError, count_puzzle, run_puzzle};
 use crate::logic::puzzles::{Verdict, cell_text, columns, judge};
 use crate::logic::site::PageId;
+use brrr_exercises::puzzles::count::AccessCounts;
 use brrr_exercises::puzzles::{Puzzle, all};
 use std::rc::Rc;
 use wasm_bindgen::JsCast;
@@ -19,11 +20,13 @@ enum Outcome {
     Idle,
     /// Running.
     Running,
-    /// It ran: the inputs, the reference and the verdict.
+    /// It ran: the inputs, the reference, the verdict and the global-memory accesses
+    /// per invocation (or why they could not be counted).
     Ran {
         inputs: Vec<Vec<f32>>,
         want: Vec<f32>,
         verdict: Verdict,
+        counts: Result<AccessCounts, String>,
     },
     /// It did not run.
     Failed(RunError),
@@ -194,6 +197,13 @@ fn run_callback(
             let next = match run_puzzle(&gpu, &puzzle, &wgsl, &inputs).await {
                 Ok(buffer) => Outcome::Ran {
                     verdict: judge(&buffer, &want),
+                    // A second run of the kernel rewritten to count its accesses.
+                    counts: count_puzzle(&gpu, &puzzle, &wgsl, &inputs).await.map_err(
+                        |e| match e {
+                            RunError::Compile(lines) => lines.join("; "),
+                            RunError::Gpu(e) => e,
+                        },
+                    ),
                     inputs,
                     want,
                 },
@@ -226,6 +236,7 @@ fn outcome_view(id: &str, o: &Outcome) -> Html {
             inputs,
             want,
             verdict,
+            counts,
         } => {
             let names = input_names(inputs.len());
             let rows = names
@@ -248,6 +259,7 @@ fn outcome_view(id: &str, o: &Outcome) -> Html {
                             { cells("past the end", &overflow, Some(&vec![false; overflow.len()]), overflow.len()) }
                         }
                     </div>
+                    { counts_view(counts) }
                 </div>
             }
         }
@@ -267,5 +279,46 @@ fn cells(name: &str, values: &[f32], ok: Option<&[bool]>, cols: usize) -> Html {
             <span class="array-name"><code>{ name }</code></span>
             <div class="array-cells" style={format!("grid-template-columns: repeat({cols}, max-content)")}>{ for items }</div>
         </div>
+    }
+}
+
+/// Each invocation's global reads and writes, laid out as the dispatch grid.
+fn counts_view(counts: &Result<AccessCounts, String>) -> Html {
+    match counts {
+        Err(why) => html! {
+            <p class="muted small" data-testid="puzzle-counts-unavailable">
+                { format!("Global-memory accesses were not counted: {why}") }
+            </p>
+        },
+        Ok(c) => {
+            let items = c
+                .reads
+                .iter()
+                .zip(&c.writes)
+                .enumerate()
+                .map(|(i, (r, w))| {
+                    html! {
+                        <span class="cell" title={format!("invocation {i}: {r} reads, {w} writes")}>
+                            { format!("{r}/{w}") }
+                        </span>
+                    }
+                });
+            html! {
+                <div class="puzzle-counts" data-testid="puzzle-counts"
+                    data-reads={c.total_reads().to_string()} data-writes={c.total_writes().to_string()}>
+                    <p class="small">
+                        <strong>{ "Global memory, reads/writes per invocation: " }</strong>
+                        { c.summary() }
+                    </p>
+                    <div class="array-cells" style={format!("grid-template-columns: repeat({}, max-content)", c.width.max(1))}>
+                        { for items }
+                    </div>
+                    <p class="muted small">
+                        { "Counted by running the kernel a second time, rewritten so that every `a[i]` \
+                           and `out[i] = …` also bumps an atomic counter of its invocation." }
+                    </p>
+                </div>
+            }
+        }
     }
 }
