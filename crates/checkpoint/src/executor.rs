@@ -90,6 +90,19 @@ impl<B: Backend> Recompute<B> {
         ids: &Tensor<B>,
         targets: &Tensor<B>,
     ) -> Result<Tensor<B>> {
+        self.forward_loss_observed(model, mb, ids, targets, &mut |_| {})
+    }
+
+    /// [`Recompute::forward_loss`], calling `after_op` after each op of the schedule
+    /// (a trainer records the device's memory there: the curve of a step).
+    pub fn forward_loss_observed(
+        &mut self,
+        model: &mut Gpt<B>,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        targets: &Tensor<B>,
+        after_op: &mut dyn FnMut(&Op),
+    ) -> Result<Tensor<B>> {
         self.check_model(model)?;
         let x0 = model.embed_mb(mb, ids)?;
         let mut state = InFlight {
@@ -102,6 +115,7 @@ impl<B: Backend> Recompute<B> {
             if let Op::Forward { seg, mode } = *op {
                 losses = run_forward(model, mb, &mut state, &mut front, seg, mode)?.or(losses);
             }
+            after_op(op);
         }
         self.in_flight.insert(mb, state);
         losses.ok_or_else(|| Error::invalid("Recompute", "the forward sweep never ran the head"))
@@ -110,6 +124,17 @@ impl<B: Backend> Recompute<B> {
     /// The backward of micro-batch `mb` from `Σ losses · dloss`: the rest of the
     /// schedule, then the embeddings. Gradients accumulate as in `Gpt::backward_mb`.
     pub fn backward(&mut self, model: &mut Gpt<B>, mb: MicroBatch, dloss: f32) -> Result<()> {
+        self.backward_observed(model, mb, dloss, &mut |_| {})
+    }
+
+    /// [`Recompute::backward`], calling `after_op` after each op of the schedule.
+    pub fn backward_observed(
+        &mut self,
+        model: &mut Gpt<B>,
+        mb: MicroBatch,
+        dloss: f32,
+        after_op: &mut dyn FnMut(&Op),
+    ) -> Result<()> {
         self.check_model(model)?;
         let mut state = self.in_flight.remove(&mb).ok_or_else(|| {
             Error::invalid("Recompute", format!("backward of {mb} without its forward"))
@@ -138,6 +163,7 @@ impl<B: Backend> Recompute<B> {
                     state.inputs.remove(&seg);
                 }
             }
+            after_op(op);
         }
         drop(front);
         let dx =
