@@ -94,6 +94,42 @@ pub struct GptShape {
 }
 
 impl GptShape {
+    /// Errors when a size is zero or the byte counts of [`GptShape::chain`] (and their
+    /// sums over the chain) do not fit in 64 bits.
+    pub fn check(&self) -> Result<(), crate::PlanError> {
+        let sizes = [
+            self.n_layer,
+            self.n_head,
+            self.n_embd,
+            self.vocab_size,
+            self.batch,
+            self.seq_len,
+        ];
+        if sizes.contains(&0) || self.dtype_bytes == 0 {
+            return Err(crate::PlanError::Shape(format!(
+                "every size must be positive: {self:?}"
+            )));
+        }
+        let u = |x: usize| x as u128;
+        let per_position =
+            u(self.n_embd) * 24 + u(self.vocab_size) + u(self.n_head) * u(self.seq_len) * 2 + 16;
+        let total = [
+            u(self.batch),
+            u(self.seq_len),
+            per_position,
+            u128::from(self.dtype_bytes),
+            u(self.n_layer) + 2,
+        ]
+        .iter()
+        .try_fold(1u128, |acc, &x| acc.checked_mul(x));
+        match total {
+            Some(t) if t < u128::from(u64::MAX / 4) => Ok(()),
+            _ => Err(crate::PlanError::Shape(format!(
+                "the activations of {self:?} do not fit in 64-bit byte counts"
+            ))),
+        }
+    }
+
     /// The GPT as `n_layer` block segments and the head (final LayerNorm, tied
     /// projection, cross-entropy) as the last segment.
     ///
@@ -107,8 +143,9 @@ impl GptShape {
     ///   `N·V`, and the targets `N` (i32).
     ///
     /// Costs are forward FLOPs (`2·` multiply-adds of the GEMMs; backward twice that),
-    /// which is what the recomputation adds. The test `stash_sizes_are_measured` in this
-    /// crate checks the byte counts against `Backend::memory_stats`.
+    /// which is what the recomputation adds. The tests in `tests/executor.rs` check the
+    /// byte counts against `Backend::memory_stats`. Call [`GptShape::check`] first on
+    /// sizes from a user: byte counts that overflow would wrap.
     pub fn chain(&self) -> Chain {
         let (b, t, c, h) = (
             self.batch as u64,
@@ -128,9 +165,16 @@ impl GptShape {
             stash: (15 * n * c + 4 * n + scores) * e,
             selective_stash: Some((15 * n * c + 4 * n) * e),
             selective_cost: (b * 2 * t * t * c) as f64,
-            // The scores before the softmax and the softmax's output are alive together.
-            forward_extra: scores * e,
-            backward_extra: (2 * scores + 4 * n * c) * e,
+            // Temporaries at the forward's peak: the fused q/k/v projection while q, k, v
+            // are copied out of it (its 3·N·C, less the N·C of ln_1's output already
+            // counted). In the backward, the larger of two moments: the scores'
+            // gradient beside one `N·C` gradient, or the scores' gradient and the
+            // softmax's once three `N·C` stashed tensors and LayerNorm's statistics are
+            // freed. Both fitted to and checked (to `2·N` elements) against the device
+            // (`gpt_chain_measured`, three shapes, in `tests/executor.rs`).
+            forward_extra: 2 * n * c * e,
+            backward_extra: (scores + n * c).max((2 * scores).saturating_sub(3 * n * c + 2 * n))
+                * e,
         };
         let mut segments: Vec<Segment> = (0..self.n_layer).map(block).collect();
         let head_fwd = (2 * n * c * v) as f64;
@@ -143,7 +187,9 @@ impl GptShape {
             selective_stash: None,
             selective_cost: 0.0,
             forward_extra: 0,
-            backward_extra: 2 * n * v * e,
+            // The logits' gradient beside the logits (whose `N·C`-sized input gradient
+            // is already counted as δ), and the per-position loss gradient.
+            backward_extra: (n * v).saturating_sub(n * c) * e + n * 4,
         });
         Chain {
             segments,

@@ -71,6 +71,8 @@ pub enum PlanError {
         /// What is wrong.
         reason: String,
     },
+    /// A model shape the planner cannot count (a zero size, or bytes beyond 64 bits).
+    Shape(String),
     /// A strategy string that is not `none`, `every:K`, `sqrt`, `selective`,
     /// `budget:BYTES`.
     Parse(String),
@@ -88,6 +90,7 @@ impl fmt::Display for PlanError {
             PlanError::InvalidSchedule { op, reason } => {
                 write!(f, "invalid schedule at op {op}: {reason}")
             }
+            PlanError::Shape(m) => write!(f, "{m}"),
             PlanError::Parse(s) => write!(
                 f,
                 "unknown checkpoint strategy {s:?}: expected none, every:K (K >= 1), \

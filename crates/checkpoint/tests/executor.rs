@@ -205,11 +205,62 @@ fn measured_peaks_follow_the_plan() {
             100.0 * rel
         );
         assert!(
-            rel.abs() < 0.01,
+            // Selective's prediction is an upper bound (see `Schedule::simulate`).
+            rel.abs() < if s == Strategy::Selective { 0.02 } else { 0.01 },
             "{s}: predicted {predicted}+{outside}, measured {measured}"
         );
         if let Strategy::Budget(b) = s {
             assert!(measured <= b + outside, "budget {b} exceeded: {measured}");
+        }
+    }
+}
+
+/// The counted temporaries equal the measured ones on three shapes (the formulas in
+/// `GptShape::chain` were fitted to these and must keep matching the layers).
+#[test]
+fn counted_temporaries_match_the_device() {
+    for (b, t, c, h) in [
+        (16usize, 128usize, 128usize, 4usize),
+        (4, 64, 64, 8),
+        (2, 16, 32, 4),
+    ] {
+        let backend = CpuBackend::new();
+        let cfg = GptConfig {
+            vocab_size: 256,
+            block_size: t,
+            n_layer: 2,
+            n_head: h,
+            n_embd: c,
+        };
+        let mut m = Gpt::new(&backend, cfg, DType::F32, &mut ChaCha8Rng::seed_from_u64(3)).unwrap();
+        let ids: Vec<u32> = (0..(b * t) as u32).map(|i| i % 256).collect();
+        let tg: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+        let ids = Tensor::from_u32(&backend, &ids, [b, t]).unwrap();
+        let tg = Tensor::from_i32(&backend, &tg, [b, t]).unwrap();
+        let measured = gpt_chain_measured(&mut m, &ids, &tg).unwrap();
+        let counted = GptShape {
+            n_layer: 2,
+            n_head: h,
+            n_embd: c,
+            vocab_size: 256,
+            batch: b,
+            seq_len: t,
+            dtype_bytes: 4,
+        }
+        .chain();
+        for (a, w) in measured.segments.iter().zip(&counted.segments) {
+            assert_eq!(
+                a.forward_extra, w.forward_extra,
+                "{} forward, {b}×{t}×{c}×{h}",
+                a.name
+            );
+            // Within LayerNorm's statistics (2·N elements) of the device.
+            let gap = a.backward_extra.abs_diff(w.backward_extra);
+            assert!(
+                gap <= (2 * b * t * 4) as u64,
+                "{} backward, {b}×{t}×{c}×{h}: {gap}",
+                a.name
+            );
         }
     }
 }

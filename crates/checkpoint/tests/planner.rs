@@ -201,7 +201,8 @@ fn strategies_give_valid_schedules_with_the_expected_memory() {
             .unwrap()
             .simulate(&chain)
             .unwrap();
-        assert!(sel.peak < none.peak);
+        // One block: its backward holds the recomputed scores at the same peak.
+        assert!(sel.peak < none.peak || (n_layer == 1 && sel.peak == none.peak));
         // The budget's schedule is never worse than a fixed one that fits the same budget.
         let b = Strategy::Budget(sqrt.peak)
             .plan(&chain)
@@ -259,4 +260,27 @@ fn strategies_parse_and_print() {
     for bad in ["", "every:0", "every:x", "budget:-1", "budget:", "all"] {
         assert!(bad.parse::<Strategy>().is_err(), "{bad}");
     }
+}
+
+#[test]
+fn shapes_that_overflow_or_are_empty_are_errors() {
+    let ok = GptShape {
+        n_layer: 4,
+        n_head: 4,
+        n_embd: 128,
+        vocab_size: 256,
+        batch: 16,
+        seq_len: 128,
+        dtype_bytes: 4,
+    };
+    assert!(ok.check().is_ok());
+    assert!(
+        GptShape {
+            batch: usize::MAX / 2,
+            ..ok
+        }
+        .check()
+        .is_err()
+    );
+    assert!(GptShape { n_layer: 0, ..ok }.check().is_err());
 }

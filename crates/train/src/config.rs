@@ -94,6 +94,11 @@ impl TrainConfig {
         if self.eval_every == 0 || self.eval_batches == 0 {
             return bad("--eval-every and --eval-batches must be at least 1".into());
         }
+        if self.checkpoint == Strategy::None {
+            return Ok(());
+        }
+        // Sizes whose byte counts overflow are errors before the planner multiplies them.
+        crate::memory::estimate(self)?;
         // An impossible budget is an error naming the smallest feasible one.
         self.checkpoint.plan(&self.recompute_chain()).map_err(|e| {
             Error::invalid("train", format!("--checkpoint {}: {e}", self.checkpoint))
