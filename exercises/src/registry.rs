@@ -1,7 +1,7 @@
 //! The list of exercises, in book order.
 
 use crate::check::Outcome;
-use crate::{gpu, kernels, memory, regimes, training};
+use crate::{checkpointing, gpu, kernels, memory, regimes, training};
 
 /// One exercise as the runner and the book list it.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +34,7 @@ const GPU: &str = "What a GPU is";
 const KERNELS: &str = "Kernels: from naive to tiled, and fusion";
 const TRAINING: &str = "Training a GPT with an explicit backward";
 const MEMORY: &str = "What fills GPU memory";
+const CHECKPOINTING: &str = "Activation recomputation";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -127,6 +128,24 @@ pub fn all() -> Vec<Exercise> {
             module: "memory::train_time",
             task: "time to train from 6ND, GPUs, peak and MFU",
             check: memory::train_time::check,
+        },
+        Exercise {
+            chapter: CHECKPOINTING,
+            module: "checkpointing::sqrt_segments",
+            task: "Chen's √n segmentation of a chain",
+            check: checkpointing::sqrt_segments::check,
+        },
+        Exercise {
+            chapter: CHECKPOINTING,
+            module: "checkpointing::schedule_memory",
+            task: "the peak memory of a recomputation schedule",
+            check: checkpointing::schedule_memory::check,
+        },
+        Exercise {
+            chapter: CHECKPOINTING,
+            module: "checkpointing::dp_step",
+            task: "one step of the optimal-checkpointing dynamic program",
+            check: checkpointing::dp_step::check,
         },
     ]
 }

@@ -1,6 +1,7 @@
 //! The `brrr` command-line tool.
 
 use brrr::bench;
+use brrr::recompute;
 use brrr::sample::{self, SampleArgs};
 use brrr::train::{self, TrainArgs};
 use brrr_backend::DType;
@@ -33,6 +34,19 @@ enum Command {
     Roofline(perf_cmd::RooflineArgs),
     /// Estimate training memory, time, or communication cost.
     Estimate(perf_cmd::EstimateArgs),
+    /// Activation recomputation: explore a plan, compare strategies.
+    #[command(subcommand)]
+    Recompute(RecomputeCommand),
+}
+
+#[derive(Subcommand)]
+enum RecomputeCommand {
+    /// For a model and a strategy or budget: what the forward keeps, the extra compute,
+    /// and the memory through forward and backward, predicted and measured (CPU).
+    Plan(recompute::PlanArgs),
+    /// Train a few steps with each strategy on the default GPT and a deeper one, in
+    /// one process: activation peak (measured and predicted) and step time.
+    Compare(recompute::CompareArgs),
 }
 
 #[derive(Subcommand)]
@@ -79,6 +93,11 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
         Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
+        Command::Recompute(RecomputeCommand::Plan(args)) => {
+            recompute::run_plan(&args).and_then(|text| say(format_args!("{text}")))
+        }
+        Command::Recompute(RecomputeCommand::Compare(args)) => recompute::run_compare(&args)
+            .and_then(|rows| say(format_args!("{}", recompute::compare_table(&rows)))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,10 +3,14 @@
 //! One row per optimizer step, header [`HEADER`]:
 //!
 //! ```text
-//! step,loss,val_loss,lr,grad_norm,tokens_per_s
-//! 1,5.545177,,3.000000e-5,1.234567,10342.5
-//! 100,2.913004,2.950112,3.000000e-4,0.873001,10410.0
+//! step,loss,val_loss,lr,grad_norm,tokens_per_s,peak_bytes,activation_bytes
+//! 1,5.545177,,3.000000e-5,1.234567,10342.5,14051840,9580800
+//! 100,2.913004,2.950112,3.000000e-4,0.873001,10410.0,17406976,9580800
 //! ```
+//!
+//! `peak_bytes` is the device's peak during the step, `activation_bytes` the most the
+//! forwards and backwards added to what the step began with (what `--checkpoint`
+//! changes). Files written before these two columns existed still read (and resume).
 //!
 //! Numbers are written with fixed formats ([`Row`]'s `Display`), so the same values
 //! always give the same bytes: a resumed run's CSV can be compared with an
@@ -22,7 +26,10 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const HEADER: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s";
+pub const HEADER: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s,peak_bytes,activation_bytes";
+
+/// The header before the memory columns.
+const HEADER_V1: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s";
 
 /// One step's metrics.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +44,10 @@ pub struct Row {
     pub grad_norm: f32,
     /// Wall-clock throughput: not deterministic, see the module documentation.
     pub tokens_per_s: f64,
+    /// The device's peak bytes during the step (absent in older files).
+    pub peak_bytes: Option<u64>,
+    /// Peak bytes above the step's start: the activations (absent in older files).
+    pub activation_bytes: Option<u64>,
 }
 
 impl fmt::Display for Row {
@@ -52,7 +63,11 @@ impl fmt::Display for Row {
             f,
             ",{:.6e},{:.6},{:.1}",
             self.lr, self.grad_norm, self.tokens_per_s
-        )
+        )?;
+        if let (Some(p), Some(a)) = (self.peak_bytes, self.activation_bytes) {
+            write!(f, ",{p},{a}")?;
+        }
+        Ok(())
     }
 }
 
@@ -60,9 +75,9 @@ impl Row {
     /// Parses one CSV line; `what` (file and line) goes into errors.
     fn parse(line: &str, what: &dyn fmt::Display) -> Result<Row> {
         let fields: Vec<&str> = line.split(',').collect();
-        if fields.len() != 6 {
+        if fields.len() != 6 && fields.len() != 8 {
             return Err(Error::Parse(format!(
-                "{what}: expected 6 comma-separated fields ({HEADER}), found {}",
+                "{what}: expected 8 comma-separated fields ({HEADER}; 6 in older runs), found {}",
                 fields.len()
             )));
         }
@@ -82,6 +97,14 @@ impl Row {
             lr: num(fields[3], "lr", what)?,
             grad_norm: num(fields[4], "grad_norm", what)?,
             tokens_per_s: num(fields[5], "tokens_per_s", what)?,
+            peak_bytes: fields
+                .get(6)
+                .map(|f| num(f, "peak_bytes", what))
+                .transpose()?,
+            activation_bytes: fields
+                .get(7)
+                .map(|f| num(f, "activation_bytes", what))
+                .transpose()?,
         })
     }
 }
@@ -172,7 +195,7 @@ fn complete_lines<'a>(text: &'a str, path: &Path) -> Result<impl Iterator<Item =
     };
     let mut lines = complete.lines();
     match lines.next() {
-        Some(h) if h == HEADER => Ok(lines),
+        Some(h) if h == HEADER || h == HEADER_V1 => Ok(lines),
         other => Err(Error::Parse(format!(
             "{}: not a brrr metrics file: first line is {:?}, expected {HEADER:?}",
             path.display(),
@@ -311,6 +334,8 @@ mod tests {
             lr: 3e-4 * (s / 10.0).min(1.0),
             grad_norm: 1.0 / (1.0 + s),
             tokens_per_s: 1000.0 + f64::from(s),
+            peak_bytes: Some(1 << 20),
+            activation_bytes: Some(1 << 19),
         }
     }
 
@@ -323,8 +348,22 @@ mod tests {
             lr: 3e-7,
             grad_norm: 0.125,
             tokens_per_s: 12345.678,
+            peak_bytes: None,
+            activation_bytes: None,
         };
         assert_eq!(r.to_string(), "7,2.500000,,3.000000e-7,0.125000,12345.7");
+        let with_memory = Row {
+            peak_bytes: Some(4096),
+            activation_bytes: Some(1024),
+            ..r.clone()
+        };
+        let line = with_memory.to_string();
+        assert_eq!(line, "7,2.500000,,3.000000e-7,0.125000,12345.7,4096,1024");
+        let back = Row::parse(&line, &"test").unwrap();
+        assert_eq!(
+            (back.peak_bytes, back.activation_bytes),
+            (Some(4096), Some(1024))
+        );
         let r = Row {
             val_loss: Some(2.75),
             lr: 1e-3,
@@ -436,7 +475,7 @@ mod tests {
         std::fs::write(&bad, format!("{HEADER}\n1,2.0\n")).unwrap();
         let e = read_rows(&bad).unwrap_err().to_string();
         assert!(
-            e.contains("line 2") && e.contains("6 comma-separated"),
+            e.contains("line 2") && e.contains("8 comma-separated"),
             "{e}"
         );
     }

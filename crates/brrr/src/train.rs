@@ -11,6 +11,7 @@ use crate::ckpt;
 use crate::data::{Corpus, DEFAULT_CORPUS, SYNTHETIC, synthetic_corpus, unigram_entropy_nats};
 use crate::metrics::{self, MetricsWriter, Row};
 use brrr_backend::{Backend, Error, Result};
+use brrr_checkpoint::Strategy;
 use brrr_cpu::CpuBackend;
 use brrr_nn::{Gpt, GptConfig};
 use brrr_perf::trace::Tracer;
@@ -150,6 +151,17 @@ pub struct TrainArgs {
     /// Write a Chrome trace (open it in Perfetto) of every step's phases to this file.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Activation recomputation: none, every:K (keep every K-th block's input), sqrt
+    /// (√n groups, Chen et al. 2016), selective (recompute attention's scores only,
+    /// Korthikanti et al. 2022) or budget:BYTES (the least recomputation within BYTES
+    /// of activations, e.g. budget:8M) [default: none]; may change on --resume.
+    #[arg(long, value_parser = parse_checkpoint)]
+    pub checkpoint: Option<Strategy>,
+}
+
+fn parse_checkpoint(s: &str) -> std::result::Result<Strategy, String> {
+    s.parse()
+        .map_err(|e: brrr_checkpoint::PlanError| e.to_string())
 }
 
 /// The configuration the flags describe (a fresh run), validated.
@@ -176,6 +188,7 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         eval_batches: args.eval_batches.unwrap_or(d.eval_batches),
         corpus,
         tokenizer: d.tokenizer,
+        checkpoint: args.checkpoint.unwrap_or_default(),
     };
     cfg.validate()?;
     Ok(cfg)
@@ -524,6 +537,10 @@ fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, TrainStat
         notes.push(format!("--eval-every {e} (the run had {})", cfg.eval_every));
         cfg.eval_every = e;
     }
+    if let Some(c) = args.checkpoint.filter(|&c| c != cfg.checkpoint) {
+        notes.push(format!("--checkpoint {c} (the run had {})", cfg.checkpoint));
+        cfg.checkpoint = c;
+    }
     cfg.validate()?;
     let state = TrainState::load(dir.join(CHECKPOINT_FILE))?;
     Ok((cfg, state, notes))
@@ -805,6 +822,8 @@ impl Observer for CliObserver {
             lr: s.lr as f32,
             grad_norm: s.grad_norm as f32,
             tokens_per_s,
+            peak_bytes: Some(s.peak_bytes),
+            activation_bytes: Some(s.activation_peak_bytes),
         })?;
         self.last_loss = Some(s.loss);
         self.last_val = val_loss.or(self.last_val);

@@ -25,14 +25,19 @@ pub struct CausalSelfAttention<B: Backend> {
     pub head_dim: usize,
     /// What each micro-batch in flight saved for the backward.
     pub saved: Stash<AttentionSaved<B>>,
+    /// Selective activation recomputation (Korthikanti et al. 2022, §4.2): when set,
+    /// the forward does not keep the `[B·H, T, T]` softmax, and the backward recomputes
+    /// it from the saved q and k with the same kernels (so bit for bit the same).
+    pub recompute_scores: bool,
 }
 
-/// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]`.
+/// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]` (`None` under
+/// selective recomputation, see [`CausalSelfAttention::recompute_scores`]).
 pub struct AttentionSaved<B: Backend> {
     pub q: Tensor<B>,
     pub k: Tensor<B>,
     pub v: Tensor<B>,
-    pub att: Tensor<B>,
+    pub att: Option<Tensor<B>>,
     /// `(B, T)`.
     pub bt: (usize, usize),
 }
@@ -108,6 +113,7 @@ impl<B: Backend> CausalSelfAttention<B> {
             c_proj,
             head_dim,
             saved: Stash::new(),
+            recompute_scores: false,
         })
     }
 
@@ -144,7 +150,7 @@ impl<B: Backend> CausalSelfAttention<B> {
                 q,
                 k,
                 v,
-                att,
+                att: (!self.recompute_scores).then_some(att),
                 bt: (b, t),
             },
         );
@@ -161,10 +167,15 @@ impl<B: Backend> CausalSelfAttention<B> {
             .reshape([b, t, h, d])?
             .permute(&[0, 2, 1, 3])?
             .reshape([b * h, t, d])?;
-        let datt = dy.matmul(&s.v.transpose(-1, -2)?)?; // [BH, T, T]
-        let dv = s.att.transpose(-1, -2)?.matmul(&dy)?; // [BH, T, D]
         let scale = 1.0 / (d as f32).sqrt();
-        let dscores = s.att.softmax_backward(&datt, scale)?;
+        let att = match s.att {
+            Some(att) => att,
+            // The forward's own ops on the same q and k: the same bits.
+            None => s.q.matmul(&s.k.transpose(-1, -2)?)?.softmax(scale, true)?,
+        };
+        let datt = dy.matmul(&s.v.transpose(-1, -2)?)?; // [BH, T, T]
+        let dv = att.transpose(-1, -2)?.matmul(&dy)?; // [BH, T, D]
+        let dscores = att.softmax_backward(&datt, scale)?;
         let dq = dscores.matmul(&s.k)?;
         let dk = dscores.transpose(-1, -2)?.matmul(&s.q)?;
         // Write dq, dk, dv into one [B, T, 3, H, D] gradient through the same permuted
@@ -188,6 +199,11 @@ impl<B: Backend> Module<B> for CausalSelfAttention<B> {
         self.saved.clear();
         self.c_attn.clear_saved();
         self.c_proj.clear_saved();
+    }
+    fn discard_saved(&mut self, mb: MicroBatch) -> Result<()> {
+        self.saved.discard(mb);
+        self.c_attn.discard_saved(mb)?;
+        self.c_proj.discard_saved(mb)
     }
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = self.c_attn.params();

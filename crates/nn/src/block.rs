@@ -71,6 +71,12 @@ impl<B: Backend> Module<B> for Block<B> {
         self.ln_2.clear_saved();
         self.mlp.clear_saved();
     }
+    fn discard_saved(&mut self, mb: MicroBatch) -> Result<()> {
+        self.ln_1.discard_saved(mb)?;
+        self.attn.discard_saved(mb)?;
+        self.ln_2.discard_saved(mb)?;
+        self.mlp.discard_saved(mb)
+    }
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = self.ln_1.params();
         v.extend(self.attn.params());

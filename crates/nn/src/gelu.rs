@@ -38,6 +38,10 @@ impl<B: Backend> Module<B> for Gelu<B> {
     fn clear_saved(&mut self) {
         self.saved_input.clear();
     }
+    fn discard_saved(&mut self, mb: MicroBatch) -> Result<()> {
+        self.saved_input.discard(mb);
+        Ok(())
+    }
 }
 
 impl<B: Backend> Default for Gelu<B> {

@@ -189,6 +189,66 @@ impl<B: Backend> Gpt<B> {
         Ok(())
     }
 
+    /// Token plus position embeddings of `ids` for micro-batch `mb`, `[B, T, C]`: the
+    /// first part of [`Gpt::forward_mb`], for a caller that runs the blocks itself
+    /// (activation recomputation in `brrr-checkpoint`). The parts `embed_mb`, each
+    /// block's `forward`, [`Gpt::head_loss_mb`], then [`Gpt::head_backward_mb`], each
+    /// block's `backward`, [`Gpt::embed_backward_mb`] launch exactly the kernels of
+    /// `forward_loss_mb` and `backward_mb`.
+    pub fn embed_mb(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
+        let block_size = self.config.block_size;
+        embed(
+            &mut self.wte,
+            &mut self.wpe,
+            block_size,
+            mb,
+            ids,
+            "Gpt::embed_mb",
+        )
+    }
+
+    /// The head on the last block's output `x`: final LayerNorm, tied projection and
+    /// per-position cross-entropy `[B, T]`, saving under `mb`.
+    pub fn head_loss_mb(
+        &mut self,
+        mb: MicroBatch,
+        x: &Tensor<B>,
+        targets: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let logits = head_forward(
+            &mut self.ln_f,
+            &self.wte.weight.value,
+            &mut self.saved,
+            mb,
+            x,
+        )?;
+        head_loss(&mut self.saved, mb, logits, targets)
+    }
+
+    /// Drops what [`Gpt::head_loss_mb`] saved for `mb`.
+    pub fn discard_head(&mut self, mb: MicroBatch) -> Result<()> {
+        self.saved.discard(mb);
+        self.ln_f.discard_saved(mb)
+    }
+
+    /// The head's backward from `Σ losses · dloss`: the gradient of the last block's
+    /// output.
+    pub fn head_backward_mb(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>> {
+        head_backward(
+            &mut self.ln_f,
+            &mut self.wte.weight,
+            &mut self.saved,
+            mb,
+            dloss,
+        )
+    }
+
+    /// The embeddings' backward from the gradient of the first block's input.
+    pub fn embed_backward_mb(&mut self, mb: MicroBatch, dx: &Tensor<B>) -> Result<()> {
+        self.wpe.backward(mb, dx)?;
+        self.wte.backward(mb, dx)
+    }
+
     /// The micro-batches whose forward ran and whose backward has not (in increasing
     /// order): what a schedule still owes, or what to `clear_saved` after evaluation.
     pub fn in_flight(&self) -> Vec<MicroBatch> {

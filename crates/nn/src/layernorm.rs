@@ -51,6 +51,10 @@ impl<B: Backend> Module<B> for LayerNorm<B> {
     fn clear_saved(&mut self) {
         self.saved.clear();
     }
+    fn discard_saved(&mut self, mb: MicroBatch) -> Result<()> {
+        self.saved.discard(mb);
+        Ok(())
+    }
     fn params(&self) -> Vec<&Param<B>> {
         vec![&self.gamma, &self.beta]
     }

@@ -175,6 +175,10 @@ impl<B: Backend> Module<B> for Linear<B> {
     fn clear_saved(&mut self) {
         self.saved_input.clear();
     }
+    fn discard_saved(&mut self, mb: MicroBatch) -> Result<()> {
+        self.saved_input.discard(mb);
+        Ok(())
+    }
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = vec![&self.weight];
         v.extend(self.bias.as_ref());

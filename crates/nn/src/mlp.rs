@@ -91,6 +91,11 @@ impl<B: Backend> Module<B> for Mlp<B> {
         self.gelu.clear_saved();
         self.c_proj.clear_saved();
     }
+    fn discard_saved(&mut self, mb: MicroBatch) -> Result<()> {
+        self.c_fc.discard_saved(mb)?;
+        self.gelu.discard_saved(mb)?;
+        self.c_proj.discard_saved(mb)
+    }
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = self.c_fc.params();
         v.extend(self.c_proj.params());

@@ -96,6 +96,18 @@ pub trait Module<B: Backend> {
     /// forgotten by its parent.
     fn clear_saved(&mut self);
 
+    /// Drops what `forward` saved for micro-batch `mb` only (nothing if it saved
+    /// nothing): how activation recomputation runs a forward that keeps nothing, or
+    /// drops a stash to recompute it later. Other micro-batches in flight keep theirs.
+    /// Layers that save nothing may keep the default, an error naming the layer, so that
+    /// a layer that saves activations but cannot drop them is caught, not leaked.
+    fn discard_saved(&mut self, mb: crate::MicroBatch) -> Result<()> {
+        Err(Error::invalid(
+            "Module::discard_saved",
+            format!("this layer cannot drop what it saved for {mb}"),
+        ))
+    }
+
     fn zero_grad(&mut self) -> Result<()> {
         for p in self.params_mut() {
             p.zero_grad()?;

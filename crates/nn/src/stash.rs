@@ -58,6 +58,12 @@ impl<T> Stash<T> {
         })
     }
 
+    /// Drops micro-batch `mb`'s entry if there is one (activation recomputation drops a
+    /// stash on purpose; unlike [`Stash::take`] a missing entry is no error).
+    pub fn discard(&mut self, mb: MicroBatch) {
+        self.entries.remove(&mb);
+    }
+
     /// Micro-batch `mb`'s entry, if a forward saved one.
     pub fn get_mut(&mut self, mb: MicroBatch) -> Option<&mut T> {
         self.entries.get_mut(&mb)

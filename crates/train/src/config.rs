@@ -3,6 +3,7 @@
 
 use crate::data::ByteTokenizer;
 use brrr_backend::{Error, Result};
+use brrr_checkpoint::{Chain, GptShape, Strategy};
 use brrr_nn::{CosineSchedule, GptConfig};
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +44,10 @@ pub struct TrainConfig {
     pub corpus: String,
     /// The tokenizer's name ([`ByteTokenizer::NAME`]).
     pub tokenizer: String,
+    /// Activation recomputation (`--checkpoint`): what the forward keeps for the
+    /// backward. Absent in configurations written before it existed: none.
+    #[serde(default)]
+    pub checkpoint: Strategy,
 }
 
 impl Default for TrainConfig {
@@ -71,6 +76,7 @@ impl Default for TrainConfig {
             eval_batches: 8,
             corpus: String::new(),
             tokenizer: ByteTokenizer::NAME.to_string(),
+            checkpoint: Strategy::None,
         }
     }
 }
@@ -88,7 +94,31 @@ impl TrainConfig {
         if self.eval_every == 0 || self.eval_batches == 0 {
             return bad("--eval-every and --eval-batches must be at least 1".into());
         }
+        if self.checkpoint == Strategy::None {
+            return Ok(());
+        }
+        // Sizes whose byte counts overflow are errors before the planner multiplies them.
+        crate::memory::estimate(self)?;
+        // An impossible budget is an error naming the smallest feasible one.
+        self.checkpoint.plan(&self.recompute_chain()).map_err(|e| {
+            Error::invalid("train", format!("--checkpoint {}: {e}", self.checkpoint))
+        })?;
         Ok(())
+    }
+
+    /// The model as the activation-recomputation planner sees it: the blocks and the
+    /// head of one micro-batch, in f32, with the bytes each keeps.
+    pub fn recompute_chain(&self) -> Chain {
+        GptShape {
+            n_layer: self.model.n_layer,
+            n_head: self.model.n_head,
+            n_embd: self.model.n_embd,
+            vocab_size: self.model.vocab_size,
+            batch: self.batch_size,
+            seq_len: self.seq_len,
+            dtype_bytes: 4,
+        }
+        .chain()
     }
 
     fn validate_sizes(&self) -> Result<()> {

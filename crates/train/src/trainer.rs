@@ -6,6 +6,7 @@ use crate::data::{Batch, BatchSource};
 use crate::schedule::{Action, MicroBatchSchedule};
 use crate::state::{ParamState, TrainState};
 use brrr_backend::{Backend, DType, Error, Result};
+use brrr_checkpoint::{Op, Recompute, Strategy};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, clip_grad_norm_on_device};
 use brrr_perf::trace::Tracer;
 use brrr_tensor::Tensor;
@@ -29,6 +30,12 @@ pub struct StepStats {
     /// Wall-clock seconds of the step, read back included; `None` on wasm32, where
     /// `std::time::Instant` is not available.
     pub seconds: Option<f64>,
+    /// The device's peak bytes in use during the step (`Backend::memory_stats`; 0 on a
+    /// backend that does not count).
+    pub peak_bytes: u64,
+    /// The most bytes the forwards and backwards added to what was in use when the
+    /// step began: the activations' peak, what `--checkpoint` trades against compute.
+    pub activation_peak_bytes: u64,
 }
 
 /// A validation result: the mean loss over the fixed validation batches.
@@ -78,6 +85,8 @@ pub struct Trainer<B: Backend> {
     schedule: MicroBatchSchedule,
     step: u64,
     tracer: Arc<Tracer>,
+    /// The activation-recomputation executor (`config.checkpoint`), if any.
+    recompute: Option<Recompute<B>>,
 }
 
 impl<B: Backend> Trainer<B> {
@@ -100,6 +109,16 @@ impl<B: Backend> Trainer<B> {
             ..AdamWConfig::default()
         });
         let schedule = MicroBatchSchedule::grad_accumulation(config.grad_accum)?;
+        let recompute = match config.checkpoint {
+            Strategy::None => None,
+            s => {
+                let chain = config.recompute_chain();
+                let plan = s
+                    .plan(&chain)
+                    .map_err(|e| Error::invalid("train", format!("--checkpoint {s}: {e}")))?;
+                Some(Recompute::new(plan, &chain)?)
+            }
+        };
         Ok(Trainer {
             backend: backend.clone(),
             config,
@@ -110,6 +129,7 @@ impl<B: Backend> Trainer<B> {
             schedule,
             step: 0,
             tracer: Arc::new(Tracer::disabled()),
+            recompute,
         })
     }
 
@@ -198,7 +218,18 @@ impl<B: Backend> Trainer<B> {
         let lr = self.config.schedule().lr(self.step);
         self.model.zero_grad()?;
         self.backend.reset_peak_memory();
+        let start_bytes = self.backend.memory_stats().bytes_in_use;
+        if let Some(r) = &mut self.recompute {
+            // Nothing of an earlier, failed step stays in flight.
+            r.clear();
+            r.set_step_seed(self.config.seed ^ self.step);
+        }
         let loss_sum = self.run_schedule(&tracer)?;
+        let activation_peak_bytes = self
+            .backend
+            .memory_stats()
+            .peak_bytes
+            .saturating_sub(start_bytes);
         let (norm, coef) = tracer.in_span("clip", || {
             clip_grad_norm_on_device(&self.model.params(), self.config.grad_clip)
         })?;
@@ -209,6 +240,7 @@ impl<B: Backend> Trainer<B> {
                 .step_scaled(self.model.params_mut(), lr as f32, 1.0, Some(&coef), None)
         })?;
         record_memory(&tracer, &self.backend);
+        let peak_bytes = self.backend.memory_stats().peak_bytes;
         let host = {
             let _read = tracer.span("read back");
             Tensor::cat(&[&loss_sum, &norm], 0)?
@@ -237,6 +269,8 @@ impl<B: Backend> Trainer<B> {
             seconds: Some(t0.elapsed().as_secs_f64()),
             #[cfg(target_arch = "wasm32")]
             seconds: None,
+            peak_bytes,
+            activation_peak_bytes,
         })
     }
 
@@ -256,9 +290,18 @@ impl<B: Backend> Trainer<B> {
                         upload(&self.backend, &batch)
                     })?;
                     let mean = tracer.in_span("forward", || {
-                        self.model
-                            .forward_loss_mb(micro_batch(mb)?, &ids, &targets)?
-                            .mean_all()
+                        let mb = micro_batch(mb)?;
+                        let losses = match &mut self.recompute {
+                            None => self.model.forward_loss_mb(mb, &ids, &targets)?,
+                            Some(r) => r.forward_loss_observed(
+                                &mut self.model,
+                                mb,
+                                &ids,
+                                &targets,
+                                &mut |op| record_op(tracer, &self.backend, op),
+                            )?,
+                        };
+                        losses.mean_all()
                     })?;
                     match &mut loss_sum {
                         None => loss_sum = Some(mean),
@@ -267,7 +310,13 @@ impl<B: Backend> Trainer<B> {
                 }
                 Action::Backward(mb) => {
                     tracer.in_span("backward", || {
-                        self.model.backward_mb(micro_batch(mb)?, dloss)
+                        let mb = micro_batch(mb)?;
+                        match &mut self.recompute {
+                            None => self.model.backward_mb(mb, dloss),
+                            Some(r) => r.backward_observed(&mut self.model, mb, dloss, &mut |op| {
+                                record_op(tracer, &self.backend, op)
+                            }),
+                        }
                     })?;
                 }
             }
@@ -434,6 +483,14 @@ fn record_memory<B: Backend>(tracer: &Tracer, backend: &B) {
             ("peak", m.peak_bytes as f64),
         ],
     );
+}
+
+/// Marks an op of the recomputation schedule (`Fck0`, `B3`) and the memory after it.
+fn record_op<B: Backend>(tracer: &Tracer, backend: &B, op: &Op) {
+    if tracer.is_enabled() {
+        tracer.instant(op.to_string());
+        record_memory(tracer, backend);
+    }
 }
 
 /// The layers' name for the schedule's micro-batch `mb`.

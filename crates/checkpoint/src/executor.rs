@@ -1,0 +1,293 @@
+//! Runs a [`Schedule`] on a GPT: the blocks and the head are the chain's segments.
+
+use crate::chain::{Chain, GptShape};
+use crate::schedule::{Mode, Op, Schedule};
+use crate::segment_seed;
+use brrr_backend::{Backend, Error, Result};
+use brrr_nn::{Gpt, MicroBatch, Module};
+use brrr_tensor::Tensor;
+use std::collections::BTreeMap;
+
+/// What one micro-batch holds between its forward and its backward.
+struct InFlight<B: Backend> {
+    /// Kept inputs `x_i` by segment (`x_0` always).
+    inputs: BTreeMap<usize, Tensor<B>>,
+    /// The targets, for a recomputed head.
+    targets: Tensor<B>,
+}
+
+/// Runs a schedule's forward sweep as a training step's forward and the rest (the
+/// recomputations and backwards) as its backward, for any number of micro-batches in
+/// flight. Segment `i < n_layer` is block `h.i`, segment `n_layer` is the head.
+///
+/// Layers save into their stashes as always; a forward whose mode keeps less drops
+/// them at once (`Module::discard_saved`), and a segment whose stash is needed again
+/// is re-run from its kept input right before its backward. The kernels, their inputs
+/// and their order within each segment are those of an ordinary step, so on a
+/// deterministic backend the gradients are the same bits.
+pub struct Recompute<B: Backend> {
+    schedule: Schedule,
+    forward_len: usize,
+    n_segments: usize,
+    step_seed: u64,
+    in_flight: BTreeMap<MicroBatch, InFlight<B>>,
+}
+
+impl<B: Backend> Recompute<B> {
+    /// An executor of `schedule` for a GPT of `n_layer` blocks (a chain of
+    /// `n_layer + 1` segments). Errors if the schedule is not valid for such a chain.
+    pub fn new(schedule: Schedule, chain: &Chain) -> Result<Self> {
+        schedule
+            .simulate(chain)
+            .map_err(|e| Error::invalid("Recompute::new", e.to_string()))?;
+        Ok(Recompute {
+            forward_len: schedule.forward_len(),
+            n_segments: chain.len(),
+            schedule,
+            step_seed: 0,
+            in_flight: BTreeMap::new(),
+        })
+    }
+
+    /// The schedule it runs.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// Sets the seed of the coming step. brrr's GPT draws no random numbers in a
+    /// forward (no dropout), so nothing consumes it yet; a layer that did would take its
+    /// seed from [`Recompute::seed`], which is the same for a forward and its
+    /// recomputation.
+    pub fn set_step_seed(&mut self, seed: u64) {
+        self.step_seed = seed;
+    }
+
+    /// The seed segment `seg` of micro-batch `mb` uses in every forward of this step.
+    pub fn seed(&self, mb: MicroBatch, seg: usize) -> u64 {
+        segment_seed(self.step_seed, mb.0, seg)
+    }
+
+    fn check_model(&self, model: &Gpt<B>) -> Result<()> {
+        if model.h.len() + 1 != self.n_segments {
+            return Err(Error::invalid(
+                "Recompute",
+                format!(
+                    "the schedule is for {} segments, the model has {} blocks and a head",
+                    self.n_segments,
+                    model.h.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The forward of micro-batch `mb`: embeddings, then the schedule's first sweep.
+    /// Returns the per-position losses `[B, T]`, like `Gpt::forward_loss_mb`.
+    pub fn forward_loss(
+        &mut self,
+        model: &mut Gpt<B>,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        targets: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        self.forward_loss_observed(model, mb, ids, targets, &mut |_| {})
+    }
+
+    /// [`Recompute::forward_loss`], calling `after_op` after each op of the schedule
+    /// (a trainer records the device's memory there: the curve of a step).
+    pub fn forward_loss_observed(
+        &mut self,
+        model: &mut Gpt<B>,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        targets: &Tensor<B>,
+        after_op: &mut dyn FnMut(&Op),
+    ) -> Result<Tensor<B>> {
+        self.check_model(model)?;
+        let x0 = model.embed_mb(mb, ids)?;
+        let mut state = InFlight {
+            inputs: BTreeMap::from([(0, x0)]),
+            targets: targets.clone(),
+        };
+        let mut front = None;
+        let mut losses = None;
+        for op in &self.schedule.ops[..self.forward_len] {
+            if let Op::Forward { seg, mode } = *op {
+                losses = run_forward(model, mb, &mut state, &mut front, seg, mode)?.or(losses);
+            }
+            after_op(op);
+        }
+        self.in_flight.insert(mb, state);
+        losses.ok_or_else(|| Error::invalid("Recompute", "the forward sweep never ran the head"))
+    }
+
+    /// The backward of micro-batch `mb` from `Σ losses · dloss`: the rest of the
+    /// schedule, then the embeddings. Gradients accumulate as in `Gpt::backward_mb`.
+    pub fn backward(&mut self, model: &mut Gpt<B>, mb: MicroBatch, dloss: f32) -> Result<()> {
+        self.backward_observed(model, mb, dloss, &mut |_| {})
+    }
+
+    /// [`Recompute::backward`], calling `after_op` after each op of the schedule.
+    pub fn backward_observed(
+        &mut self,
+        model: &mut Gpt<B>,
+        mb: MicroBatch,
+        dloss: f32,
+        after_op: &mut dyn FnMut(&Op),
+    ) -> Result<()> {
+        self.check_model(model)?;
+        let mut state = self.in_flight.remove(&mb).ok_or_else(|| {
+            Error::invalid("Recompute", format!("backward of {mb} without its forward"))
+        })?;
+        let n_layer = model.h.len();
+        let mut front: Option<(usize, Tensor<B>)> = None;
+        let mut delta: Option<Tensor<B>> = None;
+        for op in &self.schedule.ops[self.forward_len..] {
+            match *op {
+                Op::Forward { seg, mode } => {
+                    run_forward(model, mb, &mut state, &mut front, seg, mode)?;
+                }
+                Op::Backward { seg } => {
+                    front = None;
+                    delta = Some(if seg == n_layer {
+                        model.head_backward_mb(mb, dloss)?
+                    } else {
+                        let dy = delta.as_ref().ok_or_else(|| {
+                            Error::invalid(
+                                "Recompute",
+                                format!("backward of h.{seg} before the head's"),
+                            )
+                        })?;
+                        model.h[seg].backward(mb, dy)?
+                    });
+                    state.inputs.remove(&seg);
+                }
+            }
+            after_op(op);
+        }
+        drop(front);
+        let dx =
+            delta.ok_or_else(|| Error::invalid("Recompute", "the schedule has no backward"))?;
+        model.embed_backward_mb(mb, &dx)
+    }
+
+    /// Drops every micro-batch in flight (after an error, or to start over).
+    pub fn clear(&mut self) {
+        self.in_flight.clear();
+    }
+}
+
+/// One forward of segment `seg` in `mode`, from the current output (`front`) or a kept
+/// input. Returns the losses when `seg` is the head.
+fn run_forward<B: Backend>(
+    model: &mut Gpt<B>,
+    mb: MicroBatch,
+    state: &mut InFlight<B>,
+    front: &mut Option<(usize, Tensor<B>)>,
+    seg: usize,
+    mode: Mode,
+) -> Result<Option<Tensor<B>>> {
+    let input = match front.take() {
+        Some((i, x)) if i == seg => x,
+        _ => state.inputs.get(&seg).cloned().ok_or_else(|| {
+            Error::invalid(
+                "Recompute",
+                format!("forward of segment {seg} without its input"),
+            )
+        })?,
+    };
+    if mode == Mode::SaveInput {
+        state.inputs.insert(seg, input.clone());
+    }
+    let keep = matches!(mode, Mode::SaveAll | Mode::SaveSelective);
+    if seg == model.h.len() {
+        let losses = model.head_loss_mb(mb, &input, &state.targets)?;
+        if !keep {
+            model.discard_head(mb)?;
+        }
+        return Ok(Some(losses));
+    }
+    let block = &mut model.h[seg];
+    block.attn.recompute_scores = mode == Mode::SaveSelective;
+    let out = block.forward(mb, &input);
+    block.attn.recompute_scores = false;
+    let out = out?;
+    if !keep {
+        block.discard_saved(mb)?;
+    }
+    drop(input);
+    *front = Some((seg + 1, out));
+    Ok(None)
+}
+
+/// The GPT's chain with every byte count measured on `model`'s backend
+/// (`Backend::memory_stats`) instead of counted: one forward and backward of block 0
+/// and of the head on a batch of `ids` and `targets`, each stash, temporary and output
+/// as the device saw it. Costs stay [`GptShape::chain`]'s FLOPs. Call it with no
+/// micro-batch in flight: it clears every stash after. Leaves the model's gradients
+/// changed (zero them after).
+pub fn gpt_chain_measured<B: Backend>(
+    model: &mut Gpt<B>,
+    ids: &Tensor<B>,
+    targets: &Tensor<B>,
+) -> Result<Chain> {
+    let (b, t) = (ids.dims()[0], ids.dims()[1]);
+    let c = model.config.clone();
+    let shape = GptShape {
+        n_layer: c.n_layer,
+        n_head: c.n_head,
+        n_embd: c.n_embd,
+        vocab_size: c.vocab_size,
+        batch: b,
+        seq_len: t,
+        dtype_bytes: model.dtype().size_in_bytes() as u64,
+    };
+    let mut chain = shape.chain();
+    let backend = ids.backend().clone();
+    let in_use = || backend.memory_stats().bytes_in_use;
+    let mb = MicroBatch(u32::MAX);
+    let x = model.embed_mb(mb, ids)?;
+    let x_bytes = in_use();
+    // Block 0, forward.
+    backend.reset_peak_memory();
+    let y = model.h[0].forward(mb, &x)?;
+    let (after, peak) = (in_use(), backend.memory_stats().peak_bytes);
+    let out = tensor_bytes(&y);
+    let stash = after - x_bytes - out;
+    let fwd_extra = peak - after;
+    // Block 0, backward from a gradient the size of its output.
+    let dy = Tensor::zeros(&backend, y.dims().to_vec(), y.dtype())?;
+    drop(y);
+    let before = in_use();
+    backend.reset_peak_memory();
+    let dx = model.h[0].backward(mb, &dy)?;
+    let bwd_extra = backend.memory_stats().peak_bytes - before - tensor_bytes(&dx);
+    drop((dx, dy));
+    for s in &mut chain.segments[..c.n_layer] {
+        s.stash = stash;
+        s.forward_extra = fwd_extra;
+        s.backward_extra = bwd_extra;
+        s.input = out;
+    }
+    // The head.
+    let base = in_use();
+    backend.reset_peak_memory();
+    let losses = model.head_loss_mb(mb, &x, targets)?;
+    let (after, peak) = (in_use(), backend.memory_stats().peak_bytes);
+    let head = chain.segments.last_mut().expect("the head");
+    head.stash = after - base - tensor_bytes(&losses);
+    head.forward_extra = peak - after;
+    chain.output = tensor_bytes(&losses);
+    drop(losses);
+    let before = in_use();
+    backend.reset_peak_memory();
+    let dx = model.head_backward_mb(mb, 1.0)?;
+    head.backward_extra = backend.memory_stats().peak_bytes - before - tensor_bytes(&dx);
+    drop(dx);
+    model.clear_saved();
+    Ok(chain)
+}
+
+fn tensor_bytes<B: Backend>(t: &Tensor<B>) -> u64 {
+    t.size_in_bytes() as u64
+}

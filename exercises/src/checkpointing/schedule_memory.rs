@@ -1,0 +1,162 @@
+//! # The memory of a schedule
+//!
+//! A schedule is a list of ops over a chain of segments (`brrr_checkpoint::Op`):
+//! `Forward { seg, mode }` and `Backward { seg }`. Return its peak bytes under this
+//! model (the one `brrr_checkpoint::Schedule::simulate` uses, and that matches the CPU
+//! backend's allocator to 0.1%):
+//!
+//! - What is held between ops: `x_j` for every kept input `j` (`x_0` from the start),
+//!   for every stashed segment, and for the current forward output; plus each stash's
+//!   bytes; plus the current gradient `δ_i` (`chain.delta_bytes(i)`). Each `x_j` counts
+//!   once even if it is both kept and stashed (a stash holds its input by reference).
+//!   Sizes: `chain.x_bytes(j)`.
+//! - During `Forward { seg: i, mode }`: held + `stash_i` + `x_bytes(i+1)` +
+//!   `forward_extra_i`. Afterwards the output `x_{i+1}` becomes the current output (none
+//!   after the last segment); `SaveInput` keeps `x_i`; `SaveAll` keeps the stash
+//!   (`stash_i` bytes); `SaveSelective` keeps `selective_stash_i` (or `stash_i` when it
+//!   is `None`); `NoSave` keeps nothing.
+//! - During `Backward { seg: i }`: the current forward output is dropped first; then
+//!   held + `delta_bytes(i)` + `backward_extra_i` (+ `stash_i − selective_stash_i` if
+//!   the stash is selective). Afterwards the stash and the kept `x_i` are gone and
+//!   `δ_i` replaces the previous gradient.
+//!
+//! The schedules given are valid. Checked against `Schedule::simulate` on random chains
+//! and every strategy.
+
+use crate::check::{Outcome, rng, with_seed};
+#[cfg(not(feature = "solutions"))]
+use brrr_checkpoint::{Chain, Op};
+use rand::Rng;
+
+/// YOUR CODE: the most bytes alive at any point of `ops`.
+#[cfg(not(feature = "solutions"))]
+pub fn schedule_peak(chain: &Chain, ops: &[Op]) -> u64 {
+    let _ = ops;
+    chain.segments.iter().map(|s| s.input + s.stash).sum()
+}
+
+#[cfg(feature = "solutions")]
+pub use solution::schedule_peak;
+
+/// The reference solution.
+pub mod solution {
+    use brrr_checkpoint::{Chain, Mode, Op};
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// Replays the ops on sets of kept inputs and stashes.
+    pub fn schedule_peak(chain: &Chain, ops: &[Op]) -> u64 {
+        let n = chain.len();
+        let mut inputs = BTreeSet::from([0usize]);
+        let mut stashes: BTreeMap<usize, (u64, u64)> = BTreeMap::new(); // bytes, refill
+        let mut front: Option<usize> = None;
+        let mut delta: Option<usize> = None;
+        let held = |inputs: &BTreeSet<usize>,
+                    stashes: &BTreeMap<usize, (u64, u64)>,
+                    front: Option<usize>,
+                    delta: Option<usize>| {
+            let xs: BTreeSet<usize> = inputs
+                .iter()
+                .copied()
+                .chain(stashes.keys().copied())
+                .chain(front)
+                .collect();
+            xs.iter().map(|&j| chain.x_bytes(j)).sum::<u64>()
+                + stashes.values().map(|v| v.0).sum::<u64>()
+                + delta.map_or(0, |i| chain.delta_bytes(i))
+        };
+        let mut peak = 0;
+        for op in ops {
+            match *op {
+                Op::Forward { seg, mode } => {
+                    let s = &chain.segments[seg];
+                    let during = held(&inputs, &stashes, front, delta)
+                        + s.stash
+                        + chain.x_bytes(seg + 1)
+                        + s.forward_extra;
+                    peak = peak.max(during);
+                    match mode {
+                        Mode::SaveInput => {
+                            inputs.insert(seg);
+                        }
+                        Mode::SaveAll => {
+                            stashes.insert(seg, (s.stash, 0));
+                        }
+                        Mode::SaveSelective => {
+                            let kept = s.selective_stash.unwrap_or(s.stash);
+                            stashes.insert(seg, (kept, s.stash - kept));
+                        }
+                        Mode::NoSave => {}
+                    }
+                    front = (seg + 1 < n).then_some(seg + 1);
+                }
+                Op::Backward { seg } => {
+                    let s = &chain.segments[seg];
+                    front = None;
+                    let refill = stashes.get(&seg).map_or(0, |v| v.1);
+                    let during = held(&inputs, &stashes, front, delta)
+                        + chain.delta_bytes(seg)
+                        + s.backward_extra
+                        + refill;
+                    peak = peak.max(during);
+                    stashes.remove(&seg);
+                    inputs.remove(&seg);
+                    delta = Some(seg);
+                }
+            }
+        }
+        peak
+    }
+}
+
+/// Against `Schedule::simulate` on random GPT-shaped chains, every strategy.
+pub fn check() -> Outcome {
+    let (mut rng, seed) = rng();
+    with_seed(compare(&mut rng), seed)
+}
+
+fn compare(rng: &mut impl Rng) -> Outcome {
+    use brrr_checkpoint::{GptShape, Strategy, min_budget};
+    for _ in 0..10 {
+        let shape = GptShape {
+            n_layer: rng.random_range(1..10),
+            n_head: 4,
+            n_embd: 16 * rng.random_range(1..9),
+            vocab_size: 256,
+            batch: rng.random_range(1..5),
+            seq_len: 8 * rng.random_range(1..9),
+            dtype_bytes: 4,
+        };
+        let chain = shape.chain();
+        let smallest = min_budget(&chain).map_err(|e| e.to_string())?;
+        let k = rng.random_range(1..=shape.n_layer + 1);
+        for s in [
+            Strategy::None,
+            Strategy::Sqrt,
+            Strategy::Every(k),
+            Strategy::Selective,
+            Strategy::Budget(smallest),
+        ] {
+            let schedule = s.plan(&chain).map_err(|e| e.to_string())?;
+            let want = schedule.simulate(&chain).map_err(|e| e.to_string())?.peak;
+            let got = schedule_peak(&chain, &schedule.ops);
+            if got != want {
+                return Err(format!("{s} on {shape:?}: got {got} bytes, want {want}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg_attr(
+        not(feature = "solutions"),
+        ignore = "an exercise: solve it, then `cargo run -p brrr-exercises`"
+    )]
+    fn check() {
+        if let Err(e) = super::check() {
+            panic!("{e}");
+        }
+    }
+}
