@@ -24,5 +24,6 @@ pub mod bench;
 pub mod ckpt;
 pub mod data;
 pub mod metrics;
+pub mod numerics;
 pub mod sample;
 pub mod train;

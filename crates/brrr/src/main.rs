@@ -33,6 +33,9 @@ enum Command {
     Roofline(perf_cmd::RooflineArgs),
     /// Estimate training memory, time, or communication cost.
     Estimate(perf_cmd::EstimateArgs),
+    /// Mixed-precision numerics: f16/bf16 ranges, the autocast policy, and a run's
+    /// gradients against f16's range before and after loss scaling (SVG).
+    Numerics(brrr::numerics::NumericsArgs),
 }
 
 #[derive(Subcommand)]
@@ -79,6 +82,10 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
         Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
+        Command::Numerics(args) => brrr::numerics::run(&args).and_then(|text| {
+            perf_cmd::write_stdout(&text)
+                .map_err(|e| brrr_backend::Error::io("writing the report to stdout", e))
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,10 +3,14 @@
 //! One row per optimizer step, header [`HEADER`]:
 //!
 //! ```text
-//! step,loss,val_loss,lr,grad_norm,tokens_per_s
-//! 1,5.545177,,3.000000e-5,1.234567,10342.5
-//! 100,2.913004,2.950112,3.000000e-4,0.873001,10410.0
+//! step,loss,val_loss,lr,grad_norm,tokens_per_s,loss_scale,skipped
+//! 1,5.545177,,3.000000e-5,1.234567,10342.5,1,0
+//! 100,2.913004,2.950112,3.000000e-4,0.873001,10410.0,1,0
 //! ```
+//!
+//! `loss_scale` is the dynamic loss scale after the step (`--amp fp16`; 1 without
+//! scaling) and `skipped` is 1 when the step found an inf/NaN gradient and left the
+//! weights unchanged. Files written before those columns existed (6 fields) still parse.
 //!
 //! Numbers are written with fixed formats ([`Row`]'s `Display`), so the same values
 //! always give the same bytes: a resumed run's CSV can be compared with an
@@ -22,7 +26,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const HEADER: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s";
+pub const HEADER: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s,loss_scale,skipped";
 
 /// One step's metrics.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +41,10 @@ pub struct Row {
     pub grad_norm: f32,
     /// Wall-clock throughput: not deterministic, see the module documentation.
     pub tokens_per_s: f64,
+    /// The loss scale after the step (1 without loss scaling).
+    pub loss_scale: f32,
+    /// Whether the step was skipped for an inf/NaN gradient.
+    pub skipped: bool,
 }
 
 impl fmt::Display for Row {
@@ -50,8 +58,12 @@ impl fmt::Display for Row {
         }
         write!(
             f,
-            ",{:.6e},{:.6},{:.1}",
-            self.lr, self.grad_norm, self.tokens_per_s
+            ",{:.6e},{:.6},{:.1},{},{}",
+            self.lr,
+            self.grad_norm,
+            self.tokens_per_s,
+            self.loss_scale,
+            u8::from(self.skipped)
         )
     }
 }
@@ -60,9 +72,9 @@ impl Row {
     /// Parses one CSV line; `what` (file and line) goes into errors.
     fn parse(line: &str, what: &dyn fmt::Display) -> Result<Row> {
         let fields: Vec<&str> = line.split(',').collect();
-        if fields.len() != 6 {
+        if fields.len() != 8 && fields.len() != 6 {
             return Err(Error::Parse(format!(
-                "{what}: expected 6 comma-separated fields ({HEADER}), found {}",
+                "{what}: expected 8 comma-separated fields ({HEADER}), found {}",
                 fields.len()
             )));
         }
@@ -82,6 +94,15 @@ impl Row {
             lr: num(fields[3], "lr", what)?,
             grad_norm: num(fields[4], "grad_norm", what)?,
             tokens_per_s: num(fields[5], "tokens_per_s", what)?,
+            // Files from before mixed precision have no scale: it was 1.
+            loss_scale: match fields.get(6) {
+                Some(v) => num(v, "loss_scale", what)?,
+                None => 1.0,
+            },
+            skipped: match fields.get(7) {
+                Some(v) => num::<u8>(v, "skipped", what)? != 0,
+                None => false,
+            },
         })
     }
 }
@@ -311,6 +332,8 @@ mod tests {
             lr: 3e-4 * (s / 10.0).min(1.0),
             grad_norm: 1.0 / (1.0 + s),
             tokens_per_s: 1000.0 + f64::from(s),
+            loss_scale: 65536.0 / (1 + step % 3) as f32,
+            skipped: step % 5 == 4,
         }
     }
 
@@ -323,8 +346,13 @@ mod tests {
             lr: 3e-7,
             grad_norm: 0.125,
             tokens_per_s: 12345.678,
+            loss_scale: 1.0,
+            skipped: false,
         };
-        assert_eq!(r.to_string(), "7,2.500000,,3.000000e-7,0.125000,12345.7");
+        assert_eq!(
+            r.to_string(),
+            "7,2.500000,,3.000000e-7,0.125000,12345.7,1,0"
+        );
         let r = Row {
             val_loss: Some(2.75),
             lr: 1e-3,
@@ -332,11 +360,22 @@ mod tests {
         };
         assert_eq!(
             r.to_string(),
-            "7,2.500000,2.750000,1.000000e-3,0.125000,12345.7"
+            "7,2.500000,2.750000,1.000000e-3,0.125000,12345.7,1,0"
         );
         let back = Row::parse(&r.to_string(), &"test").unwrap();
         assert_eq!(back.val_loss, Some(2.75));
         assert_eq!(back.lr, 1e-3);
+        // An fp16 step skipped for an overflow; and a row from before the AMP columns.
+        let skipped = Row {
+            loss_scale: 32768.0,
+            skipped: true,
+            ..r.clone()
+        };
+        assert!(skipped.to_string().ends_with(",32768,1"));
+        let back = Row::parse(&skipped.to_string(), &"test").unwrap();
+        assert_eq!((back.loss_scale, back.skipped), (32768.0, true));
+        let old = Row::parse("7,2.5,,1e-3,0.125,12345.7", &"test").unwrap();
+        assert_eq!((old.loss_scale, old.skipped), (1.0, false));
         // A diverged step still writes and reads.
         let nan = Row {
             loss: f32::NAN,
@@ -436,7 +475,7 @@ mod tests {
         std::fs::write(&bad, format!("{HEADER}\n1,2.0\n")).unwrap();
         let e = read_rows(&bad).unwrap_err().to_string();
         assert!(
-            e.contains("line 2") && e.contains("6 comma-separated"),
+            e.contains("line 2") && e.contains("8 comma-separated"),
             "{e}"
         );
     }

@@ -2,6 +2,7 @@
 //! is allocated.
 
 use crate::data::ByteTokenizer;
+use brrr_amp::AmpConfig;
 use brrr_backend::{Error, Result};
 use brrr_nn::{CosineSchedule, GptConfig};
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,10 @@ pub struct TrainConfig {
     pub corpus: String,
     /// The tokenizer's name ([`ByteTokenizer::NAME`]).
     pub tokenizer: String,
+    /// Mixed precision (`--amp`): off by default, and in configurations written before
+    /// it existed.
+    #[serde(default)]
+    pub amp: AmpConfig,
 }
 
 impl Default for TrainConfig {
@@ -71,6 +76,7 @@ impl Default for TrainConfig {
             eval_batches: 8,
             corpus: String::new(),
             tokenizer: ByteTokenizer::NAME.to_string(),
+            amp: AmpConfig::default(),
         }
     }
 }
@@ -88,7 +94,7 @@ impl TrainConfig {
         if self.eval_every == 0 || self.eval_batches == 0 {
             return bad("--eval-every and --eval-batches must be at least 1".into());
         }
-        Ok(())
+        self.amp.validate()
     }
 
     fn validate_sizes(&self) -> Result<()> {
