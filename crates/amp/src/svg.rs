@@ -153,7 +153,8 @@ fn header(title: &str) -> String {
     )
 }
 
-/// The log2 axis with a tick every 8 powers of two.
+/// The log2 axis with a tick every 8 powers of two (or a multiple of 8, at most about
+/// 12 ticks).
 fn axis(s: &mut String, lo: i32, hi: i32, x: &dyn Fn(f64) -> f64) {
     let base = H - BOTTOM;
     let _ = write!(
@@ -161,7 +162,8 @@ fn axis(s: &mut String, lo: i32, hi: i32, x: &dyn Fn(f64) -> f64) {
         r##"<line x1="{LEFT}" y1="{base}" x2="{:.1}" y2="{base}" stroke="#333"/>"##,
         W - RIGHT
     );
-    let first = lo.div_euclid(8) * 8;
+    let step = ((hi - lo) / 12 / 8 + 1) * 8;
+    let first = lo.div_euclid(step) * step;
     let mut k = first;
     while k <= hi {
         if k >= lo {
@@ -173,7 +175,7 @@ fn axis(s: &mut String, lo: i32, hi: i32, x: &dyn Fn(f64) -> f64) {
                 base + 18.0
             );
         }
-        k += 8;
+        k += step;
     }
     let _ = write!(
         s,

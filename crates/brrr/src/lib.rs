@@ -19,6 +19,7 @@ pub use brrr_nn as nn;
 pub use brrr_perf as perf;
 pub use brrr_tensor as tensor;
 
+pub mod amp_bench;
 pub mod atomic;
 pub mod bench;
 pub mod ckpt;

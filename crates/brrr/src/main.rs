@@ -46,6 +46,9 @@ enum BenchCommand {
     /// The overhead-bound regime on wgpu: time per dispatch of a tiny element-wise op
     /// versus size, and where it becomes bandwidth-bound.
     Overhead(BenchOverheadArgs),
+    /// Step time, tokens/s and memory of one training step in f32, bf16 and fp16
+    /// (`brrr train --amp`).
+    Amp(brrr::amp_bench::AmpBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         }),
         Command::Bench(BenchCommand::Gemm(args)) => run_bench_gemm(&args),
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
+        Command::Bench(BenchCommand::Amp(args)) => run_bench_amp(&args),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
         Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
         Command::Numerics(args) => brrr::numerics::run(&args).and_then(|text| {
@@ -110,6 +114,20 @@ fn say(line: std::fmt::Arguments<'_>) -> brrr_backend::Result<()> {
 fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
     print!("{}", train::run(args)?);
     Ok(())
+}
+
+fn run_bench_amp(args: &brrr::amp_bench::AmpBenchArgs) -> brrr_backend::Result<()> {
+    use brrr::amp_bench::{run_on, table};
+    let rows = match args.backend {
+        train::BackendKind::Cpu => run_on(&brrr_cpu::CpuBackend::new(), args)?,
+        #[cfg(feature = "cuda")]
+        train::BackendKind::Cuda => run_on(&brrr_cuda::CudaBackend::new(0)?, args)?,
+        #[cfg(feature = "wgpu")]
+        train::BackendKind::Wgpu => run_on(&brrr_wgpu::WgpuBackend::new_blocking()?, args)?,
+        #[allow(unreachable_patterns)]
+        other => return Err(train::not_built(other)),
+    };
+    say(format_args!("{}", table(&rows)))
 }
 
 fn run_bench_gemm(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
