@@ -1,7 +1,7 @@
 //! The list of exercises, in book order.
 
 use crate::check::Outcome;
-use crate::{gpu, kernels, memory, regimes, training};
+use crate::{amp, gpu, kernels, memory, regimes, training};
 
 /// One exercise as the runner and the book list it.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +34,7 @@ const GPU: &str = "What a GPU is";
 const KERNELS: &str = "Kernels: from naive to tiled, and fusion";
 const TRAINING: &str = "Training a GPT with an explicit backward";
 const MEMORY: &str = "What fills GPU memory";
+const AMP: &str = "Mixed precision";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -127,6 +128,24 @@ pub fn all() -> Vec<Exercise> {
             module: "memory::train_time",
             task: "time to train from 6ND, GPUs, peak and MFU",
             check: memory::train_time::check,
+        },
+        Exercise {
+            chapter: AMP,
+            module: "amp::bf16_round",
+            task: "round an f32 to bfloat16 bits, to nearest even",
+            check: amp::bf16_round::check,
+        },
+        Exercise {
+            chapter: AMP,
+            module: "amp::scaler_update",
+            task: "the dynamic loss scaler's update, with hysteresis and a minimum",
+            check: amp::scaler_update::check,
+        },
+        Exercise {
+            chapter: AMP,
+            module: "amp::policy",
+            task: "which op classes autocast runs in 16 bits",
+            check: amp::policy::check,
         },
     ]
 }
