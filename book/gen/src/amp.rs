@@ -11,7 +11,10 @@ use brrr_nn::Module;
 use brrr_train::data::{Batcher, Corpus, SYNTHETIC, synthetic_corpus, val_batches};
 
 /// The corpus `brrr train` ships with.
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crates/brrr/corpus/sotu.txt");
+const CORPUS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../crates/brrr/corpus/sotu.txt"
+);
 use brrr_train::{TrainConfig, Trainer};
 
 fn formats_table() -> String {
@@ -182,7 +185,10 @@ pub fn files() -> Result<Vec<(String, String)>> {
         ("amp-memory.md".into(), memory_table()?),
         (
             "amp-ranges.svg".into(),
-            svg::format_ranges("where each format has normal (blue) and subnormal values", &FORMATS),
+            svg::format_ranges(
+                "where each format has normal (blue) and subnormal values",
+                &FORMATS,
+            ),
         ),
     ];
     v.extend(gradient_files()?);

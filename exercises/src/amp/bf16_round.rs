@@ -50,10 +50,21 @@ fn compare(rng: &mut impl Rng) -> Outcome {
         })
         .collect();
     // Exact ties: 1 + 2^-8 (rounds down to even) and 1 + 3·2^-8 (rounds up to even).
-    xs.extend([1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, 0.0, -0.0, f32::MAX, 1e-40]);
+    xs.extend([
+        1.0 + 1.0 / 256.0,
+        1.0 + 3.0 / 256.0,
+        0.0,
+        -0.0,
+        f32::MAX,
+        1e-40,
+    ]);
     let cpu = CpuBackend::new();
-    let src = cpu.upload(&HostData::F32(xs.clone())).map_err(|e| e.to_string())?;
-    let mut dst = cpu.zeros(DType::BF16, xs.len()).map_err(|e| e.to_string())?;
+    let src = cpu
+        .upload(&HostData::F32(xs.clone()))
+        .map_err(|e| e.to_string())?;
+    let mut dst = cpu
+        .zeros(DType::BF16, xs.len())
+        .map_err(|e| e.to_string())?;
     cpu.cast(&src, &mut dst).map_err(|e| e.to_string())?;
     let HostData::BF16(want) = block_on(cpu.read(&dst)).map_err(|e| e.to_string())? else {
         return Err("the cast did not produce bf16".into());
