@@ -1,6 +1,7 @@
 //! On the shipped corpus, `--amp bf16` and `--amp fp16` reach a validation loss within
 //! 2% of the f32 run after the same steps (brrr-cpu; same seed, same batches, same
-//! initial weights).
+//! initial weights). 300 steps: at 150 this model is in the middle of its steepest
+//! descent, where any perturbation shifts the curve sideways by several percent.
 
 use brrr_amp::{AmpConfig, AmpMode};
 use brrr_cpu::CpuBackend;
@@ -11,7 +12,7 @@ const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../brrr/corpus/sotu.t
 
 fn val_loss(mode: AmpMode) -> (f32, u64) {
     let mut cfg = TrainConfig {
-        steps: std::env::var("AMP_STEPS").map_or(300, |v| v.parse().unwrap()),
+        steps: 300,
         batch_size: 8,
         seq_len: 64,
         warmup_steps: 30,
@@ -31,18 +32,7 @@ fn val_loss(mode: AmpMode) -> (f32, u64) {
     let mut t = Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), val).unwrap();
     let mut skipped = 0;
     for _ in 0..cfg.steps {
-        let s = t.step_blocking().unwrap();
-        if std::env::var("AMP_TRACE").is_ok() && s.step % 25 == 0 {
-            println!(
-                "{} step {} loss {:.4} norm {:.3} scale {}",
-                mode.name(),
-                s.step,
-                s.loss,
-                s.grad_norm,
-                s.loss_scale
-            );
-        }
-        skipped += u64::from(s.skipped);
+        skipped += u64::from(t.step_blocking().unwrap().skipped);
     }
     (t.evaluate_blocking().unwrap(), skipped)
 }
