@@ -47,10 +47,10 @@ fn rounding_table() -> String {
     let mut t = Md::new(&["value", "in f16", "f16 fate", "in bf16", "bf16 fate"]);
     for x in [1e-8, 3e-6, 0.1, 1.0 + 1.0 / 512.0, 1000.3, 70000.0] {
         t.row(vec![
-            format!("{x}"),
-            format!("{}", F16.round(x)),
+            format!("{x:e}"),
+            format!("{:.7e}", F16.round(x)),
             format!("{:?}", F16.fate(x)),
-            format!("{}", BF16.round(x)),
+            format!("{:.7e}", BF16.round(x)),
             format!("{:?}", BF16.fate(x)),
         ]);
     }
