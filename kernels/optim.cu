@@ -149,21 +149,31 @@ UNSCALE(bf16_t, bf16)
 UNSCALE(float, f32)
 UNSCALE(double, f64)
 
-// GradScaler's update (torch._amp_update_scale_), one thread.
+// GradScaler's update (torch._amp_update_scale_), one thread, with Megatron-LM's
+// hysteresis (growth_tracker[1] counts overflows since the last growth; only read when
+// hysteresis > 1) and minimum scale.
 extern "C" __global__ void BRRR_FLAT update_loss_scale(float* scale, i32* growth_tracker, const float* found_inf,
-                                             float growth_factor, float backoff_factor, i32 growth_interval) {
+                                             float growth_factor, float backoff_factor, i32 growth_interval,
+                                             i32 hysteresis, float min_scale) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     if (*found_inf != 0.0f) {
-        *scale = *scale * backoff_factor;
-        *growth_tracker = 0;
+        growth_tracker[0] = 0;
+        if (hysteresis > 1) {
+            const i32 infs = growth_tracker[1] == 0x7fffffff ? growth_tracker[1] : growth_tracker[1] + 1;
+            growth_tracker[1] = infs;
+            if (infs < hysteresis) return;
+        }
+        const float backed_off = *scale * backoff_factor;
+        *scale = backed_off < min_scale ? min_scale : backed_off;
     } else {
-        const i32 successful = *growth_tracker + 1;
+        const i32 successful = growth_tracker[0] + 1;
         if (successful == growth_interval) {
             const float grown = *scale * growth_factor;
             if (is_finite(grown)) *scale = grown;
-            *growth_tracker = 0;
+            growth_tracker[0] = 0;
+            if (hysteresis > 1) growth_tracker[1] = 0;
         } else {
-            *growth_tracker = successful;
+            growth_tracker[0] = successful;
         }
     }
 }

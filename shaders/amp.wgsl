@@ -45,11 +45,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 // otherwise count the clean step and, after growth_interval of them, scale *= growth
 // (unless that overflows f32). One invocation: it is a handful of scalar operations, and
 // keeping it on the device is what avoids a synchronising readback every step.
+// Megatron-LM's options: with hysteresis > 1, tracker[1] counts the overflows since the
+// scale last grew and only the hysteresis-th backs off; a backoff never goes below
+// min_scale.
 struct Params {
     growth_factor: f32,
     backoff_factor: f32,
     growth_interval: i32,
-    _pad: u32,
+    hysteresis: i32,
+    min_scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> found_inf: array<f32>;
@@ -59,8 +66,23 @@ struct Params {
 @compute @workgroup_size(1)
 fn main() {
     if (found_inf[0] != 0.0) {
-        scale[0] = scale[0] * p.backoff_factor;
         tracker[0] = 0;
+        if (p.hysteresis > 1) {
+            var infs = tracker[1];
+            if (infs != 2147483647) {
+                infs = infs + 1;
+            }
+            tracker[1] = infs;
+            if (infs < p.hysteresis) {
+                return;
+            }
+        }
+        let backed_off = scale[0] * p.backoff_factor;
+        if (backed_off < p.min_scale) {
+            scale[0] = p.min_scale;
+        } else {
+            scale[0] = backed_off;
+        }
     } else {
         let successful = tracker[0] + 1;
         if (successful == p.growth_interval) {
@@ -69,6 +91,9 @@ fn main() {
                 scale[0] = grown;
             }
             tracker[0] = 0;
+            if (p.hysteresis > 1) {
+                tracker[1] = 0;
+            }
         } else {
             tracker[0] = successful;
         }

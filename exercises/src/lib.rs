@@ -20,6 +20,8 @@
 
 // The exercises' checks compare with brrr's crates through blocking reads, which only
 // native targets have; on wasm32 the crate is the puzzle definitions (for the web app).
+#[cfg(not(target_arch = "wasm32"))]
+pub mod amp;
 pub mod check;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod checkpointing;

@@ -1,7 +1,7 @@
 //! The list of exercises, in book order.
 
 use crate::check::Outcome;
-use crate::{checkpointing, gpu, kernels, memory, regimes, training};
+use crate::{amp, checkpointing, gpu, kernels, memory, regimes, training};
 
 /// One exercise as the runner and the book list it.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +35,7 @@ const KERNELS: &str = "Kernels: from naive to tiled, and fusion";
 const TRAINING: &str = "Training a GPT with an explicit backward";
 const MEMORY: &str = "What fills GPU memory";
 const CHECKPOINTING: &str = "Activation recomputation";
+const AMP: &str = "Mixed precision";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -146,6 +147,22 @@ pub fn all() -> Vec<Exercise> {
             module: "checkpointing::dp_step",
             task: "one step of the optimal-checkpointing dynamic program",
             check: checkpointing::dp_step::check,
+            chapter: AMP,
+            module: "amp::bf16_round",
+            task: "round an f32 to bfloat16 bits, to nearest even",
+            check: amp::bf16_round::check,
+        },
+        Exercise {
+            chapter: AMP,
+            module: "amp::scaler_update",
+            task: "the dynamic loss scaler's update, with hysteresis and a minimum",
+            check: amp::scaler_update::check,
+        },
+        Exercise {
+            chapter: AMP,
+            module: "amp::policy",
+            task: "which op classes autocast runs in 16 bits",
+            check: amp::policy::check,
         },
     ]
 }

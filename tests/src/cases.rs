@@ -1203,19 +1203,50 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
             growth_factor: 2.0,
             backoff_factor: 0.5,
             growth_interval: 3,
+            ..ScaleUpdateParams::default()
         };
-        for (label, found, tracker) in [
-            ("clean step", 0.0, 0),
-            ("clean step completes the interval (grow)", 0.0, 2),
-            ("overflow (back off)", 1.0, 1),
+        // Megatron-LM's options: 3 overflows tolerated, a floor of 32768.
+        let h = ScaleUpdateParams {
+            hysteresis: 3,
+            min_scale: 32768.0,
+            ..p
+        };
+        for (label, p, found, tracker) in [
+            ("clean step", p, 0.0, vec![0]),
+            ("clean step completes the interval (grow)", p, 0.0, vec![2]),
+            ("overflow (back off)", p, 1.0, vec![1]),
+            ("hysteresis: 2nd overflow of 3 (keep)", h, 1.0, vec![1, 1]),
+            (
+                "hysteresis: 3rd overflow of 3 (back off)",
+                h,
+                1.0,
+                vec![1, 2],
+            ),
+            (
+                "hysteresis: growth resets the overflow count",
+                h,
+                0.0,
+                vec![2, 2],
+            ),
+            (
+                "min scale: a backoff stops at the floor",
+                h,
+                1.0,
+                vec![0, 7],
+            ),
         ] {
+            let start = if label.starts_with("min scale") {
+                40000.0
+            } else {
+                65536.0
+            };
             b.add("update_loss_scale", label, |_, _| {
                 (
                     Op::UpdateScale(p),
                     vec![HostData::F32(vec![found])],
                     vec![
-                        Out::init("scale", HostData::F32(vec![65536.0])),
-                        Out::init("growth_tracker", HostData::I32(vec![tracker])),
+                        Out::init("scale", HostData::F32(vec![start])),
+                        Out::init("growth_tracker", HostData::I32(tracker.clone())),
                     ],
                     Tol::EXACT,
                 )

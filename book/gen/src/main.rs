@@ -11,6 +11,7 @@
 //! counters, brrr-exercises' lists.
 
 mod checkpointing;
+mod amp;
 mod exercises;
 mod gpu;
 mod kernels;
@@ -35,6 +36,7 @@ fn generate() -> Result<BTreeMap<String, String>, String> {
         training::files().map_err(|e| e.to_string())?,
         memory::files().map_err(perf)?,
         checkpointing::files().map_err(|e| e.to_string())?,
+        amp::files().map_err(|e| e.to_string())?,
         exercises::files(),
     ];
     for (name, text) in all.into_iter().flatten() {

@@ -324,8 +324,9 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         found_inf: &mut Self::Buffer,
     ) -> Result<()>;
 
-    /// Updates the loss scale (f32, one element) and growth tracker (i32, one element)
-    /// on device from `found_inf`; see [`ScaleUpdateParams`].
+    /// Updates the loss scale (f32, one element) and growth tracker (i32,
+    /// [`ScaleUpdateParams::tracker_len`] elements: two with hysteresis) on device from
+    /// `found_inf`; see [`ScaleUpdateParams`].
     fn update_loss_scale(
         &self,
         params: &ScaleUpdateParams,

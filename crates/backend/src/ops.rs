@@ -288,12 +288,32 @@ impl Default for AdamWParams {
 /// Dynamic loss-scale update, with the semantics of PyTorch's `_amp_update_scale_`:
 /// on an overflow multiply the scale by `backoff_factor` and reset the growth tracker;
 /// otherwise count the clean step, and after `growth_interval` of them multiply the
-/// scale by `growth_factor`.
+/// scale by `growth_factor` (only if the grown scale is finite).
+///
+/// Two options as Megatron-LM's `DynamicGradScaler` has them
+/// (`megatron/core/optimizer/grad_scaler.py`): `hysteresis` overflows are tolerated
+/// before the scale backs off (the step is skipped either way), the count restarting
+/// when the scale grows; and the scale never falls below `min_scale`. The defaults
+/// (`hysteresis = 1`, `min_scale = 0`) are exactly PyTorch's rule. With
+/// `hysteresis > 1` the growth-tracker buffer holds two i32: the clean steps in a row,
+/// then the overflows since the scale last grew.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScaleUpdateParams {
     pub growth_factor: f32,
     pub backoff_factor: f32,
     pub growth_interval: u32,
+    /// Overflows that back the scale off: the `hysteresis`-th since the last growth
+    /// (and every one after it). 0 and 1 both mean every overflow.
+    pub hysteresis: u32,
+    /// The scale's floor after a backoff.
+    pub min_scale: f32,
+}
+
+impl ScaleUpdateParams {
+    /// How many i32 the growth-tracker buffer needs: 2 with hysteresis, else 1.
+    pub fn tracker_len(&self) -> usize {
+        if self.hysteresis > 1 { 2 } else { 1 }
+    }
 }
 
 impl Default for ScaleUpdateParams {
@@ -303,6 +323,8 @@ impl Default for ScaleUpdateParams {
             growth_factor: 2.0,
             backoff_factor: 0.5,
             growth_interval: 2000,
+            hysteresis: 1,
+            min_scale: 0.0,
         }
     }
 }

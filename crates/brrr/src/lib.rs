@@ -19,11 +19,13 @@ pub use brrr_nn as nn;
 pub use brrr_perf as perf;
 pub use brrr_tensor as tensor;
 
+pub mod amp_bench;
 pub mod atomic;
 pub mod bench;
 pub mod ckpt;
 pub mod data;
 pub mod metrics;
 pub mod recompute;
+pub mod numerics;
 pub mod sample;
 pub mod train;

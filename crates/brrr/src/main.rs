@@ -34,6 +34,9 @@ enum Command {
     Roofline(perf_cmd::RooflineArgs),
     /// Estimate training memory, time, or communication cost.
     Estimate(perf_cmd::EstimateArgs),
+    /// Mixed-precision numerics: f16/bf16 ranges, the autocast policy, and a run's
+    /// gradients against f16's range before and after loss scaling (SVG).
+    Numerics(brrr::numerics::NumericsArgs),
     /// Activation recomputation: explore a plan, compare strategies.
     #[command(subcommand)]
     Recompute(RecomputeCommand),
@@ -57,6 +60,9 @@ enum BenchCommand {
     /// The overhead-bound regime on wgpu: time per dispatch of a tiny element-wise op
     /// versus size, and where it becomes bandwidth-bound.
     Overhead(BenchOverheadArgs),
+    /// Step time, tokens/s and memory of one training step in f32, bf16 and fp16
+    /// (`brrr train --amp`).
+    Amp(brrr::amp_bench::AmpBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -91,8 +97,13 @@ fn main() -> ExitCode {
         }),
         Command::Bench(BenchCommand::Gemm(args)) => run_bench_gemm(&args),
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
+        Command::Bench(BenchCommand::Amp(args)) => run_bench_amp(&args),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
         Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
+        Command::Numerics(args) => brrr::numerics::run(&args).and_then(|text| {
+            perf_cmd::write_stdout(&text)
+                .map_err(|e| brrr_backend::Error::io("writing the report to stdout", e))
+        }),
         Command::Recompute(RecomputeCommand::Plan(args)) => {
             recompute::run_plan(&args).and_then(|text| say(format_args!("{text}")))
         }
@@ -122,6 +133,20 @@ fn say(line: std::fmt::Arguments<'_>) -> brrr_backend::Result<()> {
 fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
     print!("{}", train::run(args)?);
     Ok(())
+}
+
+fn run_bench_amp(args: &brrr::amp_bench::AmpBenchArgs) -> brrr_backend::Result<()> {
+    use brrr::amp_bench::{run_on, table};
+    let rows = match args.backend {
+        train::BackendKind::Cpu => run_on(&brrr_cpu::CpuBackend::new(), args)?,
+        #[cfg(feature = "cuda")]
+        train::BackendKind::Cuda => run_on(&brrr_cuda::CudaBackend::new(0)?, args)?,
+        #[cfg(feature = "wgpu")]
+        train::BackendKind::Wgpu => run_on(&brrr_wgpu::WgpuBackend::new_blocking()?, args)?,
+        #[allow(unreachable_patterns)]
+        other => return Err(train::not_built(other)),
+    };
+    say(format_args!("{}", table(&rows)))
 }
 
 fn run_bench_gemm(args: &BenchGemmArgs) -> brrr_backend::Result<()> {

@@ -3,14 +3,17 @@
 //! One row per optimizer step, header [`HEADER`]:
 //!
 //! ```text
-//! step,loss,val_loss,lr,grad_norm,tokens_per_s,peak_bytes,activation_bytes
-//! 1,5.545177,,3.000000e-5,1.234567,10342.5,14051840,9580800
-//! 100,2.913004,2.950112,3.000000e-4,0.873001,10410.0,17406976,9580800
+//! step,loss,val_loss,lr,grad_norm,tokens_per_s,loss_scale,skipped,peak_bytes,activation_bytes
+//! 1,5.545177,,3.000000e-5,1.234567,10342.5,1,0,14051840,9580800
+//! 100,2.913004,2.950112,3.000000e-4,0.873001,10410.0,1,0,17406976,9580800
 //! ```
 //!
-//! `peak_bytes` is the device's peak during the step, `activation_bytes` the most the
-//! forwards and backwards added to what the step began with (what `--checkpoint`
-//! changes). Files written before these two columns existed still read (and resume).
+//! `loss_scale` is the dynamic loss scale after the step (`--amp fp16`; 1 without
+//! scaling) and `skipped` is 1 when the step found an inf/NaN gradient and left the
+//! weights unchanged. `peak_bytes` is the device's peak during the step,
+//! `activation_bytes` the most the forwards and backwards added to what the step began
+//! with (what `--checkpoint` changes); both are empty where unknown. Files written
+//! before these four columns existed (6 fields) still read, and resume.
 //!
 //! Numbers are written with fixed formats ([`Row`]'s `Display`), so the same values
 //! always give the same bytes: a resumed run's CSV can be compared with an
@@ -26,9 +29,9 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const HEADER: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s,peak_bytes,activation_bytes";
+pub const HEADER: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s,loss_scale,skipped,peak_bytes,activation_bytes";
 
-/// The header before the memory columns.
+/// The header of files written before the loss-scale and memory columns.
 const HEADER_V1: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s";
 
 /// One step's metrics.
@@ -44,6 +47,10 @@ pub struct Row {
     pub grad_norm: f32,
     /// Wall-clock throughput: not deterministic, see the module documentation.
     pub tokens_per_s: f64,
+    /// The loss scale after the step (1 without loss scaling).
+    pub loss_scale: f32,
+    /// Whether the step was skipped for an inf/NaN gradient.
+    pub skipped: bool,
     /// The device's peak bytes during the step (absent in older files).
     pub peak_bytes: Option<u64>,
     /// Peak bytes above the step's start: the activations (absent in older files).
@@ -61,11 +68,19 @@ impl fmt::Display for Row {
         }
         write!(
             f,
-            ",{:.6e},{:.6},{:.1}",
-            self.lr, self.grad_norm, self.tokens_per_s
+            ",{:.6e},{:.6},{:.1},{},{},",
+            self.lr,
+            self.grad_norm,
+            self.tokens_per_s,
+            self.loss_scale,
+            u8::from(self.skipped)
         )?;
-        if let (Some(p), Some(a)) = (self.peak_bytes, self.activation_bytes) {
-            write!(f, ",{p},{a}")?;
+        if let Some(p) = self.peak_bytes {
+            write!(f, "{p}")?;
+        }
+        f.write_str(",")?;
+        if let Some(a) = self.activation_bytes {
+            write!(f, "{a}")?;
         }
         Ok(())
     }
@@ -75,9 +90,9 @@ impl Row {
     /// Parses one CSV line; `what` (file and line) goes into errors.
     fn parse(line: &str, what: &dyn fmt::Display) -> Result<Row> {
         let fields: Vec<&str> = line.split(',').collect();
-        if fields.len() != 6 && fields.len() != 8 {
+        if fields.len() != 10 && fields.len() != 6 {
             return Err(Error::Parse(format!(
-                "{what}: expected 8 comma-separated fields ({HEADER}; 6 in older runs), found {}",
+                "{what}: expected 10 comma-separated fields ({HEADER}; 6 in older runs), found {}",
                 fields.len()
             )));
         }
@@ -97,12 +112,23 @@ impl Row {
             lr: num(fields[3], "lr", what)?,
             grad_norm: num(fields[4], "grad_norm", what)?,
             tokens_per_s: num(fields[5], "tokens_per_s", what)?,
+            // Files from before mixed precision have no scale: it was 1.
+            loss_scale: match fields.get(6) {
+                Some(v) => num(v, "loss_scale", what)?,
+                None => 1.0,
+            },
+            skipped: match fields.get(7) {
+                Some(v) => num::<u8>(v, "skipped", what)? != 0,
+                None => false,
+            },
             peak_bytes: fields
-                .get(6)
+                .get(8)
+                .filter(|f| !f.trim().is_empty())
                 .map(|f| num(f, "peak_bytes", what))
                 .transpose()?,
             activation_bytes: fields
-                .get(7)
+                .get(9)
+                .filter(|f| !f.trim().is_empty())
                 .map(|f| num(f, "activation_bytes", what))
                 .transpose()?,
         })
@@ -334,6 +360,8 @@ mod tests {
             lr: 3e-4 * (s / 10.0).min(1.0),
             grad_norm: 1.0 / (1.0 + s),
             tokens_per_s: 1000.0 + f64::from(s),
+            loss_scale: 65536.0 / (1 + step % 3) as f32,
+            skipped: step % 5 == 4,
             peak_bytes: Some(1 << 20),
             activation_bytes: Some(1 << 19),
         }
@@ -348,17 +376,19 @@ mod tests {
             lr: 3e-7,
             grad_norm: 0.125,
             tokens_per_s: 12345.678,
+            loss_scale: 1.0,
+            skipped: false,
             peak_bytes: None,
             activation_bytes: None,
         };
-        assert_eq!(r.to_string(), "7,2.500000,,3.000000e-7,0.125000,12345.7");
+        assert_eq!(r.to_string(), "7,2.500000,,3.000000e-7,0.125000,12345.7,1,0,,");
         let with_memory = Row {
             peak_bytes: Some(4096),
             activation_bytes: Some(1024),
             ..r.clone()
         };
         let line = with_memory.to_string();
-        assert_eq!(line, "7,2.500000,,3.000000e-7,0.125000,12345.7,4096,1024");
+        assert_eq!(line, "7,2.500000,,3.000000e-7,0.125000,12345.7,1,0,4096,1024");
         let back = Row::parse(&line, &"test").unwrap();
         assert_eq!(
             (back.peak_bytes, back.activation_bytes),
@@ -371,11 +401,22 @@ mod tests {
         };
         assert_eq!(
             r.to_string(),
-            "7,2.500000,2.750000,1.000000e-3,0.125000,12345.7"
+            "7,2.500000,2.750000,1.000000e-3,0.125000,12345.7,1,0,,"
         );
         let back = Row::parse(&r.to_string(), &"test").unwrap();
         assert_eq!(back.val_loss, Some(2.75));
         assert_eq!(back.lr, 1e-3);
+        // An fp16 step skipped for an overflow; and a row from before the AMP columns.
+        let skipped = Row {
+            loss_scale: 32768.0,
+            skipped: true,
+            ..r.clone()
+        };
+        assert!(skipped.to_string().ends_with(",32768,1,,"));
+        let back = Row::parse(&skipped.to_string(), &"test").unwrap();
+        assert_eq!((back.loss_scale, back.skipped), (32768.0, true));
+        let old = Row::parse("7,2.5,,1e-3,0.125,12345.7", &"test").unwrap();
+        assert_eq!((old.loss_scale, old.skipped), (1.0, false));
         // A diverged step still writes and reads.
         let nan = Row {
             loss: f32::NAN,

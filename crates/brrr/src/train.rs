@@ -10,6 +10,7 @@
 use crate::ckpt;
 use crate::data::{Corpus, DEFAULT_CORPUS, SYNTHETIC, synthetic_corpus, unigram_entropy_nats};
 use crate::metrics::{self, MetricsWriter, Row};
+use brrr_amp::{AmpConfig, AmpMode, LossScaling};
 use brrr_backend::{Backend, Error, Result};
 use brrr_checkpoint::Strategy;
 use brrr_cpu::CpuBackend;
@@ -157,11 +158,60 @@ pub struct TrainArgs {
     /// of activations, e.g. budget:8M) [default: none]; may change on --resume.
     #[arg(long, value_parser = parse_checkpoint)]
     pub checkpoint: Option<Strategy>,
+    /// Mixed precision: GEMMs and attention in bf16 or fp16 with f32 master weights
+    /// [default: off]. fp16 scales the loss dynamically; bf16 does not (see
+    /// --loss-scaling).
+    #[arg(long, value_enum)]
+    pub amp: Option<AmpArg>,
+    /// Loss scaling under --amp: auto (fp16 only), dynamic, none [default: auto].
+    #[arg(long, value_enum)]
+    pub loss_scaling: Option<LossScalingArg>,
 }
+
 
 fn parse_checkpoint(s: &str) -> std::result::Result<Strategy, String> {
     s.parse()
         .map_err(|e: brrr_checkpoint::PlanError| e.to_string())
+}
+
+
+/// `--amp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AmpArg {
+    Off,
+    Bf16,
+    Fp16,
+}
+
+impl AmpArg {
+    fn mode(self) -> AmpMode {
+        match self {
+            AmpArg::Off => AmpMode::Off,
+            AmpArg::Bf16 => AmpMode::Bf16,
+            AmpArg::Fp16 => AmpMode::Fp16,
+        }
+    }
+}
+
+/// `--loss-scaling`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LossScalingArg {
+    Auto,
+    Dynamic,
+    None,
+}
+
+/// The `amp` part of a fresh run's configuration.
+fn amp_from_args(args: &TrainArgs) -> AmpConfig {
+    AmpConfig {
+        mode: args.amp.map_or(AmpMode::Off, AmpArg::mode),
+        loss_scaling: match args.loss_scaling {
+            None | Some(LossScalingArg::Auto) => LossScaling::Auto,
+            Some(LossScalingArg::Dynamic) => LossScaling::Dynamic,
+            Some(LossScalingArg::None) => LossScaling::None,
+        },
+        ..AmpConfig::default()
+    }
 }
 
 /// The configuration the flags describe (a fresh run), validated.
@@ -189,6 +239,7 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         corpus,
         tokenizer: d.tokenizer,
         checkpoint: args.checkpoint.unwrap_or_default(),
+        amp: amp_from_args(args),
     };
     cfg.validate()?;
     Ok(cfg)
@@ -248,6 +299,18 @@ fn resume_conflicts(args: &TrainArgs, saved: &TrainConfig) -> Vec<String> {
         saved.weight_decay,
     );
     differs(&mut c, "--grad-clip", args.grad_clip, saved.grad_clip);
+    differs(
+        &mut c,
+        "--amp",
+        args.amp.map(|a| a.mode().name()),
+        saved.amp.mode.name(),
+    );
+    if args.loss_scaling.is_some() && amp_from_args(args).loss_scaling != saved.amp.loss_scaling {
+        c.push(format!(
+            "--loss-scaling (the run has {:?})",
+            saved.amp.loss_scaling
+        ));
+    }
     differs(
         &mut c,
         "--eval-batches",
@@ -734,6 +797,21 @@ fn say_header<B: Backend>(pb: &ProgressBar, quiet: bool, trainer: &Trainer<B>, p
             unigram_entropy_nats(plan.corpus.tokens())
         ),
     );
+    if cfg.amp.mode != AmpMode::Off {
+        let scaling = if cfg.amp.scales_loss() {
+            "dynamic loss scaling"
+        } else {
+            "no loss scaling"
+        };
+        say(
+            pb,
+            quiet,
+            format!(
+                "mixed precision: {} GEMMs and attention, f32 master weights, {scaling}",
+                cfg.amp.mode.name()
+            ),
+        );
+    }
 }
 
 /// `brrr train`'s observer: progress bar, `metrics.csv`, `loss.svg`, checkpoints, and
@@ -750,6 +828,8 @@ struct CliObserver {
     last_val: Option<f32>,
     timed_tokens: usize,
     timed_secs: f64,
+    /// Steps skipped for inf/NaN gradients in this process (mixed precision).
+    skipped: u64,
 }
 
 impl CliObserver {
@@ -763,6 +843,7 @@ impl CliObserver {
             quiet,
             start_step: plan.start_step,
             pending_val: None,
+            skipped: 0,
             last_loss: None,
             last_val: None,
             timed_tokens: 0,
@@ -824,12 +905,21 @@ impl Observer for CliObserver {
             tokens_per_s,
             peak_bytes: Some(s.peak_bytes),
             activation_bytes: Some(s.activation_peak_bytes),
+            loss_scale: s.loss_scale,
+            skipped: s.skipped,
         })?;
         self.last_loss = Some(s.loss);
+        self.skipped += u64::from(s.skipped);
         self.last_val = val_loss.or(self.last_val);
         self.pb.set_position(s.step);
-        self.pb
-            .set_message(format!("loss {:.4}  {tokens_per_s:.0} tok/s", s.loss));
+        let mut msg = format!("loss {:.4}  {tokens_per_s:.0} tok/s", s.loss);
+        if s.loss_scale != 1.0 || self.skipped > 0 {
+            msg.push_str(&format!(
+                "  scale {}  skipped {}",
+                s.loss_scale, self.skipped
+            ));
+        }
+        self.pb.set_message(msg);
         if let Some(v) = val_loss {
             let (done, loss, lr, norm) = (s.step, s.loss, s.lr, s.grad_norm);
             say(

@@ -79,12 +79,12 @@ pub(crate) fn update_loss_scale(
     let found = check::scalar_f32(OP, found_inf)?;
     let scale = check::f32s_mut(OP, scale, 1)?;
     let tracker = match growth_tracker {
-        HostData::I32(t) if !t.is_empty() => &mut t[0],
-        HostData::I32(_) => {
+        HostData::I32(t) if t.len() >= p.tracker_len() => t,
+        HostData::I32(t) => {
             return Err(brrr_backend::Error::BufferTooSmall {
                 op: OP,
-                needed: 1,
-                len: 0,
+                needed: p.tracker_len(),
+                len: t.len(),
             });
         }
         other => {
@@ -96,18 +96,35 @@ pub(crate) fn update_loss_scale(
         }
     };
     if found != 0.0 {
-        scale[0] *= p.backoff_factor;
-        *tracker = 0;
+        tracker[0] = 0;
+        if p.hysteresis > 1 {
+            // Megatron's hysteresis: count the overflow; back off only at the
+            // `hysteresis`-th since the last growth.
+            tracker[1] = tracker[1].saturating_add(1);
+            if (tracker[1] as u32) < p.hysteresis {
+                return Ok(());
+            }
+        }
+        let backed_off = scale[0] * p.backoff_factor;
+        // A comparison, not `f32::max`, so a NaN scale stays NaN on every backend.
+        scale[0] = if backed_off < p.min_scale {
+            p.min_scale
+        } else {
+            backed_off
+        };
     } else {
-        let successful = i64::from(*tracker) + 1;
+        let successful = i64::from(tracker[0]) + 1;
         if successful == i64::from(p.growth_interval) {
             let grown = scale[0] * p.growth_factor;
             if grown.is_finite() {
                 scale[0] = grown;
             }
-            *tracker = 0;
+            tracker[0] = 0;
+            if p.hysteresis > 1 {
+                tracker[1] = 0;
+            }
         } else {
-            *tracker = successful.min(i64::from(i32::MAX)) as i32;
+            tracker[0] = successful.min(i64::from(i32::MAX)) as i32;
         }
     }
     Ok(())

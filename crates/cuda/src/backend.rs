@@ -1367,10 +1367,12 @@ impl Backend for CudaBackend {
         same_dtype(OP, DType::I32, growth_tracker.dtype)?;
         same_dtype(OP, DType::F32, found_inf.dtype)?;
         Error::check_len(OP, 1, scale.len)?;
-        Error::check_len(OP, 1, growth_tracker.len)?;
+        Error::check_len(OP, params.tracker_len(), growth_tracker.len)?;
         Error::check_len(OP, 1, found_inf.len)?;
         let interval = i32::try_from(params.growth_interval)
             .map_err(|_| Error::invalid(OP, "growth_interval exceeds i32::MAX"))?;
+        let hysteresis = i32::try_from(params.hysteresis)
+            .map_err(|_| Error::invalid(OP, "hysteresis exceeds i32::MAX"))?;
         self.launch(
             Family::Optim,
             "update_loss_scale",
@@ -1386,6 +1388,8 @@ impl Backend for CudaBackend {
                 Arg::F32(params.growth_factor),
                 Arg::F32(params.backoff_factor),
                 Arg::I32(interval),
+                Arg::I32(hysteresis),
+                Arg::F32(params.min_scale),
             ],
         )
     }

@@ -802,6 +802,36 @@ fn adamw_and_the_amp_kernels() {
             "loss scale step {step}"
         );
     }
+    // Megatron-LM's hysteresis and minimum scale: the same sequence, two i32 of state.
+    let p = ScaleUpdateParams {
+        growth_interval: 3,
+        hysteresis: 2,
+        min_scale: 16384.0,
+        ..ScaleUpdateParams::default()
+    };
+    let (mut s, mut t) = (
+        up(cuda, &HostData::F32(vec![65536.0])),
+        up(cuda, &HostData::I32(vec![0, 0])),
+    );
+    let (mut ws, mut wt) = (
+        on_cpu(&HostData::F32(vec![65536.0])),
+        on_cpu(&HostData::I32(vec![0, 0])),
+    );
+    for (step, inf) in [1.0f32, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+        .into_iter()
+        .enumerate()
+    {
+        let f = HostData::F32(vec![inf]);
+        cuda.update_loss_scale(&p, &mut s, &mut t, &up(cuda, &f))
+            .unwrap();
+        cpu.update_loss_scale(&p, &mut ws, &mut wt, &on_cpu(&f))
+            .unwrap();
+        assert_eq!(
+            (get(cuda, &s), get(cuda, &t)),
+            (HostData::clone(&ws), HostData::clone(&wt)),
+            "loss scale with hysteresis, step {step}"
+        );
+    }
 }
 
 fn gemm_case(

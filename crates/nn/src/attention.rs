@@ -23,6 +23,10 @@ pub struct CausalSelfAttention<B: Backend> {
     pub c_proj: Box<dyn LinearLayer<B>>,
     /// Width `D` of one head.
     pub head_dim: usize,
+    /// The dtype of the attention core (`q·kᵀ`, softmax, `att·v`, and their backward)
+    /// when it differs from the activations' (mixed precision: an f32 core inside an
+    /// f16 model); `None` computes in the activations' dtype.
+    pub core_dtype: Option<DType>,
     /// What each micro-batch in flight saved for the backward.
     pub saved: Stash<AttentionSaved<B>>,
     /// Selective activation recomputation (Korthikanti et al. 2022, §4.2): when set,
@@ -112,6 +116,7 @@ impl<B: Backend> CausalSelfAttention<B> {
             c_attn,
             c_proj,
             head_dim,
+            core_dtype: None,
             saved: Stash::new(),
             recompute_scores: false,
         })
@@ -136,10 +141,13 @@ impl<B: Backend> CausalSelfAttention<B> {
         // [B, T, 3, H, D] -> [3, B, H, T, D]: pick q, k, v as dense [B·H, T, D].
         let qkv = qkv.reshape([b, t, 3, h, d])?.permute(&[2, 0, 3, 1, 4])?;
         let part = |i: usize| qkv.narrow(0, i, 1)?.reshape([b * h, t, d]);
-        let (q, k, v) = (part(0)?, part(1)?, part(2)?);
+        let (mut q, mut k, mut v) = (part(0)?, part(1)?, part(2)?);
+        if let Some(dt) = self.core_dtype.filter(|&dt| dt != x.dtype()) {
+            (q, k, v) = (q.to_dtype(dt)?, k.to_dtype(dt)?, v.to_dtype(dt)?);
+        }
         let scale = 1.0 / (d as f32).sqrt();
         let att = q.matmul(&k.transpose(-1, -2)?)?.softmax(scale, true)?; // [BH, T, T]
-        let y = att.matmul(&v)?; // [BH, T, D]
+        let y = att.matmul(&v)?.to_dtype(x.dtype())?; // [BH, T, D]
         let y = y
             .reshape([b, h, t, d])?
             .permute(&[0, 2, 1, 3])?
@@ -173,8 +181,10 @@ impl<B: Backend> CausalSelfAttention<B> {
             // The forward's own ops on the same q and k: the same bits.
             None => s.q.matmul(&s.k.transpose(-1, -2)?)?.softmax(scale, true)?,
         };
-        let datt = dy.matmul(&s.v.transpose(-1, -2)?)?; // [BH, T, T]
-        let dv = att.transpose(-1, -2)?.matmul(&dy)?; // [BH, T, D]
+        // The backward runs in the dtype the forward's core ran in.
+        let dy_core = dy.to_dtype(s.v.dtype())?;
+        let datt = dy_core.matmul(&s.v.transpose(-1, -2)?)?; // [BH, T, T]
+        let dv = att.transpose(-1, -2)?.matmul(&dy_core)?; // [BH, T, D]
         let dscores = att.softmax_backward(&datt, scale)?;
         let dq = dscores.matmul(&s.k)?;
         let dk = dscores.transpose(-1, -2)?.matmul(&s.q)?;
@@ -187,7 +197,8 @@ impl<B: Backend> CausalSelfAttention<B> {
                 .narrow(0, i, 1)?
                 .layout()
                 .clone();
-            g.reshape([1, b, h, t, d])?
+            g.to_dtype(dy.dtype())?
+                .reshape([1, b, h, t, d])?
                 .copy_into_view(&mut dqkv, &view)?;
         }
         self.c_attn.backward(mb, &dqkv.reshape([b, t, 3 * h * d])?)

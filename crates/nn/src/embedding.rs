@@ -39,6 +39,12 @@ impl<B: Backend> Embedding<B> {
     /// gradient.
     pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<()> {
         let ids = self.saved_ids.take(mb, "Embedding")?;
+        if dout.dtype() != self.weight.grad.dtype() {
+            // A 16-bit gradient scatter-added into an f32 gradient (beside an f32
+            // master): widen it first, so repeated ids add up in f32.
+            let wide = dout.to_dtype(self.weight.grad.dtype())?;
+            return ids.embedding_backward(&wide, &mut self.weight.grad);
+        }
         ids.embedding_backward(dout, &mut self.weight.grad)
     }
 }

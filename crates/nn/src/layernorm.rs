@@ -36,6 +36,24 @@ impl<B: Backend> LayerNorm<B> {
 
     pub fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
         let (x, stats) = self.saved.take(mb, "LayerNorm")?;
+        if self.gamma.grad.dtype() != x.dtype() {
+            // f32 gradients beside f32 masters, 16-bit activations: the kernel
+            // accumulates in x's dtype, so this micro-batch's part goes through a
+            // zeroed buffer and is added in f32.
+            let zeros = || Tensor::zeros(x.backend(), self.gamma.grad.shape().clone(), x.dtype());
+            let (mut dgamma, mut dbeta) = (zeros()?, zeros()?);
+            let dx = x.layernorm_backward(
+                dy,
+                &self.gamma.value,
+                &stats,
+                self.eps,
+                &mut dgamma,
+                &mut dbeta,
+            )?;
+            self.gamma.accumulate_grad(&dgamma)?;
+            self.beta.accumulate_grad(&dbeta)?;
+            return Ok(dx);
+        }
         x.layernorm_backward(
             dy,
             &self.gamma.value,

@@ -147,7 +147,7 @@ impl<B: Backend> Linear<B> {
         }
         Tensor::matmul_into(&mut self.weight.grad, &dy2.transpose(0, 1)?, &x2, 1.0, 1.0)?;
         if let Some(b) = &mut self.bias {
-            b.grad.add_(&dy2.sum_dim(0, false)?)?;
+            b.accumulate_grad(&dy2.sum_dim(0, false)?)?;
         }
         let dx = dy2.matmul(&self.weight.value)?;
         let mut dims = dy.dims().to_vec();

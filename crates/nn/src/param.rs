@@ -75,6 +75,17 @@ impl<B: Backend> Param<B> {
         })
     }
 
+    /// `grad += g`, converting `g` to the gradient's dtype first when they differ: a
+    /// layer computing in f16/bf16 adds its 16-bit partial gradient into the f32 gradient
+    /// that sits beside an f32 master, so accumulation across micro-batches is f32.
+    pub fn accumulate_grad(&mut self, g: &Tensor<B>) -> Result<()> {
+        if g.dtype() == self.grad.dtype() {
+            self.grad.add_(g)
+        } else {
+            self.grad.add_(&g.to_dtype(self.grad.dtype())?)
+        }
+    }
+
     pub fn zero_grad(&mut self) -> Result<()> {
         self.grad.fill_(0.0)
     }

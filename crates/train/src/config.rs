@@ -2,6 +2,7 @@
 //! is allocated.
 
 use crate::data::ByteTokenizer;
+use brrr_amp::AmpConfig;
 use brrr_backend::{Error, Result};
 use brrr_checkpoint::{Chain, GptShape, Strategy};
 use brrr_nn::{CosineSchedule, GptConfig};
@@ -48,6 +49,10 @@ pub struct TrainConfig {
     /// backward. Absent in configurations written before it existed: none.
     #[serde(default)]
     pub checkpoint: Strategy,
+    /// Mixed precision (`--amp`): off by default, and in configurations written before
+    /// it existed.
+    #[serde(default)]
+    pub amp: AmpConfig,
 }
 
 impl Default for TrainConfig {
@@ -77,6 +82,7 @@ impl Default for TrainConfig {
             corpus: String::new(),
             tokenizer: ByteTokenizer::NAME.to_string(),
             checkpoint: Strategy::None,
+            amp: AmpConfig::default(),
         }
     }
 }
@@ -94,6 +100,7 @@ impl TrainConfig {
         if self.eval_every == 0 || self.eval_batches == 0 {
             return bad("--eval-every and --eval-batches must be at least 1".into());
         }
+        self.amp.validate()?;
         if self.checkpoint == Strategy::None {
             return Ok(());
         }

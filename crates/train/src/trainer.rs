@@ -5,6 +5,7 @@ use crate::config::TrainConfig;
 use crate::data::{Batch, BatchSource};
 use crate::schedule::{Action, MicroBatchSchedule};
 use crate::state::{ParamState, TrainState};
+use brrr_amp::{DynamicLossScaler, apply_policy};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_checkpoint::{Op, Recompute, Strategy};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, clip_grad_norm_on_device};
@@ -27,6 +28,10 @@ pub struct StepStats {
     pub lr: f64,
     /// Tokens the step trained on.
     pub tokens: usize,
+    /// The loss scale after the step's update (1 without loss scaling).
+    pub loss_scale: f32,
+    /// Whether the step found an inf/NaN gradient and left the weights unchanged.
+    pub skipped: bool,
     /// Wall-clock seconds of the step, read back included; `None` on wasm32, where
     /// `std::time::Instant` is not available.
     pub seconds: Option<f64>,
@@ -87,6 +92,8 @@ pub struct Trainer<B: Backend> {
     tracer: Arc<Tracer>,
     /// The activation-recomputation executor (`config.checkpoint`), if any.
     recompute: Option<Recompute<B>>,
+    /// The dynamic loss scaler, with `--amp fp16` (see `brrr_amp::AmpConfig`).
+    scaler: Option<DynamicLossScaler<B>>,
 }
 
 impl<B: Backend> Trainer<B> {
@@ -103,7 +110,15 @@ impl<B: Backend> Trainer<B> {
         // Sizes whose byte counts overflow are errors here, not allocation failures.
         crate::memory::estimate(&config)?;
         let mut init_rng = ChaCha8Rng::seed_from_u64(config.seed);
-        let model = Gpt::new(backend, config.model.clone(), DType::F32, &mut init_rng)?;
+        let mut model = Gpt::new(backend, config.model.clone(), DType::F32, &mut init_rng)?;
+        // Mixed precision: the same initial weights become f32 masters with 16-bit copies.
+        if let Some(policy) = config.amp.policy() {
+            apply_policy(&policy, &mut model)?;
+        }
+        let scaler = match config.amp.scales_loss() {
+            true => Some(DynamicLossScaler::new(backend, config.amp.scaler.clone())?),
+            false => None,
+        };
         let opt = AdamW::new(AdamWConfig {
             weight_decay: config.weight_decay,
             ..AdamWConfig::default()
@@ -130,6 +145,7 @@ impl<B: Backend> Trainer<B> {
             step: 0,
             tracer: Arc::new(Tracer::disabled()),
             recompute,
+            scaler,
         })
     }
 
@@ -224,29 +240,57 @@ impl<B: Backend> Trainer<B> {
             r.clear();
             r.set_step_seed(self.config.seed ^ self.step);
         }
-        let loss_sum = self.run_schedule(&tracer)?;
+        let loss_scale = self.scaler.as_ref().map_or(1.0, |s| s.scale());
+        let loss_sum = self.run_schedule(&tracer, loss_scale)?;
         let activation_peak_bytes = self
             .backend
             .memory_stats()
             .peak_bytes
             .saturating_sub(start_bytes);
+        // Loss scaling: once per optimizer step, after every micro-batch, before clipping.
+        if let Some(s) = &mut self.scaler {
+            tracer.in_span("unscale", || s.unscale(self.model.params_mut()))?;
+        }
         let (norm, coef) = tracer.in_span("clip", || {
             clip_grad_norm_on_device(&self.model.params(), self.config.grad_clip)
         })?;
         // The clip factor stays on the device: the fused AdamW kernel multiplies it into
-        // every gradient (`inv_scale`), so nothing is read back before the update.
+        // every gradient (`inv_scale`), so nothing is read back before the update; an
+        // overflow flag skips the update there too.
+        let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
         tracer.in_span("adamw", || {
-            self.opt
-                .step_scaled(self.model.params_mut(), lr as f32, 1.0, Some(&coef), None)
+            self.opt.step_scaled(
+                self.model.params_mut(),
+                lr as f32,
+                1.0,
+                Some(&coef),
+                found_inf,
+            )
         })?;
+        if let Some(s) = &mut self.scaler {
+            s.update()?;
+        }
         record_memory(&tracer, &self.backend);
         let peak_bytes = self.backend.memory_stats().peak_bytes;
         let host = {
             let _read = tracer.span("read back");
-            Tensor::cat(&[&loss_sum, &norm], 0)?
-                .to_host()
-                .await?
-                .to_f64()
+            let mut parts = vec![&loss_sum, &norm];
+            if let Some(s) = &self.scaler {
+                parts.extend([s.scale_tensor(), s.found_inf()]);
+            }
+            Tensor::cat(&parts, 0)?.to_host().await?.to_f64()
+        };
+        let (loss_scale, skipped) = match &mut self.scaler {
+            Some(s) => {
+                let r = s.observe(host[2] as f32, host[3] as f32)?;
+                if r.skipped {
+                    // A skipped step is no AdamW step (PyTorch never calls
+                    // `optimizer.step()`): its bias-correction count stays.
+                    self.opt.step -= 1;
+                }
+                (r.scale, r.skipped)
+            }
+            None => (1.0, false),
         };
         // The same arithmetic as summing each micro-batch's mean on the host in f64:
         // for one micro-batch the f32 mean itself.
@@ -265,6 +309,8 @@ impl<B: Backend> Trainer<B> {
             grad_norm: host[1],
             lr,
             tokens: self.config.tokens_per_step(),
+            loss_scale,
+            skipped,
             #[cfg(not(target_arch = "wasm32"))]
             seconds: Some(t0.elapsed().as_secs_f64()),
             #[cfg(target_arch = "wasm32")]
@@ -276,10 +322,17 @@ impl<B: Backend> Trainer<B> {
 
     /// Executes the schedule's actions; returns the sum of the micro-batch mean losses,
     /// on the device.
-    fn run_schedule(&mut self, tracer: &Tracer) -> Result<Tensor<B>> {
+    /// Every backward seeds the loss gradient with `loss_scale` (1 without scaling), the
+    /// same for all micro-batches of the step.
+    fn run_schedule(&mut self, tracer: &Tracer, loss_scale: f32) -> Result<Tensor<B>> {
         let n_tokens = (self.config.batch_size * self.config.seq_len) as f32;
         // Each backward scales by 1/(n·k): the gradient of the mean over all k·n tokens.
         let dloss = 1.0 / (n_tokens * self.config.grad_accum as f32);
+        let dloss = if loss_scale == 1.0 {
+            dloss
+        } else {
+            dloss * loss_scale
+        };
         let mut loss_sum: Option<Tensor<B>> = None;
         for action in self.schedule.actions().to_vec() {
             match action {
@@ -379,7 +432,8 @@ impl<B: Backend> Trainer<B> {
             params.push(ParamState {
                 name: p.name.clone(),
                 shape: p.value.dims().to_vec(),
-                value: p.value.to_host().await?,
+                // The f32 master under mixed precision: what the run's weights are.
+                value: p.master.as_ref().unwrap_or(&p.value).to_host().await?,
                 moments,
             });
         }
@@ -509,14 +563,23 @@ pub fn load_params<B: Backend>(backend: &B, model: &mut Gpt<B>, state: &TrainSta
     for p in model.params_mut() {
         let saved = saved_param(state, &p.name, p.value.dims())?;
         let t = Tensor::from_host(backend, &saved.value, saved.shape.clone())?;
-        if t.dtype() != p.value.dtype() {
+        let expected = p.master.as_ref().unwrap_or(&p.value).dtype();
+        if t.dtype() != expected {
             return Err(Error::DType {
                 op: "load checkpoint",
-                expected: p.value.dtype(),
+                expected,
                 got: t.dtype(),
             });
         }
-        p.value = t;
+        match &mut p.master {
+            // Mixed precision: the saved f32 weights become the master, and the compute
+            // copy is rounded from them as the optimizer writes it.
+            Some(master) => {
+                p.value = t.to_dtype(p.value.dtype())?;
+                *master = t;
+            }
+            None => p.value = t,
+        }
     }
     Ok(())
 }

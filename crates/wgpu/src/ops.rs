@@ -1327,12 +1327,17 @@ impl Backend for WgpuBackend {
                 format!("growth_tracker must be i32, got {}", growth_tracker.dtype),
             ));
         }
-        Error::check_len(name, 1, growth_tracker.len)?;
+        Error::check_len(name, params.tracker_len(), growth_tracker.len)?;
         let interval = i32::try_from(params.growth_interval).unwrap_or(i32::MAX);
+        let hysteresis = i32::try_from(params.hysteresis).unwrap_or(i32::MAX);
         let p = Params::new()
             .f(params.growth_factor)
             .f(params.backoff_factor)
             .i(interval)
+            .i(hysteresis)
+            .f(params.min_scale)
+            .u(0)
+            .u(0)
             .u(0);
         self.inner.dispatch(
             &Kernel::new(Family::Amp, "update_scale"),

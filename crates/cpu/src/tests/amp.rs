@@ -58,6 +58,7 @@ fn loss_scale_follows_grad_scaler() {
         growth_factor: 2.0,
         backoff_factor: 0.5,
         growth_interval: 3,
+        ..ScaleUpdateParams::default()
     };
     let mut scale = buf(HostData::F32(vec![65536.0]));
     let mut tracker = buf(HostData::I32(vec![0]));
@@ -88,4 +89,43 @@ fn loss_scale_follows_grad_scaler() {
         .unwrap();
     assert_eq!(scale, buf(HostData::F32(vec![f32::MAX])));
     assert_eq!(tracker, buf(HostData::I32(vec![0])));
+}
+
+#[test]
+fn hysteresis_and_min_scale_follow_megatron() {
+    let p = ScaleUpdateParams {
+        growth_interval: 3,
+        hysteresis: 2,
+        min_scale: 16384.0,
+        ..ScaleUpdateParams::default()
+    };
+    let mut scale = buf(HostData::F32(vec![65536.0]));
+    let mut tracker = buf(HostData::I32(vec![0, 0]));
+    let clean = buf(HostData::F32(vec![0.0]));
+    let inf = buf(HostData::F32(vec![1.0]));
+    // (found_inf, scale after, [clean steps in a row, overflows since growth])
+    let steps = [
+        (&inf, 65536.0, [0, 1]), // 1st overflow of 2: tolerated (the step is still skipped)
+        (&inf, 32768.0, [0, 2]), // 2nd: back off
+        (&inf, 16384.0, [0, 3]), // every later one backs off ...
+        (&inf, 16384.0, [0, 4]), // ... but not below min_scale
+        (&clean, 16384.0, [1, 4]), // clean steps do not reset the overflow count
+        (&clean, 16384.0, [2, 4]),
+        (&clean, 32768.0, [0, 0]), // growth does
+        (&inf, 32768.0, [0, 1]),   // tolerated again
+    ];
+    for (i, (found, s, t)) in steps.into_iter().enumerate() {
+        cpu()
+            .update_loss_scale(&p, &mut scale, &mut tracker, found)
+            .unwrap();
+        assert_eq!(read(&scale), vec![s], "step {i}");
+        assert_eq!(tracker, buf(HostData::I32(t.to_vec())), "step {i}");
+    }
+    // With hysteresis the tracker needs two elements.
+    let mut short = buf(HostData::I32(vec![0]));
+    assert!(
+        cpu()
+            .update_loss_scale(&p, &mut scale, &mut short, &inf)
+            .is_err()
+    );
 }
