@@ -147,6 +147,8 @@ pub fn all() -> Vec<Exercise> {
             module: "checkpointing::dp_step",
             task: "one step of the optimal-checkpointing dynamic program",
             check: checkpointing::dp_step::check,
+        },
+        Exercise {
             chapter: AMP,
             module: "amp::bf16_round",
             task: "round an f32 to bfloat16 bits, to nearest even",

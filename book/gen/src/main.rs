@@ -10,8 +10,8 @@
 //! crates: brrr-perf's estimators and spec table, brrr-nn's models, brrr-cpu's memory
 //! counters, brrr-exercises' lists.
 
-mod checkpointing;
 mod amp;
+mod checkpointing;
 mod exercises;
 mod gpu;
 mod kernels;

@@ -25,7 +25,7 @@ pub mod bench;
 pub mod ckpt;
 pub mod data;
 pub mod metrics;
-pub mod recompute;
 pub mod numerics;
+pub mod recompute;
 pub mod sample;
 pub mod train;

@@ -29,7 +29,8 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const HEADER: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s,loss_scale,skipped,peak_bytes,activation_bytes";
+pub const HEADER: &str =
+    "step,loss,val_loss,lr,grad_norm,tokens_per_s,loss_scale,skipped,peak_bytes,activation_bytes";
 
 /// The header of files written before the loss-scale and memory columns.
 const HEADER_V1: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s";
@@ -381,14 +382,20 @@ mod tests {
             peak_bytes: None,
             activation_bytes: None,
         };
-        assert_eq!(r.to_string(), "7,2.500000,,3.000000e-7,0.125000,12345.7,1,0,,");
+        assert_eq!(
+            r.to_string(),
+            "7,2.500000,,3.000000e-7,0.125000,12345.7,1,0,,"
+        );
         let with_memory = Row {
             peak_bytes: Some(4096),
             activation_bytes: Some(1024),
             ..r.clone()
         };
         let line = with_memory.to_string();
-        assert_eq!(line, "7,2.500000,,3.000000e-7,0.125000,12345.7,1,0,4096,1024");
+        assert_eq!(
+            line,
+            "7,2.500000,,3.000000e-7,0.125000,12345.7,1,0,4096,1024"
+        );
         let back = Row::parse(&line, &"test").unwrap();
         assert_eq!(
             (back.peak_bytes, back.activation_bytes),

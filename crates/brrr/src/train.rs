@@ -168,12 +168,10 @@ pub struct TrainArgs {
     pub loss_scaling: Option<LossScalingArg>,
 }
 
-
 fn parse_checkpoint(s: &str) -> std::result::Result<Strategy, String> {
     s.parse()
         .map_err(|e: brrr_checkpoint::PlanError| e.to_string())
 }
-
 
 /// `--amp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
