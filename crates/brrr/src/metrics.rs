@@ -523,7 +523,7 @@ mod tests {
         std::fs::write(&bad, format!("{HEADER}\n1,2.0\n")).unwrap();
         let e = read_rows(&bad).unwrap_err().to_string();
         assert!(
-            e.contains("line 2") && e.contains("8 comma-separated"),
+            e.contains("line 2") && e.contains("10 comma-separated"),
             "{e}"
         );
     }
