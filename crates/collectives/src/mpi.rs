@@ -1,0 +1,1 @@
+//! MPI transport (feature `mpi`).
