@@ -33,6 +33,8 @@ enum Command {
     Roofline(perf_cmd::RooflineArgs),
     /// Estimate training memory, time, or communication cost.
     Estimate(perf_cmd::EstimateArgs),
+    /// Start N ranks of a brrr command on this machine (torchrun's environment).
+    Launch(brrr::launch::LaunchArgs),
 }
 
 #[derive(Subcommand)]
@@ -43,6 +45,9 @@ enum BenchCommand {
     /// The overhead-bound regime on wgpu: time per dispatch of a tiny element-wise op
     /// versus size, and where it becomes bandwidth-bound.
     Overhead(BenchOverheadArgs),
+    /// Collectives in the manner of nccl-tests: time, algbw, busbw, #wrong per size and
+    /// algorithm, alpha-beta fit next to brrr-perf's model.
+    Collectives(brrr::bench_collectives::BenchCollectivesArgs),
 }
 
 #[derive(clap::Args)]
@@ -79,6 +84,12 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
         Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
+        Command::Launch(args) => brrr::launch::run(&args),
+        Command::Bench(BenchCommand::Collectives(args)) => brrr::bench_collectives::run(&args)
+            .and_then(|text| match text.is_empty() {
+                true => Ok(()),
+                false => say(format_args!("{}", text.trim_end_matches('\n'))),
+            }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -47,6 +47,11 @@ pub mod schedule;
 pub mod socket;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod tensor;
+pub mod verify;
+#[cfg(not(target_arch = "wasm32"))]
+mod world;
+#[cfg(not(target_arch = "wasm32"))]
+pub use world::from_env;
 
 pub use algorithms::{Algorithm, Collective, plan};
 pub use communicator::{Algorithms, Communicator, DEFAULT_TIMEOUT};

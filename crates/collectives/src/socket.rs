@@ -56,6 +56,7 @@ pub struct SocketLink {
     rank: usize,
     readers: Vec<Option<TcpStream>>,
     writers: Vec<Option<Sender<Frame>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
     write_error: Arc<Mutex<Option<String>>>,
     max_frame_elems: u64,
 }
@@ -72,6 +73,9 @@ pub fn connect(
             "socket",
             format!("rank {rank} of world {world}"),
         ));
+    }
+    if world == 1 {
+        return SocketLink::new(0, vec![None], opts.max_frame_elems, opts.timeout);
     }
     let master_addr = master
         .to_socket_addrs()
@@ -123,7 +127,7 @@ pub fn connect(
         }
         streams[peer] = Some(s);
     }
-    SocketLink::new(rank, streams, opts.max_frame_elems)
+    SocketLink::new(rank, streams, opts.max_frame_elems, opts.timeout)
 }
 
 fn hello(rank: usize, world: usize, port: u16) -> [u8; 16] {
@@ -278,21 +282,30 @@ fn accept_until(l: &TcpListener, deadline: Instant) -> Result<TcpStream> {
 }
 
 impl SocketLink {
-    fn new(rank: usize, streams: Vec<Option<TcpStream>>, max_frame_elems: u64) -> Result<Self> {
+    fn new(
+        rank: usize,
+        streams: Vec<Option<TcpStream>>,
+        max_frame_elems: u64,
+        write_timeout: Duration,
+    ) -> Result<Self> {
         let write_error = Arc::new(Mutex::new(None));
         let mut writers = Vec::new();
+        let mut threads = Vec::new();
         for (peer, s) in streams.iter().enumerate() {
             let Some(s) = s else {
                 writers.push(None);
                 continue;
             };
             let mut w = s.try_clone().map_err(|e| io_err("cloning a socket", e))?;
+            // A peer that stops reading must not block this rank's exit forever.
+            w.set_write_timeout(Some(write_timeout))
+                .map_err(|e| io_err("socket write timeout", e))?;
             let (tx, rx) = channel::<Frame>();
             let err = Arc::clone(&write_error);
             // One writer thread per peer: `send` only queues, as `Link` requires, so a
             // step in which every rank sends before receiving cannot fill both socket
             // buffers and deadlock.
-            std::thread::Builder::new()
+            let t = std::thread::Builder::new()
                 .name(format!("brrr-send-{peer}"))
                 .spawn(move || {
                     while let Ok(f) = rx.recv() {
@@ -307,12 +320,14 @@ impl SocketLink {
                     }
                 })
                 .map_err(|e| io_err("starting a sender thread", e))?;
+            threads.push(t);
             writers.push(Some(tx));
         }
         Ok(SocketLink {
             rank,
             readers: streams,
             writers,
+            threads,
             write_error,
             max_frame_elems,
         })
@@ -376,5 +391,16 @@ impl Link for SocketLink {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         Ok(Frame { header, data })
+    }
+}
+
+impl Drop for SocketLink {
+    /// Delivers what is queued before the sockets close: a rank that finishes first must
+    /// not cut off its last frames (its peers would see a closed connection).
+    fn drop(&mut self) {
+        self.writers.clear();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }
