@@ -1,7 +1,7 @@
 //! The list of exercises, in book order.
 
 use crate::check::Outcome;
-use crate::{gpu, kernels, memory, regimes, training};
+use crate::{collectives, gpu, kernels, memory, regimes, training};
 
 /// One exercise as the runner and the book list it.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +34,7 @@ const GPU: &str = "What a GPU is";
 const KERNELS: &str = "Kernels: from naive to tiled, and fusion";
 const TRAINING: &str = "Training a GPT with an explicit backward";
 const MEMORY: &str = "What fills GPU memory";
+const COLLECTIVES: &str = "Collectives";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -127,6 +128,24 @@ pub fn all() -> Vec<Exercise> {
             module: "memory::train_time",
             task: "time to train from 6ND, GPUs, peak and MFU",
             check: memory::train_time::check,
+        },
+        Exercise {
+            chapter: COLLECTIVES,
+            module: "collectives::chunk_bounds",
+            task: "the elements of chunk i when a length does not divide by the world size",
+            check: collectives::chunk_bounds::check,
+        },
+        Exercise {
+            chapter: COLLECTIVES,
+            module: "collectives::ring_step",
+            task: "the chunk each rank sends in a step of the ring reduce-scatter",
+            check: collectives::ring_step::check,
+        },
+        Exercise {
+            chapter: COLLECTIVES,
+            module: "collectives::bus_bandwidth",
+            task: "nccl-tests' bus bandwidth from a measured time",
+            check: collectives::bus_bandwidth::check,
         },
     ]
 }

@@ -24,9 +24,70 @@ pub struct LaunchArgs {
     /// Seconds the other ranks get to finish after one fails, before they are killed.
     #[arg(long, default_value_t = 30.0)]
     pub grace_s: f64,
+    /// How ranks talk: `auto` is MPI (through `mpirun`) when brrr was built with the
+    /// `mpi` feature and `mpirun` is on PATH, sockets otherwise.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub transport: LaunchTransport,
     /// The brrr command each rank runs (after `--`; a leading `brrr` is optional).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     pub command: Vec<String>,
+}
+
+/// The transport of launched ranks.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaunchTransport {
+    /// MPI where built with it and mpirun exists, else sockets.
+    Auto,
+    /// TCP sockets with a rendezvous on MASTER_ADDR:MASTER_PORT.
+    Socket,
+    /// `mpirun -np N` (needs the `mpi` feature).
+    Mpi,
+}
+
+fn mpirun_found() -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("mpirun").is_file()))
+}
+
+/// Whether to hand the ranks to mpirun.
+fn use_mpi(t: LaunchTransport) -> Result<bool> {
+    let built = cfg!(feature = "mpi");
+    match t {
+        LaunchTransport::Socket => Ok(false),
+        LaunchTransport::Auto => Ok(built && mpirun_found()),
+        LaunchTransport::Mpi if !built => Err(Error::invalid(
+            "launch",
+            "--transport mpi: brrr was built without the `mpi` feature",
+        )),
+        LaunchTransport::Mpi if !mpirun_found() => Err(Error::invalid(
+            "launch",
+            "--transport mpi: mpirun is not on PATH",
+        )),
+        LaunchTransport::Mpi => Ok(true),
+    }
+}
+
+/// Runs the ranks under `mpirun`: OpenMPI starts them and its environment
+/// (`OMPI_COMM_WORLD_*`) tells each which rank it is; mpirun itself stops every rank
+/// when one fails.
+fn run_mpirun(exe: &std::path::Path, nproc: usize, args: &[String]) -> Result<()> {
+    let status = Command::new("mpirun")
+        .args(["--oversubscribe", "-np", &nproc.to_string()])
+        .arg(exe)
+        .args(args)
+        // OpenMPI refuses to run as root without both (containers and CI often are root).
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .status()
+        .map_err(|e| Error::io("starting mpirun", e))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "launch",
+            format!("mpirun failed ({status})"),
+        ))
+    }
 }
 
 fn free_port(addr: &str) -> Result<u16> {
@@ -56,6 +117,9 @@ pub fn run(args: &LaunchArgs) -> Result<()> {
         return Err(Error::invalid("launch", "no command after --"));
     }
     let exe = std::env::current_exe().map_err(|e| Error::io("locating the brrr executable", e))?;
+    if use_mpi(args.transport)? {
+        return run_mpirun(&exe, args.nproc, cmd_args);
+    }
     let port = match args.master_port {
         Some(p) => p,
         None => free_port(&args.master_addr)?,

@@ -107,3 +107,14 @@ where
             .collect()
     })
 }
+
+#[cfg(all(test, not(feature = "cuda")))]
+mod tests {
+    #[test]
+    fn nccl_is_reported_skipped_when_not_built() {
+        brrr_backend::skip::report_skipped(
+            "nccl all-reduce (brrr-collectives)",
+            "built without the `cuda` feature",
+        );
+    }
+}
