@@ -579,7 +579,14 @@ fn run_rank(comm: &Communicator, args: &BenchCollectivesArgs) -> Result<String> 
         }
         return Ok(msg);
     }
-    let memcpy = memcpy_bandwidth();
+    // Rank 0 alone, the others idle in the barrier: threads copying at the same time
+    // would share the memory bandwidth being measured.
+    let mut memcpy = [0.0f32];
+    if comm.rank() == 0 {
+        memcpy[0] = memcpy_bandwidth() as f32;
+    }
+    comm.broadcast_with(&mut memcpy, 0, Algorithm::Naive)?;
+    let memcpy = f64::from(memcpy[0]);
     let rows = sweep(comm, args)?;
     let report = analyse(comm.world_size(), comm.transport(), memcpy, rows);
     if comm.rank() == 0
