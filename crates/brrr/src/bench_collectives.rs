@@ -62,14 +62,23 @@ pub struct BenchCollectivesArgs {
 /// One point of a sweep.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
+    /// Collective name.
     pub op: &'static str,
+    /// Algorithm name.
     pub algorithm: &'static str,
+    /// Buffer size in nccl-tests' convention.
     pub bytes: usize,
+    /// Elements (f32).
     pub count: usize,
+    /// Timed calls.
     pub iters: usize,
+    /// Time per call, the slowest rank's.
     pub time_us: f64,
+    /// `bytes / time`.
     pub algbw_gbs: f64,
+    /// `algbw × bus factor`.
     pub busbw_gbs: f64,
+    /// Wrong elements, summed over ranks.
     pub wrong: usize,
     /// brrr-perf's alpha-beta time with this sweep's fitted α and β (where modelled).
     pub model_us: Option<f64>,
@@ -78,21 +87,32 @@ pub struct Row {
 /// `t = a + b·S` fitted to one sweep, and brrr-perf's α, β where it models the algorithm.
 #[derive(Debug, Clone, Serialize)]
 pub struct Fit {
+    /// Collective name.
     pub op: &'static str,
+    /// Algorithm name.
     pub algorithm: &'static str,
+    /// `a`: the time of an empty call.
     pub latency_us: f64,
+    /// `1/b`: bytes per second for large buffers.
     pub asymptotic_algbw_gbs: f64,
+    /// brrr-perf's α for this fit, where it models the algorithm.
     pub alpha_us: Option<f64>,
+    /// brrr-perf's β for this fit, where it models the algorithm.
     pub beta_gbs: Option<f64>,
 }
 
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// Ranks.
     pub world: usize,
+    /// Transport name.
     pub transport: &'static str,
+    /// The ceiling: memcpy bandwidth measured in the same run.
     pub memcpy_gbs: f64,
+    /// Every point.
     pub rows: Vec<Row>,
+    /// One fit per sweep.
     pub fits: Vec<Fit>,
     /// All-reduce: the smallest size from which ring beats tree at every larger size.
     pub ring_tree_crossover_bytes: Option<usize>,

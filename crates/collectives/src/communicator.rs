@@ -62,7 +62,7 @@ impl Algorithms {
 
 /// A group of ranks that run collectives together. Cheap to share between threads
 /// (`&Communicator` is enough for every operation); the `*_start` methods return a
-/// [`Handle`] so that a caller can compute while the collective runs.
+/// [`Handle`](crate::Handle) so that a caller can compute while the collective runs.
 pub struct Communicator {
     mailbox: Arc<Mutex<Mailbox>>,
     /// Group rank → world rank.
