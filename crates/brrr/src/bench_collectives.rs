@@ -553,10 +553,11 @@ pub fn busbw_svg(r: &Report) -> Result<String> {
     Ok(svg)
 }
 
+/// Axis labels in decimal units: a log axis puts its ticks at powers of ten.
 fn format_bytes(b: f64) -> String {
     match b {
-        b if b >= (1 << 20) as f64 => format!("{:.0}M", b / (1 << 20) as f64),
-        b if b >= 1024.0 => format!("{:.0}K", b / 1024.0),
+        b if b >= 1e6 => format!("{:.0}M", b / 1e6),
+        b if b >= 1e3 => format!("{:.0}k", b / 1e3),
         b => format!("{b:.0}"),
     }
 }
