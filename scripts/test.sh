@@ -152,13 +152,27 @@ wgpu() {
     fi
 }
 
+# `mpi` builds only where OpenMPI is installed (test-mpi.sh --install, or recorded as
+# skipped there); without it the other features are still linted.
+clippy_all_features() {
+    if command -v mpicc > /dev/null; then
+        cargo clippy -p brrr --all-features --all-targets -- -D warnings
+    else
+        echo "OpenMPI missing: linting brrr with --features cuda,wgpu (mpi is skipped)"
+        cargo clippy -p brrr --features cuda,wgpu --all-targets -- -D warnings
+    fi
+}
+
 step "toolchain" toolchain
 step "cargo fmt --check" cargo fmt --all --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 # The brrr binary's optional backends (--features cuda,wgpu) are outside the line above.
-step "cargo clippy (brrr, all features)" cargo clippy -p brrr --all-features --all-targets -- -D warnings
+# Its `mpi` feature needs OpenMPI and libclang: install them first (or skip by name).
+step "openmpi (scripts/test-mpi.sh --install)" bash scripts/test-mpi.sh --install
+step "cargo clippy (brrr, all features)" clippy_all_features
 step "nvrtc (bench/install-nvrtc.sh)" nvrtc
 step "tests" tests
+step "mpi (scripts/test-mpi.sh)" bash scripts/test-mpi.sh
 # nextest does not run doctests.
 step "doctests" cargo test --workspace --doc
 step "wasm32 build" cargo build --target wasm32-unknown-unknown \

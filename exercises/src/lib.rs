@@ -25,6 +25,7 @@ pub mod amp;
 pub mod check;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod checkpointing;
+pub mod collectives;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod gpu;
 #[cfg(not(target_arch = "wasm32"))]

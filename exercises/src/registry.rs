@@ -1,7 +1,7 @@
 //! The list of exercises, in book order.
 
 use crate::check::Outcome;
-use crate::{amp, checkpointing, gpu, kernels, memory, regimes, training};
+use crate::{amp, checkpointing, collectives, gpu, kernels, memory, regimes, training};
 
 /// One exercise as the runner and the book list it.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +36,7 @@ const TRAINING: &str = "Training a GPT with an explicit backward";
 const MEMORY: &str = "What fills GPU memory";
 const CHECKPOINTING: &str = "Activation recomputation";
 const AMP: &str = "Mixed precision";
+const COLLECTIVES: &str = "Collectives";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -165,6 +166,24 @@ pub fn all() -> Vec<Exercise> {
             module: "amp::policy",
             task: "which op classes autocast runs in 16 bits",
             check: amp::policy::check,
+        },
+        Exercise {
+            chapter: COLLECTIVES,
+            module: "collectives::chunk_bounds",
+            task: "the elements of chunk i when a length does not divide by the world size",
+            check: collectives::chunk_bounds::check,
+        },
+        Exercise {
+            chapter: COLLECTIVES,
+            module: "collectives::ring_step",
+            task: "the chunk each rank sends in a step of the ring reduce-scatter",
+            check: collectives::ring_step::check,
+        },
+        Exercise {
+            chapter: COLLECTIVES,
+            module: "collectives::bus_bandwidth",
+            task: "nccl-tests' bus bandwidth from a measured time",
+            check: collectives::bus_bandwidth::check,
         },
     ]
 }

@@ -12,6 +12,7 @@
 
 mod amp;
 mod checkpointing;
+mod collectives;
 mod exercises;
 mod gpu;
 mod kernels;
@@ -37,6 +38,7 @@ fn generate() -> Result<BTreeMap<String, String>, String> {
         memory::files().map_err(perf)?,
         checkpointing::files().map_err(|e| e.to_string())?,
         amp::files().map_err(|e| e.to_string())?,
+        collectives::files()?,
         exercises::files(),
     ];
     for (name, text) in all.into_iter().flatten() {

@@ -14,6 +14,7 @@
 //! atomically ([`atomic`]), and the training loop ([`train`]).
 
 pub use brrr_backend as backend;
+pub use brrr_collectives as collectives;
 pub use brrr_cpu as cpu;
 pub use brrr_nn as nn;
 pub use brrr_perf as perf;
@@ -22,8 +23,10 @@ pub use brrr_tensor as tensor;
 pub mod amp_bench;
 pub mod atomic;
 pub mod bench;
+pub mod bench_collectives;
 pub mod ckpt;
 pub mod data;
+pub mod launch;
 pub mod metrics;
 pub mod numerics;
 pub mod recompute;

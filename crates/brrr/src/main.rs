@@ -34,6 +34,8 @@ enum Command {
     Roofline(perf_cmd::RooflineArgs),
     /// Estimate training memory, time, or communication cost.
     Estimate(perf_cmd::EstimateArgs),
+    /// Start N ranks of a brrr command on this machine (torchrun's environment).
+    Launch(brrr::launch::LaunchArgs),
     /// Mixed-precision numerics: f16/bf16 ranges, the autocast policy, and a run's
     /// gradients against f16's range before and after loss scaling (SVG).
     Numerics(brrr::numerics::NumericsArgs),
@@ -60,6 +62,9 @@ enum BenchCommand {
     /// The overhead-bound regime on wgpu: time per dispatch of a tiny element-wise op
     /// versus size, and where it becomes bandwidth-bound.
     Overhead(BenchOverheadArgs),
+    /// Collectives in the manner of nccl-tests: time, algbw, busbw, #wrong per size and
+    /// algorithm, alpha-beta fit next to brrr-perf's model.
+    Collectives(brrr::bench_collectives::BenchCollectivesArgs),
     /// Step time, tokens/s and memory of one training step in f32, bf16 and fp16
     /// (`brrr train --amp`).
     Amp(brrr::amp_bench::AmpBenchArgs),
@@ -100,6 +105,12 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Amp(args)) => run_bench_amp(&args),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
         Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
+        Command::Launch(args) => brrr::launch::run(&args),
+        Command::Bench(BenchCommand::Collectives(args)) => brrr::bench_collectives::run(&args)
+            .and_then(|text| match text.is_empty() {
+                true => Ok(()),
+                false => say(format_args!("{}", text.trim_end_matches('\n'))),
+            }),
         Command::Numerics(args) => brrr::numerics::run(&args).and_then(|text| {
             perf_cmd::write_stdout(&text)
                 .map_err(|e| brrr_backend::Error::io("writing the report to stdout", e))

@@ -1,0 +1,154 @@
+//! MPI transport (feature `mpi`): frames as MPI messages between the ranks of
+//! `MPI_COMM_WORLD`, so that `mpirun -np N` ranks run the same algorithms as every other
+//! transport. Sends are non-blocking (`MPI_Isend` on a buffer the link owns until the
+//! send completes), as [`Link`] requires; receives poll with `MPI_Improbe` so that they can
+//! give up after the timeout instead of blocking forever in `MPI_Recv`.
+
+use crate::error::{CollError, Result};
+use crate::frame::{Frame, HEADER_BYTES};
+use crate::link::{Link, LinkError};
+use mpi::point_to_point::MatchedReceiveVec;
+use mpi::request::{Request, StaticScope};
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::{Communicator as _, Destination, Source};
+use std::time::{Duration, Instant};
+
+/// A send in flight and the buffer it reads (from `Box::into_raw`).
+type PendingSend = (Request<'static, [u8], StaticScope>, *mut [u8]);
+
+/// One rank of `MPI_COMM_WORLD`.
+pub struct MpiLink {
+    world: SimpleCommunicator,
+    rank: usize,
+    size: usize,
+    /// Sends in flight and the buffers they read, freed when they complete.
+    pending: Vec<PendingSend>,
+    max_frame_elems: u64,
+    // Last: MPI is finalised when the universe drops, after the fields above.
+    _universe: mpi::environment::Universe,
+}
+
+// SAFETY: MPI is initialised with at least `Threading::Serialized`, which allows calls
+// from any thread as long as no two run at once. Every call goes through `&mut self`,
+// and the one `MpiLink` of a process sits behind the `Mailbox` mutex, so calls are
+// serialised; the raw buffer pointers are owned by this value alone.
+unsafe impl Send for MpiLink {}
+
+impl MpiLink {
+    /// Initialises MPI (once per process) and joins `MPI_COMM_WORLD`.
+    pub fn init() -> Result<Self> {
+        let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Serialized)
+            .ok_or_else(|| CollError::setup("mpi", "MPI is already initialised in this process"))?;
+        if level < mpi::Threading::Serialized {
+            return Err(CollError::setup(
+                "mpi",
+                format!("MPI offers only {level:?} threading"),
+            ));
+        }
+        let world = universe.world();
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        Ok(MpiLink {
+            world,
+            rank,
+            size,
+            pending: Vec::new(),
+            max_frame_elems: 1 << 28,
+            _universe: universe,
+        })
+    }
+
+    /// Frees the buffers of completed sends.
+    fn reap(&mut self) {
+        let mut still = Vec::with_capacity(self.pending.len());
+        for (req, buf) in self.pending.drain(..) {
+            match req.test() {
+                // SAFETY: `buf` came from `Box::into_raw` in `send` and its send is complete,
+                // so nothing reads it any more.
+                Ok(_) => drop(unsafe { Box::from_raw(buf) }),
+                Err(req) => still.push((req, buf)),
+            }
+        }
+        self.pending = still;
+    }
+}
+
+impl Drop for MpiLink {
+    fn drop(&mut self) {
+        for (req, buf) in self.pending.drain(..) {
+            req.wait();
+            // SAFETY: as in `reap`: the send has completed.
+            drop(unsafe { Box::from_raw(buf) });
+        }
+    }
+}
+
+impl Link for MpiLink {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.size
+    }
+
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn send(&mut self, to: usize, frame: Frame) -> Result<(), LinkError> {
+        if to >= self.size {
+            return Err(LinkError::Lost(format!("no rank {to}")));
+        }
+        self.reap();
+        let mut bytes = frame.encode_header().to_vec();
+        bytes.extend(frame.payload_bytes());
+        let raw: *mut [u8] = Box::into_raw(bytes.into_boxed_slice());
+        // SAFETY: the buffer stays allocated until the request completes (`reap`/`drop`),
+        // which is what the `'static` promises MPI.
+        let buf: &'static [u8] = unsafe { &*raw };
+        let req = self
+            .world
+            .process_at_rank(to as i32)
+            .immediate_send(StaticScope, buf);
+        self.pending.push((req, raw));
+        Ok(())
+    }
+
+    fn recv(&mut self, from: usize, timeout: Duration) -> Result<Frame, LinkError> {
+        if from >= self.size {
+            return Err(LinkError::Lost(format!("no rank {from}")));
+        }
+        let deadline = Instant::now() + timeout;
+        let bytes = loop {
+            if let Some(probed) = self
+                .world
+                .process_at_rank(from as i32)
+                .immediate_matched_probe()
+            {
+                break probed.matched_receive_vec::<u8>().0;
+            }
+            self.reap();
+            if Instant::now() > deadline {
+                return Err(LinkError::Timeout);
+            }
+            std::thread::yield_now();
+        };
+        let header: &[u8; HEADER_BYTES] = bytes
+            .get(..HEADER_BYTES)
+            .and_then(|h| h.try_into().ok())
+            .ok_or_else(|| LinkError::Lost(format!("a message of {} bytes", bytes.len())))?;
+        let (header, len) =
+            Frame::decode_header(header, self.max_frame_elems).map_err(LinkError::Other)?;
+        if bytes.len() != HEADER_BYTES + 4 * len {
+            return Err(LinkError::Lost(format!(
+                "a frame of {len} elements in {} bytes",
+                bytes.len()
+            )));
+        }
+        let data = bytes[HEADER_BYTES..]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Ok(Frame { header, data })
+    }
+}
