@@ -7,6 +7,7 @@ use brrr_backend::DType;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod data_cmd;
 mod perf_cmd;
 
 #[derive(Parser)]
@@ -33,6 +34,15 @@ enum Command {
     Roofline(perf_cmd::RooflineArgs),
     /// Estimate training memory, time, or communication cost.
     Estimate(perf_cmd::EstimateArgs),
+    /// Prepare training data.
+    #[command(subcommand)]
+    Data(DataCommand),
+}
+
+#[derive(Subcommand)]
+enum DataCommand {
+    /// Tokenize text files or JSON lines into llm.c-format token shards.
+    Prepare(data_cmd::PrepareArgs),
 }
 
 #[derive(Subcommand)]
@@ -77,6 +87,10 @@ fn main() -> ExitCode {
         }),
         Command::Bench(BenchCommand::Gemm(args)) => run_bench_gemm(&args),
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
+        Command::Data(DataCommand::Prepare(args)) => data_cmd::run_prepare(&args).and_then(|r| {
+            perf_cmd::write_stdout(&r.to_string())
+                .map_err(|e| brrr_backend::Error::io("writing the summary to stdout", e))
+        }),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
         Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
     };

@@ -263,18 +263,8 @@ fn write_meta(opts: &PrepareOptions) -> Result<()> {
     brrr_train::atomic::write_atomic(opts.out_dir.join(META_FILE), text.as_bytes())
 }
 
-/// A prepared data directory: its tokenizer and its validation and training shards.
-#[derive(Debug)]
-pub struct DataDir {
-    pub tokenizer: TokenizerKind,
-    pub vocab_size: usize,
-    pub val: Vec<crate::Shard>,
-    pub train: Vec<crate::Shard>,
-}
-
-/// Opens what [`prepare`] (or llm.c, with a `data.json` added) wrote: shards whose
-/// names contain `_val_` validate, those with `_train_` train, each in name order.
-pub fn open_data_dir(dir: &Path) -> Result<DataDir> {
+/// The tokenizer a data directory's `data.json` names.
+pub fn read_meta(dir: &Path) -> Result<TokenizerKind> {
     let meta_path = dir.join(META_FILE);
     let text = std::fs::read_to_string(&meta_path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Error::file(
@@ -285,7 +275,22 @@ pub fn open_data_dir(dir: &Path) -> Result<DataDir> {
     })?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Error::file(&meta_path, format!("not JSON: {e}")))?;
-    let tokenizer = TokenizerKind::parse(v["tokenizer"].as_str().unwrap_or(""))?;
+    TokenizerKind::parse(v["tokenizer"].as_str().unwrap_or(""))
+}
+
+/// A prepared data directory: its tokenizer and its validation and training shards.
+#[derive(Debug)]
+pub struct DataDir {
+    pub tokenizer: TokenizerKind,
+    pub vocab_size: usize,
+    pub val: Vec<crate::Shard>,
+    pub train: std::sync::Arc<Vec<crate::Shard>>,
+}
+
+/// Opens what [`prepare`] (or llm.c, with a `data.json` added) wrote: shards whose
+/// names contain `_val_` validate, those with `_train_` train, each in name order.
+pub fn open_data_dir(dir: &Path) -> Result<DataDir> {
+    let tokenizer = read_meta(dir)?;
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::io(format!("{}: listing it", dir.display()), e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -309,6 +314,6 @@ pub fn open_data_dir(dir: &Path) -> Result<DataDir> {
         tokenizer,
         vocab_size: tokenizer.vocab_size(),
         val,
-        train,
+        train: std::sync::Arc::new(train),
     })
 }

@@ -43,6 +43,10 @@ pub struct TrainConfig {
     pub corpus: String,
     /// The tokenizer's name ([`ByteTokenizer::NAME`]).
     pub tokenizer: String,
+    /// A directory of token shards (`brrr data prepare`) to train on instead of
+    /// `corpus`; empty for a text corpus.
+    #[serde(default)]
+    pub data: String,
 }
 
 impl Default for TrainConfig {
@@ -71,6 +75,7 @@ impl Default for TrainConfig {
             eval_batches: 8,
             corpus: String::new(),
             tokenizer: ByteTokenizer::NAME.to_string(),
+            data: String::new(),
         }
     }
 }
