@@ -25,6 +25,10 @@ pub struct CausalSelfAttention<B: Backend> {
     pub head_dim: usize,
     /// What each micro-batch in flight saved for the backward.
     pub saved: Stash<AttentionSaved<B>>,
+    /// Segment ids (u32 `[B, T]`) of packed rows: while set, forwards mask attention so
+    /// no token attends across a document boundary ([`Tensor::softmax_segmented`]).
+    /// `None`: the plain causal mask.
+    pub segments: Option<Tensor<B>>,
 }
 
 /// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]`.
@@ -108,6 +112,7 @@ impl<B: Backend> CausalSelfAttention<B> {
             c_proj,
             head_dim,
             saved: Stash::new(),
+            segments: None,
         })
     }
 
@@ -132,7 +137,11 @@ impl<B: Backend> CausalSelfAttention<B> {
         let part = |i: usize| qkv.narrow(0, i, 1)?.reshape([b * h, t, d]);
         let (q, k, v) = (part(0)?, part(1)?, part(2)?);
         let scale = 1.0 / (d as f32).sqrt();
-        let att = q.matmul(&k.transpose(-1, -2)?)?.softmax(scale, true)?; // [BH, T, T]
+        let scores = q.matmul(&k.transpose(-1, -2)?)?; // [BH, T, T]
+        let att = match &self.segments {
+            Some(seg) => scores.softmax_segmented(scale, seg, h)?,
+            None => scores.softmax(scale, true)?,
+        };
         let y = att.matmul(&v)?; // [BH, T, D]
         let y = y
             .reshape([b, h, t, d])?
