@@ -40,7 +40,9 @@ fn make_shards(dir: &std::path::Path) -> Result<Arc<Vec<Shard>>> {
     for s in 0..4 {
         let tokens: Vec<u32> = (0..8 << 20)
             .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((x >> 33) % 50257) as u32
             })
             .collect();
@@ -72,7 +74,9 @@ fn loader_throughput(shards: &Arc<Vec<Shard>>, trainer_tps: f64) -> Result<()> {
             .collect();
         let mut tokens = 0;
         for h in handles {
-            tokens += h.join().map_err(|_| brrr_backend::Error::invalid("bench", "a loader thread panicked"))??;
+            tokens += h
+                .join()
+                .map_err(|_| brrr_backend::Error::invalid("bench", "a loader thread panicked"))??;
         }
         let tps = tokens as f64 / t0.elapsed().as_secs_f64();
         println!(
@@ -118,7 +122,7 @@ struct Slow {
 impl BatchSource for Slow {
     fn next_batch(&mut self) -> Result<Batch> {
         std::thread::sleep(self.delay);
-        self.inner.next_batch()
+        BatchSource::next_batch(&mut self.inner)
     }
     fn position(&self) -> String {
         BatchSource::position(&self.inner)
@@ -131,14 +135,29 @@ impl BatchSource for Slow {
     }
 }
 
+/// A smaller model than the default, so that a step and a slow batch take comparable
+/// time on a CPU: 2 layers × 64 wide, 8 × 64 tokens a step.
+fn small_config(steps: u64) -> TrainConfig {
+    let mut cfg = tiny_config(steps);
+    cfg.model.n_layer = 2;
+    cfg.model.n_embd = 64;
+    cfg.model.n_head = 2;
+    cfg.model.block_size = 64;
+    cfg.batch_size = 8;
+    cfg.seq_len = 64;
+    cfg
+}
+
 fn prefetch_on_off() -> Result<()> {
-    let steps = 12u64;
-    let cfg = tiny_config(steps);
+    let steps = 25u64;
+    let cfg = small_config(steps);
     let corpus = synthetic_corpus(1)?;
-    println!("\n| batch production | prefetch | step time (median) | `data` span per step | losses |");
+    println!(
+        "\n| batch production | prefetch | step time (median) | `data` span per step | losses |"
+    );
     println!("|---|---:|---:|---:|---|");
     let mut reference: Option<Vec<f32>> = None;
-    for delay_ms in [0u64, 60] {
+    for delay_ms in [0u64, 30] {
         for depth in [0usize, 2] {
             let inner = Batcher::for_corpus(&corpus, cfg.batch_size, cfg.seq_len, cfg.seed)?;
             let slow = Slow {
@@ -182,7 +201,11 @@ fn prefetch_on_off() -> Result<()> {
                 } else {
                     format!("{delay_ms} ms a batch")
                 },
-                if depth == 0 { "off".to_string() } else { format!("{depth}") },
+                if depth == 0 {
+                    "off".to_string()
+                } else {
+                    format!("{depth}")
+                },
                 data_us / 1e3
             );
         }
@@ -191,13 +214,19 @@ fn prefetch_on_off() -> Result<()> {
 }
 
 fn balancing() {
-    println!("\n| sequences (long-tailed lengths, 32..8192) | ranks | imbalance, round robin | imbalance, balanced (LPT on Σ len²) |");
-    println!("|---:|---:|---:|---:|");
+    println!(
+        "\n| sequences (long-tailed lengths, 32..8192) | ranks | imbalance, round robin | imbalance, balanced (LPT on Σ len²) | lower bound (the longest sequence alone) |"
+    );
+    println!("|---:|---:|---:|---:|---:|");
     for (n, world) in [(256usize, 4usize), (1024, 8), (4096, 64)] {
         let lens = long_tailed_lengths(n, 8192, 7);
         let before = imbalance(&rank_costs(&lens, &round_robin(n, world), world));
         let assign = balance(&lens, world).expect("world > 0");
-        let after = imbalance(&rank_costs(&lens, &assign, world));
-        println!("| {n} | {world} | {before:.2} | {after:.2} |");
+        let costs = rank_costs(&lens, &assign, world);
+        let after = imbalance(&costs);
+        let mean = costs.iter().sum::<f64>() / world as f64;
+        let biggest = lens.iter().map(|&l| (l * l) as f64).fold(0.0, f64::max);
+        let bound = biggest.max(mean) / mean;
+        println!("| {n} | {world} | {before:.2} | {after:.2} | {bound:.2} |");
     }
 }
