@@ -22,6 +22,8 @@
 // native targets have; on wasm32 the crate is the puzzle definitions (for the web app).
 pub mod check;
 #[cfg(not(target_arch = "wasm32"))]
+pub mod data;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod gpu;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod kernels;

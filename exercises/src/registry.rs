@@ -1,7 +1,7 @@
 //! The list of exercises, in book order.
 
 use crate::check::Outcome;
-use crate::{gpu, kernels, memory, regimes, training};
+use crate::{data, gpu, kernels, memory, regimes, training};
 
 /// One exercise as the runner and the book list it.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +34,7 @@ const GPU: &str = "What a GPU is";
 const KERNELS: &str = "Kernels: from naive to tiled, and fusion";
 const TRAINING: &str = "Training a GPT with an explicit backward";
 const MEMORY: &str = "What fills GPU memory";
+const DATA: &str = "Data loading: shards, prefetching, packing and balance";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -127,6 +128,24 @@ pub fn all() -> Vec<Exercise> {
             module: "memory::train_time",
             task: "time to train from 6ND, GPUs, peak and MFU",
             check: memory::train_time::check,
+        },
+        Exercise {
+            chapter: DATA,
+            module: "data::shard_header",
+            task: "read and validate a token shard's header",
+            check: data::shard_header::check,
+        },
+        Exercise {
+            chapter: DATA,
+            module: "data::pack_positions",
+            task: "positions and segment ids of a packed row",
+            check: data::pack_positions::check,
+        },
+        Exercise {
+            chapter: DATA,
+            module: "data::rank_windows",
+            task: "which windows each data-parallel rank reads",
+            check: data::rank_windows::check,
         },
     ]
 }

@@ -10,6 +10,7 @@
 //! crates: brrr-perf's estimators and spec table, brrr-nn's models, brrr-cpu's memory
 //! counters, brrr-exercises' lists.
 
+mod data;
 mod exercises;
 mod gpu;
 mod kernels;
@@ -33,6 +34,7 @@ fn generate() -> Result<BTreeMap<String, String>, String> {
         kernels::files().map_err(perf)?,
         training::files().map_err(|e| e.to_string())?,
         memory::files().map_err(perf)?,
+        data::files()?,
         exercises::files(),
     ];
     for (name, text) in all.into_iter().flatten() {
