@@ -62,6 +62,48 @@ BRRR_DEVICE void softmax_backward_impl(T* dx, const T* y, const T* dy, u64 rows,
     }
 }
 
+// Causal softmax with a document mask (packed sequences): rows are [batch, heads, T]
+// blocks of T = cols columns; row r is query i = r % T of sequence b = r / T / heads and
+// sees column j only if j <= i and seg[b*T + j] == seg[b*T + i]. The same online max/sum
+// as softmax_impl over the visible entries; masked entries are written as exact zeros.
+// The gradient is softmax_backward unchanged (y = 0 where masked).
+template <class T>
+BRRR_DEVICE void softmax_segmented_impl(T* y, const T* x, const u32* seg, u64 rows, u64 cols, u64 heads,
+                                        float scale_f) {
+    typedef typename Acc<T>::type A;
+    const A scale = A(scale_f);
+    const A neg_inf = -A(inf_f64());
+    for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        T* yr = y + row * cols;
+        const u64 i = row % cols;
+        const u32* ids = seg + (row / cols / heads) * cols;
+        const u32 mine_id = ids[i];
+        A m = neg_inf;
+        A s = A(0);
+        for (u64 j = threadIdx.x; j <= i; j += blockDim.x) {
+            if (ids[j] != mine_id) continue;
+            const A z = scale * to_acc(xr[j]);
+            if (z == neg_inf) continue;
+            if (z > m) {
+                s = s * m_exp(m - z) + A(1);
+                m = z;
+            } else {
+                s += m_exp(z - m);
+            }
+        }
+        const A row_max = block_reduce(m, 1);
+        const A mine = (m == neg_inf) ? A(0) : s * m_exp(m - row_max);
+        const A row_sum = block_reduce(mine, 0);
+        const A inv = A(1) / row_sum;
+        for (u64 j = threadIdx.x; j < cols; j += blockDim.x) {
+            A out = A(0);
+            if (j <= i && ids[j] == mine_id) out = m_exp(scale * to_acc(xr[j]) - row_max) * inv;
+            yr[j] = from_acc<T>(out);
+        }
+    }
+}
+
 #define SOFTMAX_KERNELS(T, S)                                                                  \
     extern "C" __global__ void BRRR_ROWS softmax_##S(T* y, const T* x, u64 rows, u64 cols, float scale, int causal) { \
         softmax_impl<T>(y, x, rows, cols, scale, causal);                                      \
@@ -71,7 +113,12 @@ BRRR_DEVICE void softmax_backward_impl(T* dx, const T* y, const T* dy, u64 rows,
                                                     float scale, int causal) {                 \
         softmax_backward_impl<T>(dx, y, dy, rows, cols, scale, causal);                        \
     }                                                                                          \
-    BRRR_REGISTER(softmax_backward_##S)
+    BRRR_REGISTER(softmax_backward_##S)                                                        \
+    extern "C" __global__ void BRRR_ROWS softmax_segmented_##S(T* y, const T* x, const u32* seg, u64 rows,    \
+                                                     u64 cols, u64 heads, float scale) {       \
+        softmax_segmented_impl<T>(y, x, seg, rows, cols, heads, scale);                        \
+    }                                                                                          \
+    BRRR_REGISTER(softmax_segmented_##S)
 
 SOFTMAX_KERNELS(f16_t, f16)
 SOFTMAX_KERNELS(bf16_t, bf16)

@@ -26,6 +26,7 @@ pub mod check;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod checkpointing;
 pub mod collectives;
+pub mod data;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod gpu;
 #[cfg(not(target_arch = "wasm32"))]

@@ -1,7 +1,7 @@
 //! The list of exercises, in book order.
 
 use crate::check::Outcome;
-use crate::{amp, checkpointing, collectives, gpu, kernels, memory, regimes, training};
+use crate::{amp, checkpointing, collectives, data, gpu, kernels, memory, regimes, training};
 
 /// One exercise as the runner and the book list it.
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +37,7 @@ const MEMORY: &str = "What fills GPU memory";
 const CHECKPOINTING: &str = "Activation recomputation";
 const AMP: &str = "Mixed precision";
 const COLLECTIVES: &str = "Collectives";
+const DATA: &str = "Data loading: shards, prefetching, packing and balance";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -184,6 +185,24 @@ pub fn all() -> Vec<Exercise> {
             module: "collectives::bus_bandwidth",
             task: "nccl-tests' bus bandwidth from a measured time",
             check: collectives::bus_bandwidth::check,
+        },
+        Exercise {
+            chapter: DATA,
+            module: "data::shard_header",
+            task: "read and validate a token shard's header",
+            check: data::shard_header::check,
+        },
+        Exercise {
+            chapter: DATA,
+            module: "data::pack_positions",
+            task: "positions and segment ids of a packed row",
+            check: data::pack_positions::check,
+        },
+        Exercise {
+            chapter: DATA,
+            module: "data::rank_windows",
+            task: "which windows each data-parallel rank reads",
+            check: data::rank_windows::check,
         },
     ]
 }

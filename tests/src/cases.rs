@@ -4,7 +4,7 @@ use crate::compare::{Tol, compare, tolerance};
 use crate::{Outcome, SuiteOptions};
 use brrr_backend::{
     AdamWParams, Backend, BinaryOp, DType, GemmSpec, HostData, LayerNormSpec, Layout, ReduceOp,
-    Result, ScaleUpdateParams, Shape, SoftmaxSpec, UnaryOp,
+    Result, ScaleUpdateParams, SegmentMask, Shape, SoftmaxSpec, UnaryOp,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -21,6 +21,7 @@ pub const OPS: &[&str] = &[
     "reduce",
     "softmax",
     "softmax_backward",
+    "softmax_segmented",
     "layernorm",
     "layernorm_backward",
     "gelu",
@@ -74,6 +75,8 @@ pub(crate) enum Op {
     },
     Softmax(SoftmaxSpec),
     SoftmaxBackward(SoftmaxSpec),
+    /// Inputs: segment ids (u32), x.
+    SoftmaxSegmented(SoftmaxSpec, SegmentMask),
     LayerNorm(LayerNormSpec),
     LayerNormBackward(LayerNormSpec),
     Gelu,
@@ -188,6 +191,7 @@ impl Op {
             } => x.reduce(*op, &ins[0], *outer, *n, *inner, &mut outs[0]),
             Op::Softmax(s) => x.softmax(s, &ins[0], &mut outs[0]),
             Op::SoftmaxBackward(s) => x.softmax_backward(s, &ins[0], &ins[1], &mut outs[0]),
+            Op::SoftmaxSegmented(s, m) => x.softmax_segmented(s, m, &ins[0], &ins[1], &mut outs[0]),
             Op::LayerNorm(s) => {
                 let [y, mean, rstd] = outs else {
                     unreachable!("layernorm has three outputs")
@@ -948,6 +952,48 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
                 tol.times(4.0),
             )
         });
+    }
+
+    // ---- causal softmax with a document (segment-id) mask --------------------------
+    // (batch, heads, T): documents of random lengths packed into each row, ids
+    // increasing along the row; T past a workgroup (257) in the large suite.
+    let mut segmented = vec![(1usize, 1usize, 1usize), (2, 3, 7), (3, 2, 33)];
+    if large {
+        segmented.push((2, 2, 257));
+    }
+    for (batch, heads, t) in segmented {
+        let spec = SoftmaxSpec {
+            rows: batch * heads * t,
+            cols: t,
+            scale: 0.35,
+            causal: true,
+        };
+        b.add(
+            "softmax_segmented",
+            format!("batch={batch} heads={heads} T={t}"),
+            |g, d| {
+                let mut seg = Vec::with_capacity(batch * t);
+                for _ in 0..batch {
+                    let mut id = 0.0;
+                    for _ in 0..t {
+                        // A new document starts with probability 1/5.
+                        if g.below(5) == 0 {
+                            id += 1.0;
+                        }
+                        seg.push(id);
+                    }
+                }
+                (
+                    Op::SoftmaxSegmented(spec, SegmentMask { heads }),
+                    vec![
+                        HostData::from_f64(DType::U32, &seg),
+                        g.data(d, spec.rows * t, -3.0, 3.0),
+                    ],
+                    vec![Out::poison("y", d, spec.rows * t)],
+                    tol.times(2.0),
+                )
+            },
+        );
     }
 
     // ---- layernorm and its backward ------------------------------------------------

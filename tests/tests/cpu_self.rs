@@ -163,6 +163,16 @@ impl Backend for Broken {
         }
         self.cpu.softmax(spec, x, y)
     }
+    fn softmax_segmented(
+        &self,
+        spec: &SoftmaxSpec,
+        mask: &brrr_backend::SegmentMask,
+        segments: &CpuBuffer,
+        x: &CpuBuffer,
+        y: &mut CpuBuffer,
+    ) -> Result<()> {
+        self.cpu.softmax_segmented(spec, mask, segments, x, y)
+    }
     fn softmax_backward(
         &self,
         spec: &SoftmaxSpec,

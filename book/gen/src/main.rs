@@ -13,6 +13,7 @@
 mod amp;
 mod checkpointing;
 mod collectives;
+mod data;
 mod exercises;
 mod gpu;
 mod kernels;
@@ -39,6 +40,7 @@ fn generate() -> Result<BTreeMap<String, String>, String> {
         checkpointing::files().map_err(|e| e.to_string())?,
         amp::files().map_err(|e| e.to_string())?,
         collectives::files()?,
+        data::files()?,
         exercises::files(),
     ];
     for (name, text) in all.into_iter().flatten() {

@@ -1,6 +1,7 @@
 use crate::{
     AdamWParams, BinaryOp, DType, DeviceLocation, GemmSpec, HostData, LayerNormSpec, Layout,
-    MemoryStats, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec, UnaryOp, WasmNotSendSync,
+    MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
+    WasmNotSendSync,
 };
 use std::future::Future;
 
@@ -169,6 +170,24 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
 
     /// Row-wise (optionally causal, scaled) softmax; see [`SoftmaxSpec`].
     fn softmax(&self, spec: &SoftmaxSpec, x: &Self::Buffer, y: &mut Self::Buffer) -> Result<()>;
+    /// Causal softmax with a document mask ([`SegmentMask`]): packed documents do not
+    /// attend to each other. `segments` is u32 `[batch, cols]`. Its gradient is
+    /// [`Backend::softmax_backward`] unchanged, since masked entries have `y = 0`.
+    /// Every backend of this workspace implements it; the default is an error.
+    fn softmax_segmented(
+        &self,
+        spec: &SoftmaxSpec,
+        mask: &SegmentMask,
+        segments: &Self::Buffer,
+        x: &Self::Buffer,
+        y: &mut Self::Buffer,
+    ) -> Result<()> {
+        let _ = (spec, mask, segments, x, y);
+        Err(crate::Error::invalid(
+            "softmax_segmented",
+            format!("not implemented by the {} backend", self.info().name),
+        ))
+    }
     /// Gradient of [`Backend::softmax`] with respect to its input `x`, from its output `y`:
     /// `dx = scale * y ⊙ (dy - Σ_j dy_j y_j)`. Masked entries have `y = 0` and get 0.
     fn softmax_backward(

@@ -229,6 +229,44 @@ pub struct SoftmaxSpec {
     pub causal: bool,
 }
 
+/// The document mask of packed sequences, on top of a causal [`SoftmaxSpec`]
+/// (`rows = batch · heads · cols`, blocks of `cols × cols` scores ordered batch-major).
+///
+/// Row `r` is query `i = r % cols` of block `r / cols`, which belongs to sequence
+/// `b = r / cols / heads`; it may see column `j` only if `j <= i` and
+/// `segments[b·cols + j] == segments[b·cols + i]` (`segments` is u32 `[batch, cols]`,
+/// one id per token, equal within a document). A token therefore never attends across a
+/// document boundary of a packed row. The mask is applied inside the kernel from the
+/// `batch · cols` ids; the `[cols, cols]` mask itself is never stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentMask {
+    pub heads: usize,
+}
+
+impl SegmentMask {
+    /// Checks the sizes against `spec`; returns the number of sequences.
+    pub fn sequences(&self, spec: &SoftmaxSpec) -> crate::Result<usize> {
+        let op = "softmax_segmented";
+        if !spec.causal {
+            return Err(crate::Error::invalid(
+                op,
+                "the document mask needs a causal spec",
+            ));
+        }
+        let block = spec.cols.checked_mul(self.heads).filter(|&b| b > 0);
+        match block {
+            Some(b) if spec.rows.is_multiple_of(b) => Ok(spec.rows / b),
+            _ => Err(crate::Error::invalid(
+                op,
+                format!(
+                    "{} rows are not whole [heads={}, T={}, T] score blocks",
+                    spec.rows, self.heads, spec.cols
+                ),
+            )),
+        }
+    }
+}
+
 /// LayerNorm over the last axis of a contiguous `[rows, cols]` matrix
 /// (Ba et al. 2016): `y = (x - mean) * rstd * gamma + beta`, `rstd = 1/sqrt(var + eps)`.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -8,6 +8,7 @@ use brrr_backend::DType;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod data_cmd;
 mod perf_cmd;
 
 #[derive(Parser)]
@@ -42,6 +43,9 @@ enum Command {
     /// Activation recomputation: explore a plan, compare strategies.
     #[command(subcommand)]
     Recompute(RecomputeCommand),
+    /// Prepare training data.
+    #[command(subcommand)]
+    Data(DataCommand),
 }
 
 #[derive(Subcommand)]
@@ -52,6 +56,12 @@ enum RecomputeCommand {
     /// Train a few steps with each strategy on the default GPT and a deeper one, in
     /// one process: activation peak (measured and predicted) and step time.
     Compare(recompute::CompareArgs),
+}
+
+#[derive(Subcommand)]
+enum DataCommand {
+    /// Tokenize text files or JSON lines into llm.c-format token shards.
+    Prepare(data_cmd::PrepareArgs),
 }
 
 #[derive(Subcommand)]
@@ -103,6 +113,10 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Gemm(args)) => run_bench_gemm(&args),
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
         Command::Bench(BenchCommand::Amp(args)) => run_bench_amp(&args),
+        Command::Data(DataCommand::Prepare(args)) => data_cmd::run_prepare(&args).and_then(|r| {
+            perf_cmd::write_stdout(&r.to_string())
+                .map_err(|e| brrr_backend::Error::io("writing the summary to stdout", e))
+        }),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
         Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
         Command::Launch(args) => brrr::launch::run(&args),

@@ -133,6 +133,14 @@ pub struct TrainArgs {
     /// (throughput benchmarks: the loss cannot fall below ln 95).
     #[arg(long, conflicts_with = "corpus")]
     pub synthetic: bool,
+    /// Train on a directory of token shards written by `brrr data prepare` (its
+    /// `data.json` sets the tokenizer and vocabulary) instead of a text corpus.
+    #[arg(long, conflicts_with_all = ["corpus", "synthetic"])]
+    pub data: Option<PathBuf>,
+    /// Batches a background thread prepares ahead of the step (0: none, each batch is
+    /// produced when the step asks for it). Batches are the same either way.
+    #[arg(long)]
+    pub prefetch: Option<usize>,
     /// Output directory (default: runs/train; with --resume, the resumed run's).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -217,6 +225,7 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
     let d = TrainConfig::default();
     let corpus = match &args.corpus {
         _ if args.synthetic => SYNTHETIC.to_string(),
+        _ if args.data.is_some() => data_dir_string(args),
         Some(p) => p.display().to_string(),
         None => DEFAULT_CORPUS.to_string(),
     };
@@ -238,10 +247,32 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         tokenizer: d.tokenizer,
         checkpoint: args.checkpoint.unwrap_or_default(),
         amp: amp_from_args(args),
+        data: data_dir_string(args),
     };
+    let cfg = with_data_tokenizer(cfg)?;
     cfg.validate()?;
     Ok(cfg)
 }
+
+fn data_dir_string(args: &TrainArgs) -> String {
+    args.data
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// With `--data`, the shards' tokenizer and vocabulary (from their `data.json`).
+fn with_data_tokenizer(mut cfg: TrainConfig) -> Result<TrainConfig> {
+    if !cfg.data.is_empty() {
+        let kind = brrr_data::prepare::read_meta(Path::new(&cfg.data))?;
+        cfg.tokenizer = kind.name().to_string();
+        cfg.model.vocab_size = kind.vocab_size();
+    }
+    Ok(cfg)
+}
+
+/// Batches prepared ahead when `--prefetch` is not given.
+pub const DEFAULT_PREFETCH: usize = 2;
 
 fn model_from_args(args: &TrainArgs) -> GptConfig {
     let mut model = args.preset.unwrap_or(Preset::Tiny).model();
@@ -327,6 +358,8 @@ fn resume_conflicts(args: &TrainArgs, saved: &TrainConfig) -> Vec<String> {
     }
     let corpus = args.corpus.as_ref().map(|p| p.display().to_string());
     differs(&mut c, "--corpus", corpus, saved.corpus.clone());
+    let data = args.data.as_ref().map(|p| p.display().to_string());
+    differs(&mut c, "--data", data, saved.data.clone());
     if args.synthetic && saved.corpus != SYNTHETIC {
         c.push(format!("--synthetic (the run trained on {})", saved.corpus));
     }
@@ -390,12 +423,14 @@ impl fmt::Display for Summary {
         if let Some(l) = self.final_loss {
             writeln!(f, "final train loss:  {l:.4} nats/token")?;
         }
-        if let Some(v) = self.final_val_loss {
-            writeln!(
+        match self.final_val_loss {
+            Some(v) if self.unigram_entropy.is_finite() => writeln!(
                 f,
                 "final val loss:    {v:.4} nats/token (unigram entropy of the corpus: {:.4})",
                 self.unigram_entropy
-            )?;
+            )?,
+            Some(v) => writeln!(f, "final val loss:    {v:.4} nats/token")?,
+            None => {}
         }
         writeln!(f, "throughput:        {:.0} tokens/s", self.tokens_per_s)?;
         match (&self.peak, self.mfu) {
@@ -484,7 +519,10 @@ pub fn not_built(kind: BackendKind) -> Error {
 /// A run, checked and ready to start: nothing has been written yet.
 struct Plan {
     cfg: TrainConfig,
-    corpus: Corpus,
+    /// The text corpus, or `None` when training on shards (`data`).
+    corpus: Option<Corpus>,
+    data: Option<brrr_data::prepare::DataDir>,
+    prefetch: usize,
     /// The directory resumed from, and its state.
     resume: Option<(PathBuf, TrainState)>,
     out_dir: PathBuf,
@@ -557,14 +595,19 @@ fn plan(args: &TrainArgs, is_cpu: bool) -> Result<Option<Plan>> {
         ));
     }
     check_memory(&cfg, is_cpu)?;
-    let corpus = if cfg.corpus == SYNTHETIC {
-        synthetic_corpus(cfg.seed)?
+    let (corpus, data) = if !cfg.data.is_empty() {
+        let dir = brrr_data::prepare::open_data_dir(Path::new(&cfg.data))?;
+        (None, Some(dir))
+    } else if cfg.corpus == SYNTHETIC {
+        (Some(synthetic_corpus(cfg.seed)?), None)
     } else {
-        Corpus::load(&cfg.corpus)?
+        (Some(Corpus::load(&cfg.corpus)?), None)
     };
     Ok(Some(Plan {
         cfg,
         corpus,
+        data,
+        prefetch: args.prefetch.unwrap_or(DEFAULT_PREFETCH),
         resume,
         out_dir,
         start_step,
@@ -677,18 +720,45 @@ fn check_memory(cfg: &TrainConfig, is_cpu: bool) -> Result<()> {
 
 fn make_trainer<B: Backend>(backend: &B, plan: &Plan) -> Result<Trainer<B>> {
     let cfg = &plan.cfg;
-    let data = Batcher::for_corpus(&plan.corpus, cfg.batch_size, cfg.seq_len, cfg.seed)?;
-    let val = val_batches(
-        plan.corpus.val(),
-        cfg.batch_size,
-        cfg.seq_len,
-        cfg.eval_batches,
-    )?;
+    let (source, val): (brrr_data::prefetch::SendSource, _) = match (&plan.corpus, &plan.data) {
+        (Some(corpus), _) => (
+            Box::new(Batcher::for_corpus(
+                corpus,
+                cfg.batch_size,
+                cfg.seq_len,
+                cfg.seed,
+            )?),
+            val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)?,
+        ),
+        (None, Some(dir)) => shard_source(cfg, dir)?,
+        (None, None) => return Err(Error::invalid("train", "no corpus and no data")),
+    };
+    let data = brrr_data::Prefetcher::new(source, plan.prefetch);
     let mut trainer = Trainer::new(backend, cfg.clone(), Box::new(data), val)?;
     if let Some((_, state)) = &plan.resume {
         trainer.restore(state)?;
     }
     Ok(trainer)
+}
+
+/// The training loader over a data directory's shards (one rank of one) and its fixed
+/// validation batches.
+fn shard_source(
+    cfg: &TrainConfig,
+    dir: &brrr_data::prepare::DataDir,
+) -> Result<(brrr_data::prefetch::SendSource, Vec<brrr_train::Batch>)> {
+    let loader = brrr_data::ShardLoader::new(
+        dir.train.clone(),
+        cfg.batch_size,
+        cfg.seq_len,
+        cfg.seed,
+        cfg.model.vocab_size,
+        0,
+        1,
+    )?;
+    let val =
+        brrr_data::shard_val_batches(&dir.val, cfg.batch_size, cfg.seq_len, cfg.eval_batches)?;
+    Ok((Box::new(loader), val))
 }
 
 /// Creates the output directory, removes temporary files a killed save left, and
@@ -784,15 +854,13 @@ fn say_header<B: Backend>(pb: &ProgressBar, quiet: bool, trainer: &Trainer<B>, p
         pb,
         quiet,
         format!(
-            "brrr train: {} parameters on {} ({}), {} steps of {} tokens, corpus {} ({} bytes, unigram entropy {:.3} nats)",
+            "brrr train: {} parameters on {} ({}), {} steps of {} tokens, {}",
             trainer.model().num_params(),
             info.name,
             info.device,
             cfg.steps,
             cfg.tokens_per_step(),
-            plan.corpus.path().display(),
-            plan.corpus.len(),
-            unigram_entropy_nats(plan.corpus.tokens())
+            data_line(plan),
         ),
     );
     if cfg.amp.mode != AmpMode::Off {
@@ -809,6 +877,27 @@ fn say_header<B: Backend>(pb: &ProgressBar, quiet: bool, trainer: &Trainer<B>, p
                 cfg.amp.mode.name()
             ),
         );
+    }
+}
+
+/// What the run trains on, for the header line.
+fn data_line(plan: &Plan) -> String {
+    match (&plan.corpus, &plan.data) {
+        (Some(c), _) => format!(
+            "corpus {} ({} bytes, unigram entropy {:.3} nats)",
+            c.path().display(),
+            c.len(),
+            unigram_entropy_nats(c.tokens())
+        ),
+        (None, Some(d)) => format!(
+            "shards in {} ({} train, {} val, {} tokens, tokenizer {})",
+            plan.cfg.data,
+            d.train.len(),
+            d.val.len(),
+            d.train.iter().chain(&d.val).map(|s| s.len()).sum::<usize>(),
+            d.tokenizer.name()
+        ),
+        (None, None) => String::new(),
     }
 }
 
@@ -867,7 +956,10 @@ impl CliObserver {
             already_finished: false,
             final_loss: self.last_loss,
             final_val_loss: self.last_val,
-            unigram_entropy: unigram_entropy_nats(plan.corpus.tokens()),
+            unigram_entropy: plan
+                .corpus
+                .as_ref()
+                .map_or(f64::NAN, |c| unigram_entropy_nats(c.tokens())),
             tokens_per_s: tps,
             mfu,
             peak,

@@ -60,7 +60,7 @@ pub use buffer::CpuBuffer;
 use brrr_backend::{
     AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec,
     LayerNormSpec, Layout, MemoryCounter, MemoryStats, ReduceOp, Result, ScaleUpdateParams,
-    SoftmaxSpec, UnaryOp,
+    SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -312,6 +312,17 @@ impl Backend for CpuBackend {
 
     fn softmax(&self, spec: &SoftmaxSpec, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
         self.install(|| nn::softmax(spec, x, y))
+    }
+
+    fn softmax_segmented(
+        &self,
+        spec: &SoftmaxSpec,
+        mask: &SegmentMask,
+        segments: &CpuBuffer,
+        x: &CpuBuffer,
+        y: &mut CpuBuffer,
+    ) -> Result<()> {
+        self.install(|| nn::softmax_segmented(spec, mask, segments, x, y))
     }
 
     fn softmax_backward(

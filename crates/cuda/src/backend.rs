@@ -10,7 +10,8 @@ use crate::ops::{
 };
 use brrr_backend::{
     AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec, HostData,
-    LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec, UnaryOp,
+    LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask,
+    SoftmaxSpec, UnaryOp,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -774,6 +775,39 @@ impl Backend for CudaBackend {
                 Arg::U64(spec.cols as u64),
                 Arg::F32(spec.scale),
                 Arg::I32(i32::from(spec.causal)),
+            ],
+        )
+    }
+
+    fn softmax_segmented(
+        &self,
+        spec: &SoftmaxSpec,
+        mask: &SegmentMask,
+        segments: &CudaBuffer,
+        x: &CudaBuffer,
+        y: &mut CudaBuffer,
+    ) -> Result<()> {
+        const OP: &str = "softmax_segmented";
+        let seqs = mask.sequences(spec)?;
+        check_float(OP, x.dtype)?;
+        same_dtype(OP, x.dtype, y.dtype)?;
+        same_dtype(OP, DType::U32, segments.dtype)?;
+        let total = mul(OP, spec.rows, spec.cols)?;
+        Error::check_len(OP, total, x.len)?;
+        Error::check_len(OP, total, y.len)?;
+        Error::check_len(OP, mul(OP, seqs, spec.cols)?, segments.len)?;
+        self.launch(
+            Family::Softmax,
+            &format!("softmax_segmented_{}", suffix(x.dtype)),
+            self.rows_cfg(spec.rows, spec.cols),
+            &[
+                Arg::Ptr(y.device_ptr()),
+                Arg::Ptr(x.device_ptr()),
+                Arg::Ptr(segments.device_ptr()),
+                Arg::U64(spec.rows as u64),
+                Arg::U64(spec.cols as u64),
+                Arg::U64(mask.heads as u64),
+                Arg::F32(spec.scale),
             ],
         )
     }

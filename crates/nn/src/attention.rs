@@ -33,6 +33,10 @@ pub struct CausalSelfAttention<B: Backend> {
     /// the forward does not keep the `[B·H, T, T]` softmax, and the backward recomputes
     /// it from the saved q and k with the same kernels (so bit for bit the same).
     pub recompute_scores: bool,
+    /// Segment ids (u32 `[B, T]`) of packed rows: while set, forwards mask attention so
+    /// no token attends across a document boundary ([`Tensor::softmax_segmented`]).
+    /// `None`: the plain causal mask.
+    pub segments: Option<Tensor<B>>,
 }
 
 /// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]` (`None` under
@@ -42,6 +46,8 @@ pub struct AttentionSaved<B: Backend> {
     pub k: Tensor<B>,
     pub v: Tensor<B>,
     pub att: Option<Tensor<B>>,
+    /// The segment ids the forward masked with, so a recomputation masks the same.
+    pub segments: Option<Tensor<B>>,
     /// `(B, T)`.
     pub bt: (usize, usize),
 }
@@ -119,6 +125,7 @@ impl<B: Backend> CausalSelfAttention<B> {
             core_dtype: None,
             saved: Stash::new(),
             recompute_scores: false,
+            segments: None,
         })
     }
 
@@ -146,7 +153,7 @@ impl<B: Backend> CausalSelfAttention<B> {
             (q, k, v) = (q.to_dtype(dt)?, k.to_dtype(dt)?, v.to_dtype(dt)?);
         }
         let scale = 1.0 / (d as f32).sqrt();
-        let att = q.matmul(&k.transpose(-1, -2)?)?.softmax(scale, true)?; // [BH, T, T]
+        let att = attention_probs(&q, &k, scale, self.segments.as_ref(), h)?; // [BH, T, T]
         let y = att.matmul(&v)?.to_dtype(x.dtype())?; // [BH, T, D]
         let y = y
             .reshape([b, h, t, d])?
@@ -159,6 +166,7 @@ impl<B: Backend> CausalSelfAttention<B> {
                 k,
                 v,
                 att: (!self.recompute_scores).then_some(att),
+                segments: self.segments.clone(),
                 bt: (b, t),
             },
         );
@@ -179,7 +187,7 @@ impl<B: Backend> CausalSelfAttention<B> {
         let att = match s.att {
             Some(att) => att,
             // The forward's own ops on the same q and k: the same bits.
-            None => s.q.matmul(&s.k.transpose(-1, -2)?)?.softmax(scale, true)?,
+            None => attention_probs(&s.q, &s.k, scale, s.segments.as_ref(), h)?,
         };
         // The backward runs in the dtype the forward's core ran in.
         let dy_core = dy.to_dtype(s.v.dtype())?;
@@ -202,6 +210,22 @@ impl<B: Backend> CausalSelfAttention<B> {
                 .copy_into_view(&mut dqkv, &view)?;
         }
         self.c_attn.backward(mb, &dqkv.reshape([b, t, 3 * h * d])?)
+    }
+}
+
+/// `softmax(q·kᵀ · scale)` under the causal mask, and with `segments` (u32 `[B, T]`
+/// ids of packed documents) also masked across document boundaries.
+fn attention_probs<B: Backend>(
+    q: &Tensor<B>,
+    k: &Tensor<B>,
+    scale: f32,
+    segments: Option<&Tensor<B>>,
+    heads: usize,
+) -> Result<Tensor<B>> {
+    let scores = q.matmul(&k.transpose(-1, -2)?)?;
+    match segments {
+        Some(seg) => scores.softmax_segmented(scale, seg, heads),
+        None => scores.softmax(scale, true),
     }
 }
 

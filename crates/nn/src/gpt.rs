@@ -163,6 +163,62 @@ impl<B: Backend> Gpt<B> {
         head_loss(&mut self.saved, mb, logits, targets)
     }
 
+    /// [`Gpt::forward_loss_mb`] on packed rows: several documents per row, each with
+    /// its own `positions` (u32 `[B, T]`, restarting at 0 at each document) and its
+    /// `segments` id (u32 `[B, T]`), so that attention never crosses a document
+    /// boundary. The backward is [`Gpt::backward_mb`], unchanged.
+    pub fn forward_loss_packed_mb(
+        &mut self,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        targets: &Tensor<B>,
+        positions: &Tensor<B>,
+        segments: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        for block in &mut self.h {
+            block.attn.segments = Some(segments.clone());
+        }
+        let out = self.packed_forward(mb, ids, targets, positions);
+        for block in &mut self.h {
+            block.attn.segments = None;
+        }
+        out
+    }
+
+    fn packed_forward(
+        &mut self,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        targets: &Tensor<B>,
+        positions: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        if positions.dims() != ids.dims() {
+            return Err(Error::shape(
+                "Gpt::forward_loss_packed_mb",
+                format!(
+                    "positions {} differ from ids {}",
+                    positions.shape(),
+                    ids.shape()
+                ),
+            ));
+        }
+        let mut x = self
+            .wte
+            .forward(mb, ids)?
+            .add(&self.wpe.forward(mb, positions)?)?;
+        for block in &mut self.h {
+            x = block.forward(mb, &x)?;
+        }
+        let logits = head_forward(
+            &mut self.ln_f,
+            &self.wte.weight.value,
+            &mut self.saved,
+            mb,
+            &x,
+        )?;
+        head_loss(&mut self.saved, mb, logits, targets)
+    }
+
     /// Backward of micro-batch 0 from the loss `Σ losses · dloss`, accumulating into
     /// every parameter's gradient. For the mean over `n` positions pass `dloss = 1/n`;
     /// for gradient accumulation over `k` micro-batches pass `1/(n·k)` on each.

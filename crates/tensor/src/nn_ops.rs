@@ -51,6 +51,57 @@ impl<B: Backend> Tensor<B> {
         Ok(y)
     }
 
+    /// Causal softmax of attention scores `[B·H, T, T]` with a document mask: `segments`
+    /// (u32 `[B, T]`, one id per token) lets a token attend only to earlier tokens of its
+    /// own document ([`brrr_backend::SegmentMask`]). Its gradient is
+    /// [`Tensor::softmax_backward`].
+    pub fn softmax_segmented(
+        &self,
+        scale: f32,
+        segments: &Tensor<B>,
+        heads: usize,
+    ) -> Result<Self> {
+        let op = "softmax_segmented";
+        let (rows, cols) = rows_cols(op, self)?;
+        let t = segments.dims().last().copied().unwrap_or(0);
+        if self.rank() != 3 || self.dims()[1] != cols || segments.rank() != 2 || t != cols {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "expected scores [B·H, T, T] and segments [B, T], got {} and {}",
+                    self.shape(),
+                    segments.shape()
+                ),
+            ));
+        }
+        if segments.dims()[0].checked_mul(heads) != Some(self.dims()[0]) {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{} score blocks are not {} sequences × {heads} heads",
+                    self.dims()[0],
+                    segments.dims()[0]
+                ),
+            ));
+        }
+        let spec = SoftmaxSpec {
+            rows,
+            cols,
+            scale,
+            causal: true,
+        };
+        let (x, seg) = (self.contiguous()?, segments.contiguous()?);
+        let mut y = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
+        self.backend.softmax_segmented(
+            &spec,
+            &brrr_backend::SegmentMask { heads },
+            seg.buffer()?,
+            x.buffer()?,
+            y.buffer_mut()?,
+        )?;
+        Ok(y)
+    }
+
     /// Gradient of [`Tensor::softmax`] with respect to its input, from its output `y`
     /// (`self`) and the output gradient `dy`.
     pub fn softmax_backward(&self, dy: &Tensor<B>, scale: f32) -> Result<Self> {

@@ -53,6 +53,10 @@ pub struct TrainConfig {
     /// it existed.
     #[serde(default)]
     pub amp: AmpConfig,
+    /// A directory of token shards (`brrr data prepare`) to train on instead of
+    /// `corpus`; empty for a text corpus.
+    #[serde(default)]
+    pub data: String,
 }
 
 impl Default for TrainConfig {
@@ -83,6 +87,7 @@ impl Default for TrainConfig {
             tokenizer: ByteTokenizer::NAME.to_string(),
             checkpoint: Strategy::None,
             amp: AmpConfig::default(),
+            data: String::new(),
         }
     }
 }

@@ -5,8 +5,8 @@ use crate::shaders::Family;
 use crate::{MatmulKernel, WgpuBackend};
 use brrr_backend::{
     AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec, HostData,
-    LayerNormSpec, Layout, MAX_RANK, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec,
-    UnaryOp,
+    LayerNormSpec, Layout, MAX_RANK, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask,
+    SoftmaxSpec, UnaryOp,
 };
 use half::{bf16, f16};
 
@@ -827,6 +827,40 @@ impl Backend for WgpuBackend {
             &p,
             spec.rows,
             &[&wx.buf, &wy.buf],
+        )?;
+        self.narrow(wy, y)
+    }
+
+    fn softmax_segmented(
+        &self,
+        spec: &SoftmaxSpec,
+        mask: &SegmentMask,
+        segments: &WgpuBuffer,
+        x: &WgpuBuffer,
+        y: &mut WgpuBuffer,
+    ) -> Result<()> {
+        let name = "softmax_segmented";
+        let seqs = mask.sequences(spec)?;
+        check_float(name, x.dtype)?;
+        Error::check_dtype(name, x.dtype, y.dtype)?;
+        Error::check_dtype(name, DType::U32, segments.dtype)?;
+        let total = spec.rows * spec.cols;
+        Error::check_len(name, total, x.len)?;
+        Error::check_len(name, total, y.len)?;
+        Error::check_len(name, seqs * spec.cols, segments.len)?;
+        u32_of(total)?;
+        let p = Params::new()
+            .u(u32_of(spec.rows)?)
+            .u(u32_of(spec.cols)?)
+            .f(spec.scale)
+            .u(u32_of(mask.heads)?);
+        let wx = self.widen(name, x)?;
+        let wy = self.widen_out(name, y, total < y.len)?;
+        self.row_kernel(
+            &Kernel::new(Family::Softmax, "forward_segmented"),
+            &p,
+            spec.rows,
+            &[&segments.buf, &wx.buf, &wy.buf],
         )?;
         self.narrow(wy, y)
     }

@@ -14,4 +14,4 @@ pub(crate) use activation::{gelu, gelu_backward};
 pub(crate) use embedding::{embedding, embedding_backward};
 pub(crate) use layernorm::{layernorm, layernorm_backward};
 pub(crate) use loss::{cross_entropy, cross_entropy_backward};
-pub(crate) use softmax::{softmax, softmax_backward};
+pub(crate) use softmax::{softmax, softmax_backward, softmax_segmented};

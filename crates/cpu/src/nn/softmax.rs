@@ -4,7 +4,7 @@ use crate::check;
 use crate::par;
 use crate::reduce::{dot, max, sum};
 use crate::scalar::{self, Float, Real};
-use brrr_backend::{HostData, Result, SoftmaxSpec};
+use brrr_backend::{DType, Error, HostData, Result, SegmentMask, SoftmaxSpec};
 
 /// Simple operations per element of a row, for task sizing (`exp` is ~10).
 const WORK_PER_ELEM: usize = 12;
@@ -143,5 +143,92 @@ fn backward<T: Float>(spec: &SoftmaxSpec, y: &[T], dy: &[T], dx: &mut [T]) {
                 }
             },
         );
+    });
+}
+
+/// Causal softmax with a document mask ([`SegmentMask`]): row `r` sees column `j` when
+/// `j <= i` and the two tokens carry the same segment id.
+pub(crate) fn softmax_segmented(
+    spec: &SoftmaxSpec,
+    mask: &SegmentMask,
+    segments: &HostData,
+    x: &HostData,
+    y: &mut HostData,
+) -> Result<()> {
+    const OP: &str = "softmax_segmented";
+    let seqs = mask.sequences(spec)?;
+    let total = check::mul(OP, spec.rows, spec.cols)?;
+    check::len(OP, x, total)?;
+    check::len(OP, y, total)?;
+    let HostData::U32(seg) = segments else {
+        return Err(Error::DType {
+            op: OP,
+            expected: DType::U32,
+            got: segments.dtype(),
+        });
+    };
+    let need = check::mul(OP, seqs, spec.cols)?;
+    if seg.len() < need {
+        return Err(Error::BufferTooSmall {
+            op: OP,
+            needed: need,
+            len: seg.len(),
+        });
+    }
+    let seg = &seg[..need];
+    match (x, &mut *y) {
+        (HostData::F16(x), HostData::F16(y)) => {
+            masked(spec, mask, seg, &x[..total], &mut y[..total])
+        }
+        (HostData::BF16(x), HostData::BF16(y)) => {
+            masked(spec, mask, seg, &x[..total], &mut y[..total])
+        }
+        (HostData::F32(x), HostData::F32(y)) => {
+            masked(spec, mask, seg, &x[..total], &mut y[..total])
+        }
+        (HostData::F64(x), HostData::F64(y)) => {
+            masked(spec, mask, seg, &x[..total], &mut y[..total])
+        }
+        (x, y) => return Err(check::dtype_error(OP, &[y, x])),
+    }
+    Ok(())
+}
+
+fn masked<T: Float>(spec: &SoftmaxSpec, mask: &SegmentMask, seg: &[u32], x: &[T], y: &mut [T]) {
+    let cols = spec.cols;
+    let per_task = par::rows_per_task(cols * WORK_PER_ELEM);
+    let scale = T::C::from_f32(spec.scale);
+    par::run(par::chunks(y, per_task * cols), |t, y| {
+        let (mut sx, mut sy) = (Vec::new(), Vec::new());
+        for (k, yr) in y.chunks_mut(cols).enumerate() {
+            let r = t * per_task + k;
+            let i = r % cols;
+            let ids = &seg[(r / cols / mask.heads) * cols..][..cols];
+            let seen = |j: usize| j <= i && ids[j] == ids[i];
+            let xr = scalar::load(&x[r * cols..(r + 1) * cols], &mut sx);
+            scalar::store_with(yr, &mut sy, |yr| {
+                // The row maximum over the visible entries only (j = i always is).
+                let mut m = scale * xr[i];
+                for j in (0..=i).filter(|&j| seen(j)) {
+                    let z = scale * xr[j];
+                    if z > m {
+                        m = z;
+                    }
+                }
+                let mut s = T::C::ZERO;
+                for (j, o) in yr.iter_mut().enumerate() {
+                    *o = if seen(j) {
+                        (scale * xr[j] - m).exp()
+                    } else {
+                        T::C::ZERO
+                    };
+                    s += *o;
+                }
+                let inv = T::C::ONE / s;
+                for o in yr.iter_mut() {
+                    *o *= inv;
+                }
+            });
+        }
     });
 }
