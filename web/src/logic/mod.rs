@@ -2,6 +2,7 @@
 //! returns what the page shows, calling `brrr-perf` for every number.
 
 pub mod chart;
+pub mod checkpointing;
 pub mod input;
 pub mod kernels;
 pub mod memory;
