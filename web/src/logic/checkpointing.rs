@@ -11,9 +11,9 @@ use brrr_checkpoint::{
 pub const STRATEGIES: [(&str, &str); 5] = [
     ("none", "none (keep every stash)"),
     ("every", "every K-th input"),
-    ("sqrt", "√n (Chen et al. 2016)"),
-    ("selective", "selective (Korthikanti et al. 2022)"),
-    ("budget", "memory budget (optimal, Beaumont et al. 2019)"),
+    ("sqrt", "√n groups (Chen et al.)"),
+    ("selective", "selective (Korthikanti et al.)"),
+    ("budget", "memory budget (optimal)"),
 ];
 
 /// The most layers the page plans: the budget's dynamic program grows about as `n⁴`

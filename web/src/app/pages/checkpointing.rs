@@ -83,8 +83,12 @@ fn strategy_controls(
     let budget = view.and_then(|v| v.budget.map(|b| (b, v.min_budget, v.none_peak)));
     let budget = budget.map(|(b, lo, hi)| {
         html! {
-            <SizeInput id="ckpt-budget" label="memory budget (bytes)" value={b} min={lo} max={hi}
-                on_change={edit(input, |i: &mut CheckpointInput, v: u64| i.budget = Some(v))} />
+            <>
+                <SizeInput id="ckpt-budget" label="memory budget (bytes)" value={b} min={lo} max={hi}
+                    on_change={edit(input, |i: &mut CheckpointInput, v: u64| i.budget = Some(v))} />
+                <p class="muted small" data-testid="ckpt-budget-text">{ format!("{}, from the smallest feasible {} to the {} held without recomputation.",
+                    table::bytes_binary(b as f64), table::bytes_binary(lo as f64), table::bytes_binary(hi as f64)) }</p>
+            </>
         }
     });
     html! {
@@ -115,7 +119,7 @@ fn results(v: &CheckpointView) -> Html {
                 <Stat label="Kept inputs" text={inputs.to_string()} value={inputs as f64} id="ckpt-kept-inputs"
                     note={format!("of {} segments", v.segments.len())} />
             </div>
-            <h2>{ format!("What the forward keeps ({})", v.strategy) }</h2>
+            <h2>{ format!("What the forward keeps ({})", strategy_text(v)) }</h2>
             { segment_row(v) }
             <h2>{ "Memory through the forward and the backward" }</h2>
             { memory_chart(v) }
@@ -129,6 +133,14 @@ fn results(v: &CheckpointView) -> Html {
                    GEMMs. The budget's schedule is the cheapest that fits (Beaumont et al. 2019)." }
             </p>
         </>
+    }
+}
+
+/// The strategy by name (`sqrt`, `every:4`), a budget in binary units.
+fn strategy_text(v: &CheckpointView) -> String {
+    match v.budget {
+        Some(b) => format!("budget of {}", table::bytes_binary(b as f64)),
+        None => v.strategy.to_string(),
     }
 }
 
