@@ -87,9 +87,9 @@ async function landing(browser) {
   await page.waitForSelector('[data-testid="card-roofline"]', { timeout: 60000 });
   metrics.time_to_interactive_ms = Date.now() - t0;
   const cards = await page.$$eval('.card', (els) => els.length);
-  check(cards === 5, `5 demo cards (got ${cards})`);
+  check(cards === 6, `6 demo cards (got ${cards})`);
   const hrefs = await page.$$eval('.card a', (els) => els.map((a) => a.getAttribute('href')));
-  for (const p of ['roofline', 'memory', 'kernels', 'train', 'puzzles']) {
+  for (const p of ['roofline', 'memory', 'kernels', 'train', 'puzzles', 'checkpointing']) {
     check(hrefs.includes(`#/${p}`), `a link to #/${p}`);
   }
   check(hrefs.some((h) => h && h.startsWith('book/')), 'links into the book');
@@ -317,12 +317,59 @@ async function puzzles(browser) {
   await page.close();
 }
 
+async function checkpointing(browser) {
+  console.log('checkpointing');
+  const page = await open(browser, '/checkpointing');
+  await page.waitForSelector('[data-testid="ckpt-peak"]', { timeout: 60000 });
+  const chapter = await page.$eval('[data-testid="chapter-link"]', (a) => a.getAttribute('href'));
+  check(chapter === 'book/checkpointing.html', `links the book chapter (${chapter})`);
+  // GPT-2 small in f32, B = 8, T = 1024: every input and stash of GptShape::chain's count
+  // (block beyond its input 15·N·C + 4·N + B·H·T²; head N·C + 2·N + N·V, targets 4N bytes).
+  const [L, C, H, T, B, V, e] = [12, 768, 12, 1024, 8, 50257, 4];
+  const N = B * T;
+  const acts = L * (N * C + 15 * N * C + 4 * N + B * H * T * T) * e + (N * C + N * C + 2 * N + N * V) * e + 4 * N;
+  check(close(await value(page, 'ckpt-activations'), acts), `all activations = ${acts} bytes`);
+  const boxes = () => page.$$eval('[data-testid="ckpt-seg"]', (els) => els.map((el) => el.dataset.kept));
+  check((await boxes()).length === L + 1, 'one box per block and one for the head');
+  const schedule = () => page.$eval('[data-testid="ckpt-schedule"]', (el) => el.textContent);
+  const [lo, hi] = [await value(page, 'ckpt-min-budget'), await value(page, 'ckpt-none-peak')];
+  check(lo < hi, `smallest feasible budget ${lo} < peak without recomputation ${hi}`);
+  const mid = await value(page, 'ckpt-peak');
+  check(mid > lo && mid < hi && (await value(page, 'ckpt-extra')) > 0, `the default budget recomputes (peak ${mid})`);
+  check(await page.$('[data-testid="ckpt-chart"] svg path') !== null, 'the memory curve is drawn');
+  await shot(page, 'checkpointing');
+  // Moving the budget to its smallest value changes the schedule and costs more compute.
+  const midSchedule = await schedule();
+  const midExtra = await value(page, 'ckpt-extra');
+  await setSize(page, 'ckpt-budget', lo);
+  const tight = await waitValue(page, 'ckpt-peak', (v) => v <= lo);
+  check(tight <= lo, `at the smallest budget the peak ${tight} fits in ${lo}`);
+  check((await schedule()) !== midSchedule, 'moving the budget changes the schedule');
+  check((await value(page, 'ckpt-extra')) > midExtra, 'a smaller budget recomputes more');
+  await setSize(page, 'ckpt-budget', hi);
+  const loose = await waitValue(page, 'ckpt-extra', (v) => v === 0);
+  check(loose === 0, 'at the peak without recomputation nothing is recomputed');
+  // none: every stash kept, the peak is the no-recomputation peak, above all activations.
+  await page.select('[data-testid="ckpt-strategy"]', 'none');
+  await page.waitForFunction(() => !document.querySelector('[data-testid="ckpt-budget"]'));
+  const nonePeak = await value(page, 'ckpt-peak');
+  check(nonePeak === hi && nonePeak >= acts, `none peaks at ${nonePeak} ≥ the activations`);
+  check((await boxes()).every((k) => k === 'all'), 'none keeps every stash');
+  // sqrt: 13 segments in groups of round(√13) = 4, inputs of 0, 4, 8 kept.
+  await page.select('[data-testid="ckpt-strategy"]', 'sqrt');
+  const inputs = await waitValue(page, 'ckpt-kept-inputs', (v) => v === 3);
+  check(inputs === 3 && (await boxes()).filter((k) => k === 'input').length === 3, `sqrt keeps 3 inputs of 13 segments (${inputs})`);
+  check((await value(page, 'ckpt-peak')) < hi, 'sqrt peaks lower than none');
+  await shot(page, 'checkpointing-sqrt');
+  await page.close();
+}
+
 (async () => {
   fs.mkdirSync(shots, { recursive: true });
   const browser = await puppeteer.launch({ executablePath: CHROME, headless: true, args: FLAGS });
   try {
     const only = process.env.BRRR_E2E_ONLY;
-    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles]]) {
+    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing]]) {
       if (only && !only.split(',').includes(name)) {
         console.log(`${name}: SKIPPED (BRRR_E2E_ONLY=${only})`);
         continue;

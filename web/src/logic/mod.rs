@@ -3,6 +3,7 @@
 
 pub mod chart;
 pub mod collectives;
+pub mod checkpointing;
 pub mod input;
 pub mod kernels;
 pub mod memory;

@@ -15,6 +15,8 @@ pub enum PageId {
     Train,
     /// The book's GPU puzzles: WGSL kernels edited and run on WebGPU in the page.
     Puzzles,
+    /// Activation recomputation: brrr-checkpoint's schedules and their memory curves.
+    Checkpointing,
 }
 
 /// What the site says about a page.
@@ -35,7 +37,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 5] = [
+pub const PAGES: [PageInfo; 6] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -86,6 +88,16 @@ pub const PAGES: [PageInfo; 5] = [
         chapter: "puzzles.html",
         crates: &["brrr_exercises", "brrr_wgpu"],
     },
+    PageInfo {
+        id: PageId::Checkpointing,
+        path: "/checkpointing",
+        title: "Activation recomputation",
+        blurb: "A GPT shape and a strategy (none, every K-th, √n, selective, or the optimal \
+                schedule for a memory budget): which segments the forward keeps, the memory \
+                through forward and backward, and the extra compute recomputation costs.",
+        chapter: "checkpointing.html",
+        crates: &["brrr_checkpoint"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -122,6 +134,7 @@ mod tests {
             PageId::Kernels,
             PageId::Train,
             PageId::Puzzles,
+            PageId::Checkpointing,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

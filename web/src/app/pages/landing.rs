@@ -6,7 +6,7 @@ use yew::prelude::*;
 use yew_router::prelude::*;
 
 /// The crates, one line each, for the landing page's list.
-const CRATES: [(&str, &str); 9] = [
+const CRATES: [(&str, &str); 10] = [
     (
         "brrr_backend",
         "the Backend trait every device implements, dtypes, shapes, one error type",
@@ -34,6 +34,10 @@ const CRATES: [(&str, &str); 9] = [
     (
         "brrr_perf",
         "GPU specs, rooflines, memory, time and communication estimators",
+    ),
+    (
+        "brrr_checkpoint",
+        "activation recomputation: what to keep, what to recompute, for a memory budget",
     ),
     ("brrr_cuda", "CUDA C kernels through NVRTC (native only)"),
     (

@@ -1,5 +1,6 @@
 //! One module per page.
 
+pub mod checkpointing;
 pub mod kernels;
 pub mod landing;
 pub mod memory;
