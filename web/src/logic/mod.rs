@@ -2,8 +2,8 @@
 //! returns what the page shows, calling `brrr-perf` for every number.
 
 pub mod chart;
-pub mod collectives;
 pub mod checkpointing;
+pub mod collectives;
 pub mod input;
 pub mod kernels;
 pub mod memory;
