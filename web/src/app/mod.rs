@@ -37,6 +37,9 @@ pub enum Route {
     /// [`PageId::Puzzles`].
     #[at("/puzzles")]
     Puzzles,
+    /// [`PageId::Collectives`].
+    #[at("/collectives")]
+    Collectives,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -52,6 +55,7 @@ impl Route {
             PageId::Kernels => Route::Kernels,
             PageId::Train => Route::Train,
             PageId::Puzzles => Route::Puzzles,
+            PageId::Collectives => Route::Collectives,
         }
     }
 }
@@ -65,6 +69,7 @@ pub fn render(route: Route) -> Html {
         Route::Kernels => html! { <pages::kernels::KernelsPage /> },
         Route::Train => html! { <pages::train::TrainPage /> },
         Route::Puzzles => html! { <pages::puzzles::PuzzlesPage /> },
+        Route::Collectives => html! { <pages::collectives::CollectivesPage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

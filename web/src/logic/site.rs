@@ -15,6 +15,8 @@ pub enum PageId {
     Train,
     /// The book's GPU puzzles: WGSL kernels edited and run on WebGPU in the page.
     Puzzles,
+    /// An all-reduce run step by step by brrr-collectives' algorithms.
+    Collectives,
 }
 
 /// What the site says about a page.
@@ -35,7 +37,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 5] = [
+pub const PAGES: [PageInfo; 6] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -86,6 +88,17 @@ pub const PAGES: [PageInfo; 5] = [
         chapter: "puzzles.html",
         crates: &["brrr_exercises", "brrr_wgpu"],
     },
+    PageInfo {
+        id: PageId::Collectives,
+        path: "/collectives",
+        title: "Collectives",
+        blurb: "An all-reduce step by step on real buffers: ring, tree, double binary tree, \
+                recursive halving-doubling or naive, 2 to 8 ranks, which chunk each rank sends \
+                where, the result checked against the reference sum, and the steps and bytes \
+                beside the alpha-beta model.",
+        chapter: "collectives.html",
+        crates: &["brrr_collectives", "brrr_perf"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -122,6 +135,7 @@ mod tests {
             PageId::Kernels,
             PageId::Train,
             PageId::Puzzles,
+            PageId::Collectives,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

@@ -1,5 +1,6 @@
 //! One module per page.
 
+pub mod collectives;
 pub mod kernels;
 pub mod landing;
 pub mod memory;
