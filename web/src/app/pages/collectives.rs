@@ -156,11 +156,11 @@ fn buttons(
     };
     html! {
         <div class="button-row">
-            <button class="button" data-testid="coll-first" disabled={now == 0} onclick={go(0)}>{ "⏮ Start" }</button>
+            <button class="button" data-testid="coll-first" disabled={now == 0} onclick={go(0)}>{ "◀◀ Start" }</button>
             <button class="button" data-testid="coll-prev" disabled={now == 0} onclick={go(now.saturating_sub(1))}>{ "◀ Prev" }</button>
-            <button class="button primary" data-testid="coll-play" onclick={toggle}>{ if **playing { "⏸ Pause" } else { "▶ Play" } }</button>
+            <button class="button primary" data-testid="coll-play" onclick={toggle}>{ if **playing { "Pause" } else { "▶ Play" } }</button>
             <button class="button" data-testid="coll-next" disabled={now >= last} onclick={go((now + 1).min(last))}>{ "Next ▶" }</button>
-            <button class="button" data-testid="coll-last" disabled={now >= last} onclick={go(last)}>{ "End ⏭" }</button>
+            <button class="button" data-testid="coll-last" disabled={now >= last} onclick={go(last)}>{ "End ▶▶" }</button>
             <span class="muted" data-testid="coll-step" data-value={now.to_string()}>{ format!("step {now} of {last}") }</span>
         </div>
     }
@@ -192,8 +192,8 @@ fn stats(choice: &Choice, s: &Summary) -> Html {
     let bytes = (choice.len * crate::logic::collectives::ELEMENT_BYTES) as f64;
     let (model_steps, model_bytes) = match s.model {
         Some(m) => (
-            html! { <Stat label={format!("α terms ({} model)", m.name)} text={table::sig3(m.latency_terms)}
-            value={m.latency_terms} id="coll-model-steps" note="brrr-perf alpha-beta" /> },
+            html! { <Stat label={format!("latency terms ({} model)", m.name)} text={table::sig3(m.latency_terms)}
+            value={m.latency_terms} id="coll-model-steps" note="α count, brrr-perf alpha-beta" /> },
             html! { <Stat label={format!("bytes / rank ({} model)", m.name)} text={table::sig3(m.bytes_per_rank)}
             value={m.bytes_per_rank} id="coll-model-bytes" note="brrr-perf alpha-beta" /> },
         ),
@@ -227,18 +227,21 @@ fn grid(frame: &Frame, want: &[f32], at_end: bool) -> Html {
             let class = classes!("cell", recv.then_some("recv"), send.then_some("send"), check);
             html! { <span class={class}>{ cell_text(x) }</span> }
         });
-        let outgoing: Vec<String> = frame
+        let mut outgoing: Vec<String> = frame
             .moves
             .iter()
             .filter(|m| m.src == r && m.src != m.dst)
-            .map(|m| format!("→ {}", m.dst))
+            .map(|m| m.dst)
             .collect();
+        outgoing.sort_unstable();
+        outgoing.dedup();
+        let outgoing: Vec<String> = outgoing.iter().map(|d| d.to_string()).collect();
         html! {
             <div class="array-row" data-testid={format!("coll-rank-{r}")} data-ok={matches(buf, want).to_string()}>
                 <div class="array-name">{ format!("rank {r}") }</div>
-                <div class="array-cells" style={format!("grid-template-columns: repeat({}, minmax(34px, 1fr)) 90px", buf.len())}>
+                <div class="array-cells" style={format!("grid-template-columns: repeat({}, minmax(34px, 1fr)) max-content", buf.len())}>
                     { for cells }
-                    <span class="coll-out muted small">{ outgoing.join(" ") }</span>
+                    <span class="coll-out muted small">{ if outgoing.is_empty() { String::new() } else { format!("→ {}", outgoing.join(",")) } }</span>
                 </div>
             </div>
         }
