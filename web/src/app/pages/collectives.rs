@@ -227,7 +227,7 @@ fn grid(frame: &Frame, want: &[f32], at_end: bool) -> Html {
             let class = classes!("cell", recv.then_some("recv"), send.then_some("send"), check);
             html! { <span class={class}>{ cell_text(x) }</span> }
         });
-        let mut outgoing: Vec<String> = frame
+        let mut outgoing: Vec<usize> = frame
             .moves
             .iter()
             .filter(|m| m.src == r && m.src != m.dst)
