@@ -239,7 +239,7 @@ fn grid(frame: &Frame, want: &[f32], at_end: bool) -> Html {
         html! {
             <div class="array-row" data-testid={format!("coll-rank-{r}")} data-ok={matches(buf, want).to_string()}>
                 <div class="array-name">{ format!("rank {r}") }</div>
-                <div class="array-cells" style={format!("grid-template-columns: repeat({}, minmax(34px, 1fr)) max-content", buf.len())}>
+                <div class="array-cells" style={format!("grid-template-columns: repeat({}, minmax(34px, 1fr)) 16ch", buf.len())}>
                     { for cells }
                     <span class="coll-out muted small">{ if outgoing.is_empty() { String::new() } else { format!("→ {}", outgoing.join(",")) } }</span>
                 </div>
