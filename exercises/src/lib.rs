@@ -26,6 +26,7 @@ pub mod check;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod checkpointing;
 pub mod collectives;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod data;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod gpu;

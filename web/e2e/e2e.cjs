@@ -21,6 +21,11 @@ const FLAGS = [
   '--disable-dev-shm-usage', '--enable-unsafe-webgpu',
 ];
 
+// The demo pages, read from the site map every page list is built from
+// (web/src/logic/site.rs PAGES), so that a new page needs no edit here.
+const PAGE_PATHS = [...fs.readFileSync(path.join(__dirname, '..', 'src', 'logic', 'site.rs'), 'utf8')
+  .matchAll(/^\s*path: "\/([a-z0-9-]+)",$/gm)].map((m) => m[1]);
+
 const errors = [];
 const metrics = {};
 let failures = 0;
@@ -87,9 +92,10 @@ async function landing(browser) {
   await page.waitForSelector('[data-testid="card-roofline"]', { timeout: 60000 });
   metrics.time_to_interactive_ms = Date.now() - t0;
   const cards = await page.$$eval('.card', (els) => els.length);
-  check(cards === 6, `6 demo cards (got ${cards})`);
+  check(PAGE_PATHS.length >= 6 && PAGE_PATHS.includes('collectives'), `site.rs lists the pages (${PAGE_PATHS.join(' ')})`);
+  check(cards === PAGE_PATHS.length, `${PAGE_PATHS.length} demo cards, one per PAGES row (got ${cards})`);
   const hrefs = await page.$$eval('.card a', (els) => els.map((a) => a.getAttribute('href')));
-  for (const p of ['roofline', 'memory', 'kernels', 'train', 'puzzles', 'checkpointing']) {
+  for (const p of PAGE_PATHS) {
     check(hrefs.includes(`#/${p}`), `a link to #/${p}`);
   }
   check(hrefs.some((h) => h && h.startsWith('book/')), 'links into the book');
@@ -364,12 +370,79 @@ async function checkpointing(browser) {
   await page.close();
 }
 
+// Every rank's row of cells, as numbers, and whether the page marks it as the reference.
+async function collRows(page) {
+  return page.$$eval('[data-testid^="coll-rank-"]', (rows) => rows.map((r) => ({
+    ok: r.dataset.ok === 'true',
+    cells: [...r.querySelectorAll('.cell')].map((c) => parseFloat(c.textContent)),
+  })));
+}
+
+async function collSteps(page, want) {
+  return waitValue(page, 'coll-steps', (v) => v === want);
+}
+
+async function collectives(browser) {
+  console.log('collectives');
+  const page = await open(browser, '/collectives');
+  await page.waitForSelector('[data-testid="coll-steps"]', { timeout: 60000 });
+  const chapter = await page.$eval('[data-testid="chapter-link"]', (el) => el.getAttribute('href'));
+  check(chapter === 'book/collectives.html', `links the book chapter (${chapter})`);
+  // Ring all-reduce: n − 1 reduce-scatter steps and n − 1 all-gather steps.
+  for (const n of [4, 6]) {
+    await setSize(page, 'coll-ranks', n);
+    const steps = await collSteps(page, 2 * (n - 1));
+    check(steps === 2 * (n - 1), `ring on ${n} ranks takes 2(n−1) = ${2 * (n - 1)} steps (got ${steps})`);
+    const alpha = await value(page, 'coll-model-steps');
+    check(alpha === 2 * (n - 1), `brrr-perf's ring model has ${2 * (n - 1)} α terms (got ${alpha})`);
+    const modelBytes = await value(page, 'coll-model-bytes');
+    const want = 2 * (n - 1) / n * 8 * 4;
+    check(close(modelBytes, want, 1e-6), `ring model bytes/rank = 2(n−1)/n·S = ${want} (got ${modelBytes})`);
+  }
+  // Step 0: own values only, no rank done.
+  let rows = await collRows(page);
+  check(rows.length === 6 && rows.every((r, i) => r.cells.length === 8 && r.cells.every((x) => x === i + 1)), 'step 0: rank r holds r + 1 in each of 8 cells');
+  check(rows.every((r) => !r.ok), 'step 0: no rank holds the sum yet');
+  await page.click('[data-testid="coll-next"]');
+  await waitValue(page, 'coll-step', (v) => v === 1);
+  const moves = await page.$$eval('[data-testid="coll-moves"] li', (els) => els.map((e) => e.textContent));
+  check(moves.length === 6 && moves.every((m, i) => m.startsWith(`rank ${i} → rank ${(i + 1) % 6}, chunk`)), `step 1: each rank sends one chunk to the next (${moves[0]})`);
+  check((await page.$$('.cell.recv')).length > 0 && (await page.$$('.cell.send')).length > 0, 'the moved cells are highlighted');
+  // Play advances on its own.
+  await page.click('[data-testid="coll-play"]');
+  const played = await waitValue(page, 'coll-step', (v) => v >= 3, 8000);
+  check(played >= 3, `Play steps forward (at step ${played})`);
+  await page.click('[data-testid="coll-play"]');
+  for (const alg of ['ring', 'tree', 'double-tree', 'rhd', 'naive']) {
+    await page.select('[data-testid="coll-algorithm"]', alg);
+    await waitValue(page, 'coll-step', (v) => v === 0);
+    await page.click('[data-testid="coll-last"]');
+    await page.waitForSelector('[data-testid="coll-verdict"]', { timeout: 10000 });
+    const pass = await page.$eval('[data-testid="coll-verdict"]', (el) => el.dataset.pass === 'true');
+    rows = await collRows(page);
+    const sum = 6 * 7 / 2;
+    check(pass && rows.length === 6 && rows.every((r) => r.ok && r.cells.every((x) => x === sum)),
+      `${alg}: at the end every rank holds the reference sum ${sum}`);
+  }
+  await shot(page, 'collectives-end');
+  // The screenshot mid-way: ring, 4 ranks, the third reduce-scatter step.
+  await page.select('[data-testid="coll-algorithm"]', 'ring');
+  await setSize(page, 'coll-ranks', 4);
+  await collSteps(page, 6);
+  for (let i = 1; i <= 3; i += 1) {
+    await page.click('[data-testid="coll-next"]');
+    await waitValue(page, 'coll-step', (v) => v === i);
+  }
+  await shot(page, 'collectives');
+  await page.close();
+}
+
 (async () => {
   fs.mkdirSync(shots, { recursive: true });
   const browser = await puppeteer.launch({ executablePath: CHROME, headless: true, args: FLAGS });
   try {
     const only = process.env.BRRR_E2E_ONLY;
-    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing]]) {
+    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing], ['collectives', collectives]]) {
       if (only && !only.split(',').includes(name)) {
         console.log(`${name}: SKIPPED (BRRR_E2E_ONLY=${only})`);
         continue;

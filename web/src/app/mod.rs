@@ -40,6 +40,9 @@ pub enum Route {
     /// [`PageId::Checkpointing`].
     #[at("/checkpointing")]
     Checkpointing,
+    /// [`PageId::Collectives`].
+    #[at("/collectives")]
+    Collectives,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -56,6 +59,7 @@ impl Route {
             PageId::Train => Route::Train,
             PageId::Puzzles => Route::Puzzles,
             PageId::Checkpointing => Route::Checkpointing,
+            PageId::Collectives => Route::Collectives,
         }
     }
 }
@@ -70,6 +74,7 @@ pub fn render(route: Route) -> Html {
         Route::Train => html! { <pages::train::TrainPage /> },
         Route::Puzzles => html! { <pages::puzzles::PuzzlesPage /> },
         Route::Checkpointing => html! { <pages::checkpointing::CheckpointingPage /> },
+        Route::Collectives => html! { <pages::collectives::CollectivesPage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

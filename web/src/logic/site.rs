@@ -17,6 +17,8 @@ pub enum PageId {
     Puzzles,
     /// Activation recomputation: brrr-checkpoint's schedules and their memory curves.
     Checkpointing,
+    /// An all-reduce run step by step by brrr-collectives' algorithms.
+    Collectives,
 }
 
 /// What the site says about a page.
@@ -37,7 +39,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 6] = [
+pub const PAGES: [PageInfo; 7] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -98,6 +100,17 @@ pub const PAGES: [PageInfo; 6] = [
         chapter: "checkpointing.html",
         crates: &["brrr_checkpoint"],
     },
+    PageInfo {
+        id: PageId::Collectives,
+        path: "/collectives",
+        title: "Collectives",
+        blurb: "An all-reduce step by step on real buffers: ring, tree, double binary tree, \
+                recursive halving-doubling or naive, 2 to 8 ranks, which chunk each rank sends \
+                where, the result checked against the reference sum, and the steps and bytes \
+                beside the alpha-beta model.",
+        chapter: "collectives.html",
+        crates: &["brrr_collectives", "brrr_perf"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -135,6 +148,7 @@ mod tests {
             PageId::Train,
             PageId::Puzzles,
             PageId::Checkpointing,
+            PageId::Collectives,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

@@ -1,6 +1,7 @@
 //! One module per page.
 
 pub mod checkpointing;
+pub mod collectives;
 pub mod kernels;
 pub mod landing;
 pub mod memory;
