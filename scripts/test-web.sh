@@ -56,21 +56,18 @@ if ! rustup target list --installed 2> /dev/null | grep -qx wasm32-unknown-unkno
     step "rustup target add wasm32-unknown-unknown"
     rustup target add wasm32-unknown-unknown < /dev/null
 fi
-# Tools are built without their own fat LTO and single codegen unit (trunk's release
-# profile): a faster cold install, and the tools' own speed does not matter here.
-FAST_INSTALL="CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16"
 WBG_VERSION="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)"
 if [ "$(wasm-bindgen --version 2> /dev/null | awk '{print $2}')" != "$WBG_VERSION" ] ||
     [ "$(wasm-bindgen-test-runner --version 2> /dev/null | awk '{print $2}')" != "$WBG_VERSION" ]; then
     step "cargo install wasm-bindgen-cli $WBG_VERSION into $TOOLS"
     # Without --locked: with it, a pinned dependency is missing from the registry.
-    flock "$TOOLS/wasm-bindgen.lock" env -u CARGO_TARGET_DIR $FAST_INSTALL cargo install wasm-bindgen-cli \
+    flock "$TOOLS/wasm-bindgen.lock" env -u CARGO_TARGET_DIR cargo install wasm-bindgen-cli \
         --version "=$WBG_VERSION" --root "$TOOLS" --force < /dev/null
 fi
 if [ "$(trunk --version 2> /dev/null | awk '{print $2}')" != "$TRUNK_VERSION" ]; then
-    step "cargo install trunk $TRUNK_VERSION into $TOOLS (a few minutes, once)"
+    step "cargo install trunk $TRUNK_VERSION into $TOOLS (about 8 minutes, once)"
     flock "$TOOLS/trunk.lock" bash -c "[ \"\$(trunk --version 2> /dev/null | awk '{print \$2}')\" = $TRUNK_VERSION ] ||
-        env -u CARGO_TARGET_DIR $FAST_INSTALL cargo install trunk --version $TRUNK_VERSION --locked --root '$TOOLS' < /dev/null"
+        env -u CARGO_TARGET_DIR cargo install trunk --version $TRUNK_VERSION --locked --root '$TOOLS' < /dev/null"
 fi
 want_pkg="{\"name\":\"brrr-web-tools\",\"private\":true,\"dependencies\":{\"puppeteer-core\":\"$PUPPETEER_VERSION\",\"binaryen\":\"$BINARYEN_VERSION\"}}"
 if [ "$(cat "$NODE_DIR/package.json" 2> /dev/null)" != "$want_pkg" ] || [ ! -x "$NODE_DIR/node_modules/.bin/wasm-opt" ]; then
