@@ -2,7 +2,7 @@
 //! `brrr_collectives::Simulation` on small per-rank buffers, the same schedule the
 //! in-process, socket and MPI transports execute. Each frame holds every rank's buffer
 //! after a step and the chunks that moved in it; [`summary`] sets the run's step count
-//! and bytes beside brrr-perf's alpha-beta model, and [`reference`] is the crate's own
+//! and bytes beside brrr-perf's alpha-beta model, and [`reference()`] is the crate's own
 //! reference reduction that the last frame is checked against.
 
 use brrr_collectives::{
