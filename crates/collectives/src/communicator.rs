@@ -9,6 +9,7 @@ use crate::frame::{Frame, Header, OpCode};
 use crate::link::{Expect, Link, Mailbox};
 use crate::reduce::ReduceOp;
 use crate::schedule::{Schedule, chunk_range};
+use crate::stats::CommStats;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -72,6 +73,7 @@ pub struct Communicator {
     splits: AtomicU32,
     algorithms: Mutex<Algorithms>,
     worker: crate::handle::Worker,
+    stats: Mutex<CommStats>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -97,6 +99,7 @@ impl Communicator {
             splits: AtomicU32::new(0),
             algorithms: Mutex::new(Algorithms::default()),
             worker: crate::handle::Worker::default(),
+            stats: Mutex::new(CommStats::default()),
         }
     }
 
@@ -154,6 +157,21 @@ impl Communicator {
         Ok(())
     }
 
+    /// What this communicator has moved since it was made or [`Communicator::reset_stats`].
+    pub fn stats(&self) -> CommStats {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Zeroes the counters of [`Communicator::stats`].
+    pub fn reset_stats(&self) {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner()) = CommStats::default();
+    }
+
+    fn record(&self, op: OpCode, elements: usize, sent: usize, received: usize) {
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        s.record(op.name(), elements, sent, received);
+    }
+
     fn lock(&self) -> MutexGuard<'_, Mailbox> {
         // A panic while holding the lock leaves the mailbox usable: frames are whole.
         self.mailbox.lock().unwrap_or_else(|p| p.into_inner())
@@ -191,6 +209,19 @@ impl Communicator {
         let result = self.execute_locked(&mut mb, schedule, buf, op, header);
         if result.is_err() {
             mb.abort_all(self.ctx);
+        } else {
+            let me = self.rank;
+            let transfers = schedule.steps.iter().flat_map(|s| &s.transfers);
+            let (mut sent, mut received) = (0, 0);
+            for t in transfers.filter(|t| t.src != t.dst) {
+                if t.src == me {
+                    sent += t.src_range.len();
+                }
+                if t.dst == me {
+                    received += t.dst_range.len();
+                }
+            }
+            self.record(header.op, header.total as usize, sent, received);
         }
         result
     }
@@ -368,7 +399,9 @@ impl Communicator {
                 header,
                 data: data.to_vec(),
             },
-        )
+        )?;
+        self.record(OpCode::SendRecv, data.len(), data.len(), 0);
+        Ok(())
     }
 
     /// Receives `out.len()` elements from rank `from`; an error if it sent another length.
@@ -384,6 +417,7 @@ impl Communicator {
             },
         )?;
         out.copy_from_slice(&f.data);
+        self.record(OpCode::SendRecv, out.len(), 0, out.len());
         Ok(())
     }
 
@@ -422,6 +456,7 @@ impl Communicator {
             splits: AtomicU32::new(0),
             algorithms: Mutex::new(self.algorithms()),
             worker: crate::handle::Worker::default(),
+            stats: Mutex::new(CommStats::default()),
         })
     }
 

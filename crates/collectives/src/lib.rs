@@ -45,6 +45,7 @@ pub mod reduce;
 pub mod schedule;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod socket;
+mod stats;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod tensor;
 pub mod verify;
@@ -61,6 +62,7 @@ pub use handle::Handle;
 pub use link::Link;
 pub use reduce::{ReduceOp, reference_reduce};
 pub use schedule::{Schedule, Simulation, Step, Transfer, chunk_range};
+pub use stats::{CommStats, OpStats};
 
 use std::time::Duration;
 

@@ -331,3 +331,41 @@ fn tensors_on_cpu_backends_are_all_reduced_and_keep_their_dtype() {
         assert_eq!(o.unwrap(), vec![1.0, 1.0, 2.0, 3.0]);
     }
 }
+
+/// The counters match the theory of the ring: `2(n-1)/n · Ψ` elements out of each rank
+/// for an all-reduce, `(n-1)/n · Ψ` for a reduce-scatter; a send counts on one side only.
+#[test]
+fn stats_count_the_ring_traffic() {
+    use brrr_collectives::{ReduceOp, run_in_process};
+    let (n, len) = (4usize, 1000usize);
+    let stats = run_in_process(n, |comm| {
+        let mut g = vec![1.0; len];
+        comm.all_reduce(&mut g, ReduceOp::Sum)?;
+        let after_ar = comm.stats();
+        comm.reduce_scatter(&g, ReduceOp::Sum)?;
+        if comm.rank() == 0 {
+            comm.send(1, &[1.0; 7])?;
+        } else if comm.rank() == 1 {
+            comm.recv(0, &mut [0.0; 7])?;
+        }
+        Ok((after_ar, comm.stats()))
+    });
+    for (r, s) in stats.into_iter().enumerate() {
+        let (ar, all) = s.unwrap();
+        let a = ar.op("all-reduce");
+        assert_eq!((a.calls, a.elements), (1, len as u64));
+        assert_eq!(a.elements_sent, (2 * (n - 1) * len / n) as u64, "rank {r}");
+        assert_eq!(a.elements_received, a.elements_sent);
+        assert_eq!(
+            all.op("reduce-scatter").elements_sent,
+            ((n - 1) * len / n) as u64
+        );
+        let sr = all.op("send/recv");
+        match r {
+            0 => assert_eq!((sr.elements_sent, sr.elements_received), (7, 0)),
+            1 => assert_eq!((sr.elements_sent, sr.elements_received), (0, 7)),
+            _ => assert_eq!(sr.calls, 0),
+        }
+        assert_eq!(all.bytes_sent(), 4 * all.elements_sent());
+    }
+}
