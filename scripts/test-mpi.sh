@@ -68,4 +68,35 @@ expect "on 4 ranks over socket: 0 wrong elements" \
     "$BRRR" launch --transport socket --nproc 4 -- bench collectives --check
 expect "out of bounds values : 0 OK" \
     mpirun --oversubscribe -np 3 "$BRRR" bench collectives --ops all-reduce --max-bytes 65536
+
+# Faults: a rank that exits or stops answering mid-collective ends the job with an
+# error that names it, well within the timeout (5 s here), never a hang.
+expect_failure() { # expect_failure TEXT MAX_SECONDS COMMAND...
+    local want="$1" max="$2" out start elapsed
+    shift 2
+    echo "==> $* (must fail within ${max} s)"
+    start=$SECONDS
+    if out="$(BRRR_COLL_TIMEOUT_S=5 timeout $((max + 30)) "$@" 2>&1)"; then
+        printf '%s\n' "$out"
+        echo "error: expected a failure" >&2
+        exit 1
+    fi
+    elapsed=$((SECONDS - start))
+    printf '%s\n' "$out" | tail -n 20
+    grep -qF "$want" <<< "$out" || {
+        echo "error: expected '$want'" >&2
+        exit 1
+    }
+    if ((elapsed > max)); then
+        echo "error: took ${elapsed} s, more than ${max} s" >&2
+        exit 1
+    fi
+    echo "    failed as expected in ${elapsed} s"
+}
+FAULT=(bench collectives --ops all-reduce --algorithms ring --max-bytes 16777216
+    --budget-bytes 1073741824 --die-rank 2 --die-after-ms 500)
+expect_failure "rank 2: exiting on purpose" 20 \
+    mpirun --oversubscribe -np 4 "$BRRR" "${FAULT[@]}" --die-how exit
+expect_failure "no message from rank 2 within 5.0 s" 20 \
+    mpirun --oversubscribe -np 4 "$BRRR" "${FAULT[@]}" --die-how hang
 echo "mpi: all checks passed"

@@ -57,6 +57,11 @@ pub struct BenchCollectivesArgs {
     /// See `--die-rank`.
     #[arg(long, hide = true, default_value_t = 300)]
     pub die_after_ms: u64,
+    /// How `--die-rank` fails: `exit` (the process ends: its peers see the connection
+    /// drop, or the MPI runtime aborts the job) or `hang` (it stops answering but stays
+    /// alive: its peers must time out on their own).
+    #[arg(long, hide = true, default_value = "exit", value_parser = ["exit", "hang"])]
+    pub die_how: String,
 }
 
 /// One point of a sweep.
@@ -291,6 +296,14 @@ pub fn sweep(comm: &Communicator, args: &BenchCollectivesArgs) -> Result<Vec<Row
     let mut rows = Vec::new();
     if args.die_rank == Some(comm.rank()) {
         let (rank, ms) = (comm.rank(), args.die_after_ms);
+        if args.die_how == "hang" {
+            // Stops answering mid-sweep: no more sends or receives from this rank.
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            eprintln!("rank {rank}: hanging on purpose (--die-rank --die-how hang)");
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
         std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(ms));
             eprintln!("rank {rank}: exiting on purpose (--die-rank)");

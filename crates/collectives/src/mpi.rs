@@ -11,6 +11,7 @@ use mpi::point_to_point::MatchedReceiveVec;
 use mpi::request::{Request, StaticScope};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator as _, Destination, Source};
+use std::mem::ManuallyDrop;
 use std::time::{Duration, Instant};
 
 /// A send in flight and the buffer it reads (from `Box::into_raw`).
@@ -24,8 +25,12 @@ pub struct MpiLink {
     /// Sends in flight and the buffers they read, freed when they complete.
     pending: Vec<PendingSend>,
     max_frame_elems: u64,
-    // Last: MPI is finalised when the universe drops, after the fields above.
-    _universe: mpi::environment::Universe,
+    /// A receive timed out or a frame was malformed: a peer is dead or stuck, and
+    /// `MPI_Finalize` (which waits for every rank) would hang on it.
+    failed: bool,
+    // MPI is finalised when the universe drops, in `Drop`, after the sends above are
+    // complete; never when a send could not complete (a peer stopped answering).
+    universe: ManuallyDrop<mpi::environment::Universe>,
 }
 
 // SAFETY: MPI is initialised with at least `Threading::Serialized`, which allows calls
@@ -53,7 +58,8 @@ impl MpiLink {
             size,
             pending: Vec::new(),
             max_frame_elems: 1 << 28,
-            _universe: universe,
+            failed: false,
+            universe: ManuallyDrop::new(universe),
         })
     }
 
@@ -72,12 +78,39 @@ impl MpiLink {
     }
 }
 
+/// How long a closing link waits for its last sends to be received.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl Drop for MpiLink {
+    /// Waits (boundedly) for the sends still in flight, then finalises MPI. A peer that
+    /// stopped answering never receives them and never reaches `MPI_Finalize`: waiting
+    /// for it (`MPI_Wait`, or `MPI_Finalize`, which waits for every rank) would turn its
+    /// fault into this rank's hang. So after a timed-out receive, or after
+    /// [`DRAIN_TIMEOUT`] with sends still pending, MPI is left unfinalised (and the sends
+    /// and their buffers leaked): the process exits with its error, and the launcher ends
+    /// the job.
     fn drop(&mut self) {
-        for (req, buf) in self.pending.drain(..) {
-            req.wait();
-            // SAFETY: as in `reap`: the send has completed.
-            drop(unsafe { Box::from_raw(buf) });
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        while !self.pending.is_empty() && Instant::now() < deadline {
+            self.reap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if self.failed || std::thread::panicking() {
+            eprintln!("mpi: a peer stopped answering; exiting without MPI_Finalize");
+        } else if self.pending.is_empty() {
+            // SAFETY: dropped once, here, and the field is never used after.
+            unsafe { ManuallyDrop::drop(&mut self.universe) };
+            return;
+        } else {
+            eprintln!(
+                "mpi: {} send(s) to unresponsive ranks never completed; exiting without MPI_Finalize",
+                self.pending.len()
+            );
+        }
+        for (req, _buf) in self.pending.drain(..) {
+            // An incomplete request may not be dropped (rsmpi panics) and its buffer may
+            // still be read by MPI: both are leaked until the process exits.
+            std::mem::forget(req);
         }
     }
 }
@@ -129,6 +162,7 @@ impl Link for MpiLink {
             }
             self.reap();
             if Instant::now() > deadline {
+                self.failed = true;
                 return Err(LinkError::Timeout);
             }
             std::thread::yield_now();
