@@ -137,6 +137,11 @@ pub struct TrainArgs {
     /// `data.json` sets the tokenizer and vocabulary) instead of a text corpus.
     #[arg(long, conflicts_with_all = ["corpus", "synthetic"])]
     pub data: Option<PathBuf>,
+    /// With --data: attention stays inside each document of a window (positions restart
+    /// and a segment mask starts at every end-of-text token the shards hold before each
+    /// document), instead of attending across into the previous document.
+    #[arg(long, requires = "data")]
+    pub doc_mask: bool,
     /// Batches a background thread prepares ahead of the step (0: none, each batch is
     /// produced when the step asks for it). Batches are the same either way.
     #[arg(long)]
@@ -248,6 +253,7 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         checkpoint: args.checkpoint.unwrap_or_default(),
         amp: amp_from_args(args),
         data: data_dir_string(args),
+        document_mask: args.doc_mask,
     };
     let cfg = with_data_tokenizer(cfg)?;
     cfg.validate()?;
@@ -360,6 +366,9 @@ fn resume_conflicts(args: &TrainArgs, saved: &TrainConfig) -> Vec<String> {
     differs(&mut c, "--corpus", corpus, saved.corpus.clone());
     let data = args.data.as_ref().map(|p| p.display().to_string());
     differs(&mut c, "--data", data, saved.data.clone());
+    if args.doc_mask && !saved.document_mask {
+        c.push("--doc-mask (the saved run trains without it)".to_string());
+    }
     if args.synthetic && saved.corpus != SYNTHETIC {
         c.push(format!("--synthetic (the run trained on {})", saved.corpus));
     }
@@ -758,7 +767,15 @@ fn shard_source(
     )?;
     let val =
         brrr_data::shard_val_batches(&dir.val, cfg.batch_size, cfg.seq_len, cfg.eval_batches)?;
-    Ok((Box::new(loader), val))
+    if !cfg.document_mask {
+        return Ok((Box::new(loader), val));
+    }
+    let eot = dir.tokenizer.eot();
+    let val = val
+        .into_iter()
+        .map(|b| b.with_document_mask(eot))
+        .collect::<Result<_>>()?;
+    Ok((Box::new(loader.with_document_mask(eot)), val))
 }
 
 /// Creates the output directory, removes temporary files a killed save left, and

@@ -139,6 +139,8 @@ pub struct ShardLoader {
     batches_per_epoch: u64,
     fingerprint: String,
     order: Option<EpochOrder>,
+    /// With [`ShardLoader::with_document_mask`]: the token that starts each document.
+    eot: Option<u32>,
 }
 
 impl std::fmt::Debug for ShardLoader {
@@ -197,7 +199,15 @@ impl ShardLoader {
             batches_per_epoch: per_epoch,
             fingerprint,
             order: None,
+            eot: None,
         })
+    }
+
+    /// Batches come with a [`brrr_train::DocumentMask`] that starts a document at every
+    /// `eot` token, so that attention never crosses from one document into the next.
+    pub fn with_document_mask(mut self, eot: u32) -> Self {
+        self.eot = Some(eot);
+        self
     }
 
     /// Batches each rank takes per epoch.
@@ -290,12 +300,17 @@ impl ShardLoader {
             self.pos.epoch += 1;
             self.pos.batch = 0;
         }
-        Ok(Batch {
+        let batch = Batch {
             inputs,
             targets,
             batch: b,
             seq: t,
-        })
+            mask: None,
+        };
+        match self.eot {
+            Some(eot) => batch.with_document_mask(eot),
+            None => Ok(batch),
+        }
     }
 }
 
@@ -391,6 +406,7 @@ pub fn shard_val_batches(
             targets: Vec::with_capacity(batch * seq),
             batch,
             seq,
+            mask: None,
         };
         for _ in 0..batch {
             let Some((s, w)) = windows.next() else {

@@ -57,6 +57,11 @@ pub struct TrainConfig {
     /// `corpus`; empty for a text corpus.
     #[serde(default)]
     pub data: String,
+    /// With `data`: attention stays inside each document of a window (`--doc-mask`;
+    /// a [`crate::DocumentMask`] at the shards' end-of-text tokens). Off in
+    /// configurations written before it existed.
+    #[serde(default)]
+    pub document_mask: bool,
 }
 
 impl Default for TrainConfig {
@@ -88,6 +93,7 @@ impl Default for TrainConfig {
             checkpoint: Strategy::None,
             amp: AmpConfig::default(),
             data: String::new(),
+            document_mask: false,
         }
     }
 }
@@ -106,6 +112,15 @@ impl TrainConfig {
             return bad("--eval-every and --eval-batches must be at least 1".into());
         }
         self.amp.validate()?;
+        if self.document_mask && self.data.is_empty() {
+            return bad("--doc-mask needs --data: a text corpus has no document boundaries".into());
+        }
+        if self.document_mask && self.checkpoint != Strategy::None {
+            return bad(format!(
+                "--doc-mask with --checkpoint {} is not supported: use --checkpoint none",
+                self.checkpoint
+            ));
+        }
         if self.checkpoint == Strategy::None {
             return Ok(());
         }

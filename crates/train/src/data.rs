@@ -227,6 +227,8 @@ pub struct Batch {
     pub targets: Vec<u32>,
     pub batch: usize,
     pub seq: usize,
+    /// Where documents start inside the rows, when attention must not cross them.
+    pub mask: Option<DocumentMask>,
 }
 
 impl Batch {
@@ -236,7 +238,19 @@ impl Batch {
             targets: Vec::with_capacity(batch * seq),
             batch,
             seq,
+            mask: None,
         }
+    }
+
+    /// This batch with a [`DocumentMask`] that starts a document at every `eot` token.
+    pub fn with_document_mask(mut self, eot: u32) -> Result<Self> {
+        self.mask = Some(DocumentMask::at_separators(
+            &self.inputs,
+            self.batch,
+            self.seq,
+            eot,
+        )?);
+        Ok(self)
     }
 
     /// Appends the window starting at `pos`: `seq` inputs and the `seq` tokens after
@@ -246,6 +260,51 @@ impl Batch {
         self.inputs
             .extend(w[..self.seq].iter().map(|&b| u32::from(b)));
         self.targets.extend(w[1..].iter().map(|&b| u32::from(b)));
+    }
+}
+
+/// Document boundaries inside a batch's rows, `[batch, seq]` each: every token's
+/// position inside its document (restarting at 0, for the position embedding) and its
+/// document's segment id (attention only looks at earlier tokens of the same segment).
+///
+/// A window cut from a stream of concatenated documents holds the end of one and the
+/// start of the next; without the mask a token attends to the unrelated document before
+/// it. Masking at document boundaries inside each window is how Llama 3 trains
+/// (Grattafiori et al. 2024, §3.2): nothing is padded, only attention changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DocumentMask {
+    pub positions: Vec<u32>,
+    pub segments: Vec<u32>,
+}
+
+impl DocumentMask {
+    /// Starts a new document at every `eot` token of each row (`brrr data prepare`
+    /// writes one *before* each document, as llm.c does): the separator gets position 0
+    /// of its document, and a row's first token is always position 0 of segment 0.
+    pub fn at_separators(inputs: &[u32], batch: usize, seq: usize, eot: u32) -> Result<Self> {
+        if batch.checked_mul(seq) != Some(inputs.len()) || seq == 0 {
+            return Err(Error::shape(
+                "DocumentMask::at_separators",
+                format!("{} tokens are not {batch} rows of {seq}", inputs.len()),
+            ));
+        }
+        let mut positions = Vec::with_capacity(inputs.len());
+        let mut segments = Vec::with_capacity(inputs.len());
+        for row in inputs.chunks_exact(seq) {
+            let (mut pos, mut seg) = (0u32, 0u32);
+            for (t, &tok) in row.iter().enumerate() {
+                if tok == eot && t > 0 {
+                    (pos, seg) = (0, seg + 1);
+                }
+                positions.push(pos);
+                segments.push(seg);
+                pos += 1;
+            }
+        }
+        Ok(DocumentMask {
+            positions,
+            segments,
+        })
     }
 }
 
@@ -531,6 +590,27 @@ pub fn val_batches(
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn document_mask_restarts_positions_at_each_separator() {
+        const E: u32 = 9;
+        // Two rows of 5: a separator mid-row, one at a row's start (no new segment:
+        // the row starts one anyway), and two in a row.
+        let inputs = [1, 2, E, 3, 4, E, 5, E, E, 6];
+        let m = DocumentMask::at_separators(&inputs, 2, 5, E).unwrap();
+        assert_eq!(m.positions, [0, 1, 0, 1, 2, 0, 1, 0, 0, 1]);
+        assert_eq!(m.segments, [0, 0, 1, 1, 1, 0, 0, 1, 2, 2]);
+        let e = DocumentMask::at_separators(&inputs, 3, 5, E).unwrap_err();
+        assert!(e.to_string().contains("not 3 rows of 5"), "{e}");
+        let b = Batch {
+            inputs: inputs.to_vec(),
+            targets: inputs.to_vec(),
+            batch: 2,
+            seq: 5,
+            mask: None,
+        };
+        assert_eq!(b.with_document_mask(E).unwrap().mask, Some(m));
+    }
 
     /// A deterministic pseudo-text with many distinct windows.
     fn text(n: usize) -> String {

@@ -60,10 +60,10 @@ pub mod trainer;
 
 pub use config::TrainConfig;
 pub use data::{
-    Batch, BatchSource, Batcher, ByteTokenizer, Corpus, RngState, SYNTHETIC, synthetic_corpus,
-    unigram_entropy_nats, val_batches,
+    Batch, BatchSource, Batcher, ByteTokenizer, Corpus, DocumentMask, RngState, SYNTHETIC,
+    synthetic_corpus, unigram_entropy_nats, val_batches,
 };
 pub use memory::MemoryNeed;
 pub use schedule::{Action, MicroBatchSchedule};
 pub use state::{ParamState, TrainState};
-pub use trainer::{Evaluation, Observer, StepStats, Trainer, load_params, upload};
+pub use trainer::{Evaluation, Observer, StepStats, Trainer, load_params, upload, upload_mask};

@@ -337,16 +337,27 @@ impl<B: Backend> Trainer<B> {
         for action in self.schedule.actions().to_vec() {
             match action {
                 Action::Forward(mb) => {
-                    let (ids, targets) = tracer.in_span("data", || {
+                    let (ids, targets, mask) = tracer.in_span("data", || {
                         let batch = self.data.next_batch()?;
                         check_batch(&self.config, &batch)?;
-                        upload(&self.backend, &batch)
+                        let (ids, targets) = upload(&self.backend, &batch)?;
+                        Ok::<_, Error>((ids, targets, upload_mask(&self.backend, &batch)?))
                     })?;
                     let mean = tracer.in_span("forward", || {
                         let mb = micro_batch(mb)?;
-                        let losses = match &mut self.recompute {
-                            None => self.model.forward_loss_mb(mb, &ids, &targets)?,
-                            Some(r) => r.forward_loss_observed(
+                        let losses = match (&mut self.recompute, &mask) {
+                            (None, None) => self.model.forward_loss_mb(mb, &ids, &targets)?,
+                            (None, Some((pos, seg))) => self
+                                .model
+                                .forward_loss_packed_mb(mb, &ids, &targets, pos, seg)?,
+                            (Some(_), Some(_)) => {
+                                return Err(Error::invalid(
+                                    "Trainer::step",
+                                    "document masks with activation recomputation are not \
+                                     supported: train with --checkpoint none",
+                                ));
+                            }
+                            (Some(r), None) => r.forward_loss_observed(
                                 &mut self.model,
                                 mb,
                                 &ids,
@@ -386,7 +397,17 @@ impl<B: Backend> Trainer<B> {
         let mut means = Vec::with_capacity(self.val.len());
         for batch in &self.val {
             let (ids, targets) = upload(&self.backend, batch)?;
-            means.push(self.model.forward_loss(&ids, &targets)?.mean_all()?);
+            let losses = match upload_mask(&self.backend, batch)? {
+                None => self.model.forward_loss(&ids, &targets)?,
+                Some((pos, seg)) => self.model.forward_loss_packed_mb(
+                    MicroBatch::default(),
+                    &ids,
+                    &targets,
+                    &pos,
+                    &seg,
+                )?,
+            };
+            means.push(losses.mean_all()?);
             self.model.clear_saved();
         }
         if means.is_empty() {
@@ -516,6 +537,33 @@ fn check_batch(config: &TrainConfig, batch: &Batch) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Uploads a batch's [`crate::DocumentMask`], if it has one: `u32` positions and
+/// segment ids, both `[batch, seq]`.
+pub fn upload_mask<B: Backend>(
+    backend: &B,
+    batch: &Batch,
+) -> Result<Option<(Tensor<B>, Tensor<B>)>> {
+    let Some(m) = &batch.mask else {
+        return Ok(None);
+    };
+    let n = batch.batch * batch.seq;
+    if m.positions.len() != n || m.segments.len() != n {
+        return Err(Error::shape(
+            "Trainer::step",
+            format!(
+                "the document mask has {} positions and {} segment ids for {n} tokens",
+                m.positions.len(),
+                m.segments.len()
+            ),
+        ));
+    }
+    let dims = [batch.batch, batch.seq];
+    Ok(Some((
+        Tensor::from_u32(backend, &m.positions, dims)?,
+        Tensor::from_u32(backend, &m.segments, dims)?,
+    )))
 }
 
 /// Uploads a batch: `u32` token ids and `i32` targets, both `[batch, seq]`.
