@@ -7,6 +7,7 @@ pub mod collectives;
 pub mod input;
 pub mod kernels;
 pub mod memory;
+pub mod mixed_precision;
 pub mod puzzles;
 
 pub mod roofline;
