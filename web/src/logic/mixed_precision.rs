@@ -350,9 +350,12 @@ pub fn summarize(init_scale: f32, points: &[ScalePoint]) -> ScaleSummary {
     s
 }
 
+/// Chart points `(x, y)`.
+pub type Points = Vec<(f64, f64)>;
+
 /// The chart's series: the scale used by each step (`(step, scale)`, a staircase that
 /// starts at `init_scale`), and the skipped steps at the scale that overflowed.
-pub fn scale_series(init_scale: f32, points: &[ScalePoint]) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
+pub fn scale_series(init_scale: f32, points: &[ScalePoint]) -> (Points, Points) {
     let mut line = Vec::with_capacity(2 * points.len());
     let mut skipped = Vec::new();
     let mut used = f64::from(init_scale);
@@ -392,7 +395,7 @@ mod tests {
             1e-40,
             3.3e38,
             1.0009765,
-            1.00048828125,
+            1.000_488_3,
             1.0 / 3.0,
         ];
         let mut x = 1.234_567e-30f32;
