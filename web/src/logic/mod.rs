@@ -4,6 +4,7 @@
 pub mod chart;
 pub mod checkpointing;
 pub mod collectives;
+pub mod data_loading;
 pub mod input;
 pub mod kernels;
 pub mod memory;
