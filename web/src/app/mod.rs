@@ -46,6 +46,9 @@ pub enum Route {
     /// [`PageId::MixedPrecision`].
     #[at("/mixed-precision")]
     MixedPrecision,
+    /// [`PageId::DataLoading`].
+    #[at("/data-loading")]
+    DataLoading,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -64,6 +67,7 @@ impl Route {
             PageId::Checkpointing => Route::Checkpointing,
             PageId::Collectives => Route::Collectives,
             PageId::MixedPrecision => Route::MixedPrecision,
+            PageId::DataLoading => Route::DataLoading,
         }
     }
 }
@@ -80,6 +84,7 @@ pub fn render(route: Route) -> Html {
         Route::Checkpointing => html! { <pages::checkpointing::CheckpointingPage /> },
         Route::Collectives => html! { <pages::collectives::CollectivesPage /> },
         Route::MixedPrecision => html! { <pages::mixed_precision::MixedPrecisionPage /> },
+        Route::DataLoading => html! { <pages::data_loading::DataLoadingPage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

@@ -21,6 +21,8 @@ pub enum PageId {
     Collectives,
     /// Number formats bit by bit, and the loss scale of an fp16 run (brrr-amp).
     MixedPrecision,
+    /// Prefetching on a timeline, packing and balance (brrr-data).
+    DataLoading,
 }
 
 /// What the site says about a page.
@@ -41,7 +43,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 8] = [
+pub const PAGES: [PageInfo; 9] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -123,6 +125,16 @@ pub const PAGES: [PageInfo; 8] = [
         chapter: "mixed-precision.html",
         crates: &["brrr_amp", "brrr_train"],
     },
+    PageInfo {
+        id: PageId::DataLoading,
+        path: "/data-loading",
+        title: "Data loading",
+        blurb: "The loader and the training step on a timeline, with prefetching off and on: \
+                set how long a batch takes to make and watch the wait disappear; then documents \
+                packed into rows and balanced over ranks by brrr-data.",
+        chapter: "data-loading.html",
+        crates: &["brrr_data"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -162,6 +174,7 @@ mod tests {
             PageId::Checkpointing,
             PageId::Collectives,
             PageId::MixedPrecision,
+            PageId::DataLoading,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

@@ -2,6 +2,7 @@
 
 pub mod checkpointing;
 pub mod collectives;
+pub mod data_loading;
 pub mod kernels;
 pub mod landing;
 pub mod memory;
