@@ -156,6 +156,18 @@ pub fn explore(x: f64) -> Vec<FormatView> {
         .collect()
 }
 
+/// `x` as a `data-value` attribute JavaScript's `parseFloat` reads back exactly:
+/// `Infinity`, `-Infinity` and `NaN` spelled its way (Rust writes `inf`).
+pub fn data_value(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "Infinity" } else { "-Infinity" }.into()
+    } else {
+        format!("{x:e}")
+    }
+}
+
 /// What the reader reads about a fate.
 pub fn fate_text(fate: Fate) -> &'static str {
     match fate {
@@ -464,6 +476,10 @@ mod tests {
         assert_eq!(explore(-1.5)[1].formula(), "-1.5 × 2^0");
         assert_eq!(explore(0.1)[0].relative_error, F32.relative_error(0.1));
         assert_eq!(bit_string(0b1011, 6), "001011");
+        assert_eq!(data_value(f64::INFINITY), "Infinity");
+        assert_eq!(data_value(f64::NEG_INFINITY), "-Infinity");
+        assert_eq!(data_value(f64::NAN), "NaN");
+        assert_eq!(data_value(6e-8), "6e-8");
     }
 
     #[test]

@@ -93,7 +93,9 @@ fn timeline_svg(id: &'static str, title: &str, t: &Timeline, span: f64) -> Html 
     let x = |ms: f64| LABEL + ms / span * (TW - LABEL - 8.0);
     let rect = |s: &Span, lane: f64, class: &'static str| {
         let w = (x(s.end) - x(s.start)).max(0.5);
-        let label = (w > 16.0).then(|| s.batch.to_string());
+        // Batch numbers on what the loader makes and the trainer runs; a blocked or a
+        // waiting span belongs to the batch beside it.
+        let label = (w > 16.0 && matches!(class, "load" | "step")).then(|| s.batch.to_string());
         let y = 18.0 + lane * (LANE + 6.0);
         html! {
             <g>

@@ -10,7 +10,7 @@ use crate::app::trainer::corpus;
 use crate::app::util::{edit, yield_now};
 use crate::logic::mixed_precision::{
     AMP_PRESET, FormatView, LOG10_RANGE, RangeRow, ScaleInput, ScalePoint, ScaleSummary,
-    amp_config, amp_train_config, bit_string, explore, fate_text, parse_value, ranges,
+    amp_config, amp_train_config, bit_string, data_value, explore, fate_text, parse_value, ranges,
     scale_series, slider_of, summarize, value_of_slider,
 };
 use crate::logic::sampling::preset;
@@ -140,8 +140,8 @@ fn format_row(v: &FormatView) -> Html {
                 <span class="m" title={format!("mantissa, {} bits", f.mantissa_bits)}>{ bit_string(v.fields.mantissa, f.mantissa_bits) }</span>
             </td>
             <td class="small">{ v.formula() }</td>
-            <td class="num" data-testid={format!("mp-stored-{name}")} data-value={format!("{:e}", v.rounded)}>{ format!("{}", v.rounded) }</td>
-            <td class="num" data-testid={format!("mp-error-{name}")} data-value={format!("{:e}", v.relative_error)}>{ error }</td>
+            <td class="num" data-testid={format!("mp-stored-{name}")} data-value={data_value(v.rounded)}>{ format!("{}", v.rounded) }</td>
+            <td class="num" data-testid={format!("mp-error-{name}")} data-value={data_value(v.relative_error)}>{ error }</td>
             <td class={fate_class} data-testid={format!("mp-fate-{name}")}>{ fate_text(v.fate) }</td>
         </tr>
     }
