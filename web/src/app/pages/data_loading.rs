@@ -43,7 +43,7 @@ fn prefetch_timeline() -> Html {
                 <SizeInput id="dl-steps" label="steps" value={input.steps as u64} min={1} max={MAX_STEPS as u64} linear=true
                     on_change={edit(&input, |i: &mut LoaderInput, v: u64| i.steps = v as usize)} />
                 <p class="muted small">{ "A simulation of the two ways brrr-data feeds the trainer, from the times set here: the trainer \
-                    producing each batch itself, or brrr_data::Prefetcher's thread handing batches over a channel of `depth` slots \
+                    producing each batch itself, or brrr_data::Prefetcher's thread handing batches over a channel of “depth” slots \
                     (brrr train --prefetch N). Make producing slower than a step to see the loader set the pace." }</p>
             </aside>
             <div class="results">

@@ -336,7 +336,7 @@ fn run_results(v: &RunView) -> Html {
             <Chart id="mp-scale-chart" x_label="optimizer step" y_label="loss scale S" y_log=true series={series} />
             <Chart id="mp-loss-chart" x_label="optimizer step" y_label="training loss (nats per byte), applied steps" series={vec![Series::new("loss", "#0f766e", SeriesStyle::Line, losses)]} y_include={Some(0.0)} />
             <p class="muted small">{ "A skipped step found an inf or NaN among the unscaled gradients: AdamW left the weights alone and the scale \
-                halved (after `hysteresis` such steps). Every number comes from the trainer's StepStats (loss_scale, skipped)." }</p>
+                halved (after as many such steps as the hysteresis allows). Every number comes from the trainer's StepStats (loss_scale, skipped)." }</p>
         </>
     }
 }
