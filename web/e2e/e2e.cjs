@@ -437,12 +437,132 @@ async function collectives(browser) {
   await page.close();
 }
 
+// f32 bits of x, and bf16's (f32 rounded to nearest even at bit 16), from the formats'
+// definitions; f16's for a positive normal x: exponent floor(log2 x) + 15, 10 mantissa
+// bits rounded to nearest even.
+function f32Bits(x) {
+  const dv = new DataView(new ArrayBuffer(4));
+  dv.setFloat32(0, x);
+  return dv.getUint32(0);
+}
+function bf16Bits(x) {
+  const u = f32Bits(x);
+  return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
+}
+function f16BitsNormal(x) {
+  const e = Math.floor(Math.log2(x));
+  const v = (x / 2 ** e) * 1024;
+  let r = Math.round(v);
+  if (Math.abs(r - v) === 0.5 && r % 2 !== 0) r -= 1;
+  return ((e + 15) << 10) + (r - 1024);
+}
+
+async function setValue(page, text) {
+  await page.$eval('[data-testid="mp-value"]', (el, t) => {
+    el.value = t;
+    el.dispatchEvent(new InputEvent('input', { bubbles: true }));
+  }, text);
+}
+
+async function bits(page, name) {
+  return page.$eval(`[data-testid="mp-bits-${name}"]`, (el) => parseInt(el.dataset.bits, 16));
+}
+
+async function mixedPrecision(browser) {
+  console.log('mixed-precision');
+  const page = await open(browser, '/mixed-precision');
+  await page.waitForSelector('[data-testid="mp-formats"]', { timeout: 60000 });
+  const chapter = await page.$eval('[data-testid="chapter-link"]', (a) => a.getAttribute('href'));
+  check(chapter === 'book/mixed-precision.html', `links the book chapter (${chapter})`);
+  // Ranges: (2 − 2^−m)·2^emax, 2^(emin − m), 2^−m.
+  check(await value(page, 'mp-range-f16-max') === 65504, 'f16 max = (2 − 2^−10)·2^15 = 65504');
+  check(await value(page, 'mp-range-f16-min-subnormal') === 2 ** -24, 'f16 smallest subnormal = 2^−24');
+  check(await value(page, 'mp-range-bf16-max') === (2 - 2 ** -7) * 2 ** 127, 'bf16 max = (2 − 2^−7)·2^127');
+  check(await value(page, 'mp-range-f32-epsilon') === 2 ** -23, 'f32 epsilon = 2^−23');
+  // 0.1 in each format, bit for bit.
+  const x = 0.1;
+  check(await bits(page, 'f32') === f32Bits(x), `0.1 in f32 is 0x${f32Bits(x).toString(16)}`);
+  check(await bits(page, 'f16') === f16BitsNormal(x), `0.1 in f16 is 0x${f16BitsNormal(x).toString(16)}`);
+  check(await bits(page, 'bf16') === bf16Bits(x), `0.1 in bf16 is 0x${bf16Bits(x).toString(16)}`);
+  // f16's largest value, the first to overflow, a subnormal and an underflow.
+  await setValue(page, '65504');
+  await waitValue(page, 'mp-stored-f16', (v) => v === 65504);
+  check(await value(page, 'mp-error-f16') === 0, '65504 is exact in f16');
+  await setValue(page, '65520');
+  const inf = await waitValue(page, 'mp-stored-f16', (v) => v === Infinity);
+  check(inf === Infinity && (await text(page, 'mp-fate-f16')).startsWith('overflow'), '65520 overflows f16');
+  check(await value(page, 'mp-stored-bf16') === 65536, '65520 rounds to 65536 in bf16');
+  await setValue(page, '6e-8');
+  const sub = await waitValue(page, 'mp-stored-f16', (v) => v === 2 ** -24);
+  check(sub === 2 ** -24 && (await text(page, 'mp-fate-f16')).startsWith('subnormal'), '6e-8 is f16\'s smallest subnormal 2^−24');
+  check(close(await value(page, 'mp-error-f16'), Math.abs(2 ** -24 - 6e-8) / 6e-8, 1e-12), 'relative error |2^−24 − 6e−8| / 6e−8');
+  await setValue(page, '2e-8');
+  await waitValue(page, 'mp-stored-f16', (v) => v === 0);
+  check((await text(page, 'mp-fate-f16')).startsWith('underflow'), '2e-8 underflows f16');
+  // The slider: log10 |x| = 5 is 100000, past f16's range.
+  await page.$eval('[data-testid="mp-slider"]', (el) => {
+    el.value = '5';
+    el.dispatchEvent(new InputEvent('input', { bubbles: true }));
+  });
+  await waitValue(page, 'mp-stored-f32', (v) => v === 1e5);
+  check((await text(page, 'mp-fate-f16')).startsWith('overflow'), 'the slider at 10^5 overflows f16');
+  await setValue(page, '0.1');
+  // The fp16 run: starting at 2^24 it overflows, backs off, applies steps, grows again.
+  const total = 60;
+  const step = await waitValue(page, 'mp-step', (v) => v === total, 180000);
+  check(step === total, `the fp16 run trained ${total} steps in the page (at ${step})`);
+  const skipped = await value(page, 'mp-skipped');
+  const backoffs = await value(page, 'mp-backoffs');
+  const scale = await value(page, 'mp-scale');
+  check(skipped >= 1 && backoffs >= 1, `overflowing steps were skipped (${skipped}) and the scale backed off (${backoffs})`);
+  check(scale < 2 ** 24 && Number.isInteger(Math.log2(scale)), `the scale is a power of two below 2^24 (${scale})`);
+  check(Number.isFinite(await value(page, 'mp-loss')), 'the loss is finite');
+  check(await page.$('[data-testid="mp-scale-chart"] svg path') !== null, 'the loss scale is drawn');
+  await shot(page, 'mixed-precision');
+  await page.close();
+}
+
+async function dataLoading(browser) {
+  console.log('data-loading');
+  const page = await open(browser, '/data-loading');
+  await page.waitForSelector('[data-testid="dl-total-on"]', { timeout: 60000 });
+  const chapter = await page.$eval('[data-testid="chapter-link"]', (a) => a.getAttribute('href'));
+  check(chapter === 'book/data-loading.html', `links the book chapter (${chapter})`);
+  // 8 steps of 100 ms, a batch in 60 ms: n(P + S) without prefetching; P + nS with it.
+  let [P, S, n] = [60, 100, 8];
+  check(await value(page, 'dl-total-off') === n * (P + S), `prefetching off: n(P + S) = ${n * (P + S)} ms`);
+  check(await value(page, 'dl-total-on') === P + n * S, `prefetching on: P + nS = ${P + n * S} ms (the wait disappears)`);
+  check(await value(page, 'dl-steady-wait') === 0, 'no wait per step once the pipeline is full');
+  P = 150;
+  await setSize(page, 'dl-load', P);
+  const on = await waitValue(page, 'dl-total-on', (v) => v === n * P + S);
+  check(on === n * P + S, `a slow loader sets the pace: nP + S = ${n * P + S} ms (got ${on})`);
+  check(await value(page, 'dl-steady-wait') === P - S, `the step waits P − S = ${P - S} ms`);
+  await setSize(page, 'dl-load', 60);
+  await waitValue(page, 'dl-total-on', (v) => v === 60 + n * S);
+  check(await page.$('[data-testid="dl-timeline-on"] rect.dl.step') !== null, 'the timeline is drawn');
+  // Packing and balance from brrr-data.
+  const rows = await value(page, 'dl-rows');
+  check(rows < await value(page, 'dl-padded-rows'), `packing needs fewer rows (${rows}) than one document per row`);
+  check((await page.$$('[data-testid="dl-row"]')).length === Math.min(rows, 40), 'one bar per packed row');
+  check(await value(page, 'dl-imbalance-after') < await value(page, 'dl-imbalance-before'), 'balancing lowers the imbalance');
+  check((await page.$$('[data-testid="dl-rank"]')).length === 4, 'four ranks drawn');
+  await setSize(page, 'dl-world', 8);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="dl-rank"]').length === 8, { timeout: 10000 });
+  check(await value(page, 'dl-imbalance-after') >= 1, 'imbalance ≥ 1 on 8 ranks');
+  await setSize(page, 'dl-world', 4);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="dl-rank"]').length === 4, { timeout: 10000 });
+  await shot(page, 'data-loading');
+  await page.close();
+}
+
 (async () => {
   fs.mkdirSync(shots, { recursive: true });
   const browser = await puppeteer.launch({ executablePath: CHROME, headless: true, args: FLAGS });
   try {
     const only = process.env.BRRR_E2E_ONLY;
-    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing], ['collectives', collectives]]) {
+    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing], ['collectives', collectives],
+      ['mixed-precision', mixedPrecision], ['data-loading', dataLoading]]) {
       if (only && !only.split(',').includes(name)) {
         console.log(`${name}: SKIPPED (BRRR_E2E_ONLY=${only})`);
         continue;

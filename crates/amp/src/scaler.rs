@@ -235,6 +235,33 @@ impl<B: Backend> DynamicLossScaler<B> {
         })
     }
 
+    /// Continues from a saved scale and growth tracker (as [`Self::read_state`] read
+    /// them; a checkpoint keeps them so a resumed run does not restart at
+    /// `init_scale`). The tracker is `[clean steps]` or, with hysteresis,
+    /// `[clean steps, overflows since the last growth]`; a missing second entry is 0.
+    pub fn restore_state(&mut self, scale: f32, tracker: &[i32]) -> Result<()> {
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(Error::invalid(
+                "loss scaler",
+                format!("a saved loss scale must be positive and finite, got {scale}"),
+            ));
+        }
+        let len = self.config.update_params().tracker_len();
+        if tracker.is_empty() || tracker.len() > 2 || tracker.iter().any(|&t| t < 0) {
+            return Err(Error::invalid(
+                "loss scaler",
+                format!("a saved growth tracker is 1 or 2 counts >= 0, got {tracker:?}"),
+            ));
+        }
+        let mut t = tracker.to_vec();
+        t.resize(len, 0);
+        let backend = self.scale.backend().clone();
+        self.scale = Tensor::from_f32(&backend, &[scale], [1], DType::F32)?;
+        self.tracker = Tensor::from_i32(&backend, &t, [len])?;
+        self.host_scale = scale;
+        Ok(())
+    }
+
     /// Reads the scale, the tracker and the flag (for tests and checkpoints; a training
     /// step never calls it).
     pub async fn read_state(&self) -> Result<(f32, Vec<i32>, f32)> {

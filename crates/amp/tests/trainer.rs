@@ -130,3 +130,85 @@ fn checkpoints_hold_the_masters() {
         );
     }
 }
+
+/// The scaler's state travels in checkpoints: an fp16 run stopped and resumed (through
+/// the file's bytes) continues with the scale, growth tracker and hysteresis count it
+/// had, and reports the same losses and loss scales as the run that never stopped. A
+/// checkpoint without that state (written before it was kept) still loads, and the
+/// resumed scaler starts again at `init_scale`.
+#[test]
+fn a_resumed_fp16_run_keeps_its_loss_scale() {
+    let amp = AmpConfig {
+        scaler: ScalerConfig {
+            init_scale: 2f32.powi(22),
+            growth_interval: 3,
+            hysteresis: 2,
+            ..ScalerConfig::default()
+        },
+        ..AmpConfig::new(AmpMode::Fp16)
+    };
+    // Stopped after an overflow that hysteresis tolerated (step 22): the next overflow
+    // backs off only if the resumed scaler remembers it.
+    let (steps, stop) = (24, 22);
+    let cfg = config(amp, steps, 1);
+    let mut full = trainer(&cfg);
+    let all: Vec<_> = (0..steps).map(|_| full.step_blocking().unwrap()).collect();
+    let scales: Vec<f32> = all.iter().map(|s| s.loss_scale).collect();
+    assert!(
+        all.iter().any(|s| s.skipped) && scales.windows(2).any(|w| w[1] > w[0]),
+        "the run both overflows and grows: {scales:?}"
+    );
+
+    let mut first = trainer(&cfg);
+    for _ in 0..stop {
+        first.step_blocking().unwrap();
+    }
+    let state = first.state_blocking().unwrap();
+    let saved = state.loss_scaler.expect("an fp16 run saves its scaler");
+    assert_eq!(saved.scale, scales[stop - 1]);
+    // The scale happens to be back at init_scale here; the tolerated overflow is what a
+    // fresh scaler would forget.
+    assert_eq!(saved.hysteresis_tracker, 1, "{saved:?}");
+    let bytes = state.to_bytes().unwrap();
+    let ck = brrr_train::ckpt::from_bytes(&bytes, "mem").unwrap();
+    let state = brrr_train::TrainState::from_checkpoint(&ck).unwrap();
+    assert_eq!(state.loss_scaler, Some(saved));
+    let mut resumed = trainer(&cfg);
+    resumed.restore(&state).unwrap();
+    for want in &all[stop..] {
+        let got = resumed.step_blocking().unwrap();
+        assert_eq!(
+            (got.step, got.loss.to_bits(), got.loss_scale, got.skipped),
+            (
+                want.step,
+                want.loss.to_bits(),
+                want.loss_scale,
+                want.skipped
+            )
+        );
+    }
+
+    // A file without the scaler's keys, as written before they existed.
+    let (tensors, mut meta) = state.to_checkpoint().unwrap();
+    for k in [
+        "loss_scale",
+        "loss_scale_growth_tracker",
+        "loss_scale_hysteresis_tracker",
+    ] {
+        assert!(meta.remove(k).is_some(), "{k}");
+    }
+    let old =
+        brrr_train::ckpt::from_bytes(&brrr_train::ckpt::to_bytes(&tensors, &meta).unwrap(), "old")
+            .unwrap();
+    let old = brrr_train::TrainState::from_checkpoint(&old).unwrap();
+    assert_eq!(old.loss_scaler, None);
+    let mut from_old = trainer(&cfg);
+    from_old.restore(&old).unwrap();
+    let s = from_old.step_blocking().unwrap();
+    assert_eq!(s.step as usize, stop + 1);
+    assert!(
+        s.loss_scale == 2f32.powi(22) || s.loss_scale == 2f32.powi(21),
+        "starts again from init_scale: {}",
+        s.loss_scale
+    );
+}

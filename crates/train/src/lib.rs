@@ -65,5 +65,5 @@ pub use data::{
 };
 pub use memory::MemoryNeed;
 pub use schedule::{Action, MicroBatchSchedule};
-pub use state::{ParamState, TrainState};
+pub use state::{LossScalerState, ParamState, TrainState};
 pub use trainer::{Evaluation, Observer, StepStats, Trainer, load_params, upload, upload_mask};

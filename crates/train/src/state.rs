@@ -3,7 +3,9 @@
 //! The file is safetensors ([`crate::ckpt`]) with tensors `model.NAME`, `adamw.m.NAME`
 //! and `adamw.v.NAME` per parameter, and string metadata `format` (`brrr-gpt-1`),
 //! `step`, `adamw_step`, `rng` (the batch source's position), `corpus_fingerprint`,
-//! `tokenizer` and `config` (the [`TrainConfig`] as TOML).
+//! `tokenizer` and `config` (the [`TrainConfig`] as TOML); with a dynamic loss scaler
+//! also `loss_scale`, `loss_scale_growth_tracker` and `loss_scale_hysteresis_tracker`
+//! (absent in checkpoints of runs without one, and in files written before they existed).
 
 use crate::ckpt::{Checkpoint, NamedTensor};
 use crate::config::TrainConfig;
@@ -26,6 +28,18 @@ pub struct ParamState {
     pub moments: Option<(HostData, HostData)>,
 }
 
+/// The dynamic loss scaler's state (`--amp fp16`): a resumed run continues with the
+/// scale it had, not `init_scale`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossScalerState {
+    /// The loss scale the next step uses.
+    pub scale: f32,
+    /// Clean steps in a row since the last overflow or growth.
+    pub growth_tracker: i32,
+    /// Overflows since the scale last grew (counted with hysteresis > 1, else 0).
+    pub hysteresis_tracker: i32,
+}
+
 /// A run's complete state on the host: enough to continue it bit for bit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrainState {
@@ -41,6 +55,8 @@ pub struct TrainState {
     pub data_fingerprint: String,
     /// Every parameter, in the model's order.
     pub params: Vec<ParamState>,
+    /// The loss scaler's state, when the run has one.
+    pub loss_scaler: Option<LossScalerState>,
 }
 
 impl TrainState {
@@ -67,7 +83,7 @@ impl TrainState {
         }
         let config = toml::to_string(&self.config)
             .map_err(|e| Error::invalid("checkpoint", e.to_string()))?;
-        let meta = BTreeMap::from([
+        let mut meta = BTreeMap::from([
             ("format".to_string(), FORMAT.to_string()),
             ("step".to_string(), self.step.to_string()),
             ("adamw_step".to_string(), self.adamw_step.to_string()),
@@ -79,6 +95,18 @@ impl TrainState {
             ("tokenizer".to_string(), self.config.tokenizer.clone()),
             ("config".to_string(), config),
         ]);
+        if let Some(ls) = &self.loss_scaler {
+            // `{}` of an f32 is the shortest text that parses back to the same bits.
+            meta.insert("loss_scale".into(), ls.scale.to_string());
+            meta.insert(
+                "loss_scale_growth_tracker".into(),
+                ls.growth_tracker.to_string(),
+            );
+            meta.insert(
+                "loss_scale_hysteresis_tracker".into(),
+                ls.hysteresis_tracker.to_string(),
+            );
+        }
         Ok((tensors, meta))
     }
 
@@ -118,6 +146,15 @@ impl TrainState {
                 moments,
             });
         }
+        let loss_scaler = match ck.meta("loss_scale") {
+            Ok(_) => Some(LossScalerState {
+                scale: parse_meta(ck, "loss_scale")?,
+                growth_tracker: parse_meta(ck, "loss_scale_growth_tracker")?,
+                hysteresis_tracker: parse_meta(ck, "loss_scale_hysteresis_tracker")?,
+            }),
+            // Written by a run without a scaler, or before checkpoints kept it.
+            Err(_) => None,
+        };
         Ok(TrainState {
             config,
             step: parse_meta(ck, "step")?,
@@ -125,6 +162,7 @@ impl TrainState {
             data_position: ck.meta("rng")?.to_string(),
             data_fingerprint: ck.meta("corpus_fingerprint")?.to_string(),
             params,
+            loss_scaler,
         })
     }
 

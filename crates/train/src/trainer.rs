@@ -4,7 +4,7 @@
 use crate::config::TrainConfig;
 use crate::data::{Batch, BatchSource};
 use crate::schedule::{Action, MicroBatchSchedule};
-use crate::state::{ParamState, TrainState};
+use crate::state::{LossScalerState, ParamState, TrainState};
 use brrr_amp::{DynamicLossScaler, apply_policy};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_checkpoint::{Op, Recompute, Strategy};
@@ -458,6 +458,17 @@ impl<B: Backend> Trainer<B> {
                 moments,
             });
         }
+        let loss_scaler = match &self.scaler {
+            Some(s) => {
+                let (scale, tracker, _found_inf) = s.read_state().await?;
+                Some(LossScalerState {
+                    scale,
+                    growth_tracker: tracker.first().copied().unwrap_or(0),
+                    hysteresis_tracker: tracker.get(1).copied().unwrap_or(0),
+                })
+            }
+            None => None,
+        };
         Ok(TrainState {
             config: self.config.clone(),
             step: self.step,
@@ -465,11 +476,12 @@ impl<B: Backend> Trainer<B> {
             data_position: self.data.position(),
             data_fingerprint: self.data.fingerprint(),
             params,
+            loss_scaler,
         })
     }
 
     /// Continues from `state`: weights, AdamW moments and step count, the batch
-    /// source's position and the step. The model's shape must match, and the data must
+    /// source's position, the loss scaler's scale and trackers, and the step. The model's shape must match, and the data must
     /// be the same (by fingerprint).
     pub fn restore(&mut self, state: &TrainState) -> Result<()> {
         if state.config.model != self.config.model {
@@ -491,6 +503,11 @@ impl<B: Backend> Trainer<B> {
         self.opt.moments = load_moments(&self.backend, &self.model, state)?;
         self.opt.step = state.adamw_step;
         self.data.set_position(&state.data_position)?;
+        // A checkpoint without the scaler's state (a run without one, or a file from
+        // before checkpoints kept it) leaves this run's scaler at its initial scale.
+        if let (Some(s), Some(ls)) = (&mut self.scaler, &state.loss_scaler) {
+            s.restore_state(ls.scale, &[ls.growth_tracker, ls.hysteresis_tracker])?;
+        }
         self.step = state.step;
         Ok(())
     }

@@ -43,6 +43,12 @@ pub enum Route {
     /// [`PageId::Collectives`].
     #[at("/collectives")]
     Collectives,
+    /// [`PageId::MixedPrecision`].
+    #[at("/mixed-precision")]
+    MixedPrecision,
+    /// [`PageId::DataLoading`].
+    #[at("/data-loading")]
+    DataLoading,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -60,6 +66,8 @@ impl Route {
             PageId::Puzzles => Route::Puzzles,
             PageId::Checkpointing => Route::Checkpointing,
             PageId::Collectives => Route::Collectives,
+            PageId::MixedPrecision => Route::MixedPrecision,
+            PageId::DataLoading => Route::DataLoading,
         }
     }
 }
@@ -75,6 +83,8 @@ pub fn render(route: Route) -> Html {
         Route::Puzzles => html! { <pages::puzzles::PuzzlesPage /> },
         Route::Checkpointing => html! { <pages::checkpointing::CheckpointingPage /> },
         Route::Collectives => html! { <pages::collectives::CollectivesPage /> },
+        Route::MixedPrecision => html! { <pages::mixed_precision::MixedPrecisionPage /> },
+        Route::DataLoading => html! { <pages::data_loading::DataLoadingPage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

@@ -4,9 +4,11 @@
 pub mod chart;
 pub mod checkpointing;
 pub mod collectives;
+pub mod data_loading;
 pub mod input;
 pub mod kernels;
 pub mod memory;
+pub mod mixed_precision;
 pub mod puzzles;
 
 pub mod roofline;

@@ -19,6 +19,10 @@ pub enum PageId {
     Checkpointing,
     /// An all-reduce run step by step by brrr-collectives' algorithms.
     Collectives,
+    /// Number formats bit by bit, and the loss scale of an fp16 run (brrr-amp).
+    MixedPrecision,
+    /// Prefetching on a timeline, packing and balance (brrr-data).
+    DataLoading,
 }
 
 /// What the site says about a page.
@@ -39,7 +43,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 7] = [
+pub const PAGES: [PageInfo; 9] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -111,6 +115,26 @@ pub const PAGES: [PageInfo; 7] = [
         chapter: "collectives.html",
         crates: &["brrr_collectives", "brrr_perf"],
     },
+    PageInfo {
+        id: PageId::MixedPrecision,
+        path: "/mixed-precision",
+        title: "Mixed precision",
+        blurb: "Type a number and see its f32, f16 and bf16 bits, the value each stores, the \
+                relative error and where each format overflows or flushes to zero; then watch \
+                the loss scale of a real fp16 run back off on overflows and climb again.",
+        chapter: "mixed-precision.html",
+        crates: &["brrr_amp", "brrr_train"],
+    },
+    PageInfo {
+        id: PageId::DataLoading,
+        path: "/data-loading",
+        title: "Data loading",
+        blurb: "The loader and the training step on a timeline, with prefetching off and on: \
+                set how long a batch takes to make and watch the wait disappear; then documents \
+                packed into rows and balanced over ranks by brrr-data.",
+        chapter: "data-loading.html",
+        crates: &["brrr_data"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -149,6 +173,8 @@ mod tests {
             PageId::Puzzles,
             PageId::Checkpointing,
             PageId::Collectives,
+            PageId::MixedPrecision,
+            PageId::DataLoading,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

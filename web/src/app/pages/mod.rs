@@ -2,9 +2,11 @@
 
 pub mod checkpointing;
 pub mod collectives;
+pub mod data_loading;
 pub mod kernels;
 pub mod landing;
 pub mod memory;
+pub mod mixed_precision;
 pub mod puzzles;
 pub mod roofline;
 pub mod train;
