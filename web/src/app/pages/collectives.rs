@@ -260,7 +260,7 @@ fn moves(frame: &Frame, now: usize) -> Html {
     html! {
         <div data-testid="coll-moves">
             <p class="small"><strong>{ format!("Step {now}: ") }</strong>
-                <span class="legend send">{ "sent" }</span>{ " " }<span class="legend recv">{ "received" }</span></p>
+                <span class="coll-key send">{ "sent" }</span>{ " " }<span class="coll-key recv">{ "received" }</span></p>
             <ul class="coll-moves small">{ for items }</ul>
         </div>
     }
