@@ -91,3 +91,94 @@ pub fn shard_by_name<B: Backend>(
         full.deep_clone()
     }
 }
+
+/// `[n, a, b]` → `[a, n, b]` (row-major, host).
+fn interleave(g: &[f32], n: usize, a: usize, b: usize) -> Vec<f32> {
+    let mut out = vec![0.0; g.len()];
+    for r in 0..n {
+        for i in 0..a {
+            let src = (r * a + i) * b;
+            let dst = (i * n + r) * b;
+            out[dst..dst + b].copy_from_slice(&g[src..src + b]);
+        }
+    }
+    out
+}
+
+/// The inverse of [`shard_by_name`] on the host: `gathered` is the `n` ranks' shards of
+/// `name` (each `shard_dims`) concatenated in rank order, as an all-gather returns them;
+/// the result is the whole parameter and its shape. A replicated parameter is rank 0's
+/// copy.
+pub fn unshard_by_name(
+    name: &str,
+    gathered: &[f32],
+    shard_dims: &[usize],
+    n: usize,
+) -> Result<(Vec<f32>, Vec<usize>)> {
+    let len: usize = shard_dims.iter().product();
+    if n == 0 || gathered.len() != len * n || shard_dims.is_empty() {
+        return Err(Error::shape(
+            "unshard_by_name",
+            format!(
+                "{name}: {} gathered values for {n} shards of {shard_dims:?}",
+                gathered.len()
+            ),
+        ));
+    }
+    let mut dims = shard_dims.to_vec();
+    if name == "wte.weight" || name.contains(".mlp.c_fc.") {
+        dims[0] *= n;
+        Ok((gathered.to_vec(), dims))
+    } else if name.contains(".attn.c_attn.") {
+        dims[0] *= n;
+        Ok((interleave(gathered, n, 3, len / 3), dims))
+    } else if name.ends_with(".c_proj.weight") && dims.len() == 2 {
+        dims[1] *= n;
+        Ok((interleave(gathered, n, shard_dims[0], shard_dims[1]), dims))
+    } else {
+        Ok((gathered[..len].to_vec(), dims))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brrr_backend::DType;
+    use brrr_cpu::CpuBackend;
+
+    /// Every kind of parameter: sharded by [`shard_by_name`], gathered, and put back
+    /// together by [`unshard_by_name`], is the original.
+    #[test]
+    fn unshard_inverts_shard() {
+        let be = CpuBackend::new();
+        let n = 2;
+        for (name, dims) in [
+            ("wte.weight", vec![8, 4]),
+            ("h.0.attn.c_attn.weight", vec![12, 4]),
+            ("h.0.attn.c_attn.bias", vec![12]),
+            ("h.0.attn.c_proj.weight", vec![4, 4]),
+            ("h.0.mlp.c_fc.bias", vec![16]),
+            ("h.0.mlp.c_proj.weight", vec![4, 16]),
+            ("h.0.ln_1.weight", vec![4]),
+        ] {
+            let len: usize = dims.iter().product();
+            let full: Vec<f32> = (0..len).map(|i| i as f32).collect();
+            let t = Tensor::from_f32(&be, &full, dims.clone(), DType::F32).unwrap();
+            let mut gathered = Vec::new();
+            let mut shard_dims = Vec::new();
+            for r in 0..n {
+                let s = shard_by_name(name, &t, 4, r, n).unwrap();
+                shard_dims = s.dims().to_vec();
+                gathered.extend(s.to_vec_f32().unwrap());
+            }
+            let gathered = if shard_dims == dims {
+                gathered[..len].repeat(n)
+            } else {
+                gathered
+            };
+            let (back, back_dims) = unshard_by_name(name, &gathered, &shard_dims, n).unwrap();
+            assert_eq!(back_dims, dims, "{name}");
+            assert_eq!(back, full, "{name}");
+        }
+    }
+}

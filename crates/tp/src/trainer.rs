@@ -6,10 +6,11 @@
 
 use crate::config::TpConfig;
 use crate::model::{TpGpt, all_reduce_grads_scaled};
-use brrr_backend::{Backend, DType, Error, Result};
+use crate::shard::unshard_by_name;
+use brrr_backend::{Backend, DType, Error, HostData, Result};
 use brrr_collectives::{Communicator, ParallelGroups, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param};
-use brrr_train::{Batch, StepStats, TrainConfig};
+use brrr_train::{Batch, ParamState, StepStats, TrainConfig, TrainState};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
@@ -178,6 +179,62 @@ impl<B: Backend> TpTrainer<B> {
             seconds: Some(t0.elapsed().as_secs_f64()),
             peak_bytes: self.backend.memory_stats().peak_bytes,
             activation_peak_bytes,
+        })
+    }
+}
+
+impl<B: Backend> TpTrainer<B> {
+    /// Mean loss over `val` (global batches, this rank's data-parallel rows), averaged
+    /// over the data-parallel group; nothing kept for a backward. Collective.
+    pub fn evaluate(&mut self, val: &[Batch]) -> Result<f32> {
+        let mut sum = 0.0;
+        for batch in val {
+            let (ids, targets, rows) = self.my_rows(batch)?;
+            let losses =
+                self.model
+                    .forward_loss_mb(MicroBatch(0), &ids, &targets, (rows, batch.seq))?;
+            sum += losses.mean_all()?.to_scalar_f64()?;
+            self.model.clear_saved();
+        }
+        let mut mean = [(sum / val.len().max(1) as f64) as f32];
+        self.dp.all_reduce(&mut mean, ReduceOp::Avg)?;
+        Ok(mean[0])
+    }
+
+    /// The whole model's state, gathered from the tensor-parallel shards (collective
+    /// over the group; every rank gets it): the same checkpoint a single-device run
+    /// writes, so `brrr sample` and `--resume` without `--tp` read it.
+    pub fn state(&self, data_position: String, data_fingerprint: String) -> Result<TrainState> {
+        let comm = self.model.comm();
+        let n = comm.world_size();
+        let whole = |name: &str, t: &brrr_tensor::Tensor<B>| -> Result<(Vec<f32>, Vec<usize>)> {
+            let gathered = comm.all_gather(&t.to_vec_f32()?)?;
+            unshard_by_name(name, &gathered, t.dims(), n)
+        };
+        let mut params = Vec::new();
+        for (i, p) in self.model.params().into_iter().enumerate() {
+            let (value, shape) = whole(&p.name, &p.value)?;
+            let moments = match self.opt.moments.get(i) {
+                Some((m, v)) => Some((
+                    HostData::F32(whole(&p.name, m)?.0),
+                    HostData::F32(whole(&p.name, v)?.0),
+                )),
+                None => None,
+            };
+            params.push(ParamState {
+                name: p.name.clone(),
+                shape,
+                value: HostData::F32(value),
+                moments,
+            });
+        }
+        Ok(TrainState {
+            config: self.config.clone(),
+            step: self.step,
+            adamw_step: self.opt.step,
+            data_position,
+            data_fingerprint,
+            params,
         })
     }
 }

@@ -20,6 +20,8 @@ const LOSS_RTOL: f64 = 1e-5;
 const GRAD_ATOL: f32 = 1e-6;
 const GRAD_RTOL: f32 = 1e-4;
 const STEPS: usize = 3;
+/// Weights after `STEPS` AdamW steps, gathered from the shards into a checkpoint.
+const WEIGHT_ATOL: f32 = 1e-4;
 
 fn config() -> TrainConfig {
     TrainConfig {
@@ -59,6 +61,8 @@ fn batches(cfg: &TrainConfig) -> Vec<Batch> {
 struct Reference {
     grads: BTreeMap<String, (Vec<f32>, Vec<usize>)>,
     losses: Vec<f64>,
+    /// The weights after the last step.
+    weights: BTreeMap<String, Vec<f32>>,
 }
 
 fn reference(cfg: &TrainConfig, data: &[Batch]) -> Reference {
@@ -89,7 +93,16 @@ fn reference(cfg: &TrainConfig, data: &[Batch]) -> Reference {
         let lr = cfg.schedule().lr(step as u64) as f32;
         opt.step(gpt.params_mut(), lr, coef).unwrap();
     }
-    Reference { grads, losses }
+    let weights = gpt
+        .params()
+        .iter()
+        .map(|p| (p.name.clone(), p.value.to_vec_f32().unwrap()))
+        .collect();
+    Reference {
+        grads,
+        losses,
+        weights,
+    }
 }
 
 /// Runs `dp × tp` ranks; each checks its gradient shards against the reference's and
@@ -127,6 +140,17 @@ fn run(dp: usize, tp: usize, sp: bool) {
         let mut losses = Vec::new();
         for b in &data {
             losses.push(f64::from(trainer.step(std::slice::from_ref(b))?.loss));
+        }
+        // The gathered checkpoint state is the single-device model's.
+        let state = trainer.state(String::new(), String::new())?;
+        assert_eq!(state.params.len(), want.weights.len());
+        for p in &state.params {
+            let got = p.value.to_f32();
+            let expect = &want.weights[&p.name];
+            assert_eq!(got.len(), expect.len(), "{}", p.name);
+            for (a, b) in got.iter().zip(expect) {
+                assert!((a - b).abs() <= WEIGHT_ATOL, "{}: {a} vs {b}", p.name);
+            }
         }
         Ok(losses)
     });
