@@ -68,4 +68,13 @@ expect "on 4 ranks over socket: 0 wrong elements" \
     "$BRRR" launch --transport socket --nproc 4 -- bench collectives --check
 expect "out of bounds values : 0 OK" \
     mpirun --oversubscribe -np 3 "$BRRR" bench collectives --ops all-reduce --max-bytes 65536
+TP_OUT="$(mktemp -d)"
+TP_ARGS=(train --tp 2 --dp 2 --sp --synthetic --steps 2 --batch-size 4 --seq-len 16
+    --n-layer 2 --n-head 4 --n-embd 32 --eval-every 2 --eval-batches 1 --quiet --force)
+expect "steps done:        2" \
+    mpirun --oversubscribe -np 4 "$BRRR" "${TP_ARGS[@]}" --out "$TP_OUT/mpi"
+expect "steps done:        2" \
+    "$BRRR" launch --transport socket --nproc 4 -- "${TP_ARGS[@]}" --out "$TP_OUT/socket"
+test -s "$TP_OUT/mpi/checkpoint.safetensors" && test -s "$TP_OUT/socket/metrics.csv"
+rm -rf "$TP_OUT"
 echo "mpi: all checks passed"

@@ -103,30 +103,17 @@ pub fn run(args: &TrainArgs) -> Result<Summary> {
         stop_at: args.stop_after.unwrap_or(u64::MAX),
         quiet: args.quiet,
     };
-    let summary = if env.launcher == Launcher::Single {
+    if env.launcher == Launcher::Single {
         let results = run_in_process(world, |comm| Ok(job.run_rank(comm)?));
-        let mut first = None;
+        let mut summaries = Vec::new();
         for (rank, r) in results.into_iter().enumerate() {
-            let s = r.map_err(|e| Error::invalid("train", format!("rank {rank}: {e}")))?;
-            first = first.or(s);
+            summaries.push(r.map_err(|e| Error::invalid("train", format!("rank {rank}: {e}")))?);
         }
-        first
+        // Rank 0's: the one that wrote the run directory.
+        Ok(summaries.swap_remove(0))
     } else {
-        let comm = brrr_collectives::from_env()?;
-        job.run_rank(&comm)?
-    };
-    // Ranks other than 0 of a multi-process run report nothing.
-    Ok(summary.unwrap_or_else(|| Summary {
-        out_dir: job.out_dir.clone(),
-        steps_done: 0,
-        already_finished: false,
-        final_loss: None,
-        final_val_loss: None,
-        unigram_entropy: f64::NAN,
-        tokens_per_s: 0.0,
-        mfu: None,
-        peak: Err("reported by rank 0".into()),
-    }))
+        job.run_rank(&brrr_collectives::from_env()?)
+    }
 }
 
 /// Everything a rank needs, the same on every rank.
@@ -141,8 +128,9 @@ struct Job {
 }
 
 impl Job {
-    /// One rank's run; rank 0 writes the run directory and returns the summary.
-    fn run_rank(&self, world: &Communicator) -> Result<Option<Summary>> {
+    /// One rank's run; rank 0 writes the run directory. Every rank returns the same
+    /// losses (averaged over the data-parallel group) in its summary.
+    fn run_rank(&self, world: &Communicator) -> Result<Summary> {
         let cfg = &self.cfg;
         let backend = CpuBackend::new();
         let writer = world.rank() == 0;
@@ -205,15 +193,12 @@ impl Job {
                 }
             }
         }
-        if !writer {
-            return Ok(None);
-        }
         let tokens_per_s = if timed_secs > 0.0 {
             timed_tokens as f64 / timed_secs
         } else {
             0.0
         };
-        Ok(Some(Summary {
+        Ok(Summary {
             out_dir: self.out_dir.clone(),
             steps_done: trainer.steps_done(),
             already_finished: false,
@@ -224,7 +209,7 @@ impl Job {
             // Throughput of all ranks together on one machine's cores.
             mfu: None,
             peak: Err("not measured for tensor-parallel runs".into()),
-        }))
+        })
     }
 }
 
