@@ -4,10 +4,10 @@
 //! output is exactly the row shard's input. Both implement brrr-nn's [`LinearLayer`], so
 //! brrr-nn's attention and MLP are built from them unchanged.
 
-use crate::comm::{RegionEntry, RegionExit};
+use crate::comm::{RegionEntry, RegionExit, all_gather_sequence};
 use brrr_backend::{Backend, Error, Result};
 use brrr_collectives::Communicator;
-use brrr_nn::{Linear, LinearLayer, MicroBatch, Module, Param};
+use brrr_nn::{Linear, LinearLayer, MicroBatch, Module, Param, Stash};
 use brrr_tensor::Tensor;
 use std::sync::Arc;
 
@@ -22,6 +22,12 @@ pub struct ColumnParallelLinear<B: Backend> {
     pub linear: Linear<B>,
     /// The region's entry operator, if this layer applies it.
     pub entry: Option<RegionEntry>,
+    /// Sequence parallelism's memory saving (Korthikanti et al. 2022, §4.2.2): keep only
+    /// this rank's sequence shard `[B, T/n, in]` of the (gathered) input for the weight
+    /// gradient, and all-gather it again in the backward, instead of keeping all `T`.
+    pub save_sequence_shard: bool,
+    /// The kept shards, per micro-batch in flight (with `save_sequence_shard`).
+    pub saved_shard: Stash<Tensor<B>>,
     comm: Arc<Communicator>,
 }
 
@@ -37,8 +43,21 @@ impl<B: Backend> ColumnParallelLinear<B> {
         Ok(ColumnParallelLinear {
             linear: Linear::from_weights(name, weight, bias)?,
             entry,
+            save_sequence_shard: false,
+            saved_shard: Stash::new(),
             comm,
         })
+    }
+
+    /// With [`ColumnParallelLinear::save_sequence_shard`] on: the input's sequence shard
+    /// of this rank, taken from `x` (the shard itself when this layer gathers, else the
+    /// gathered `[B, T, in]`).
+    fn shard_of(&self, x: &Tensor<B>, gathered: &Tensor<B>) -> Result<Tensor<B>> {
+        if self.entry == Some(RegionEntry::GatherSequence) {
+            return Ok(x.clone());
+        }
+        let (r, n) = (self.comm.rank(), self.comm.world_size());
+        crate::shard::split_dim(gathered, 1, r, n)
     }
 }
 
@@ -50,13 +69,26 @@ impl<B: Backend> LinearLayer<B> for ColumnParallelLinear<B> {
         self.linear.out_features()
     }
     fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let x = match &self.entry {
+        let full = match &self.entry {
             Some(e) => e.forward(&self.comm, x)?,
             None => x.clone(),
         };
-        self.linear.forward(mb, &x)
+        let y = self.linear.forward(mb, &full)?;
+        if self.save_sequence_shard {
+            self.linear.saved_input.discard(mb);
+            let shard = self.shard_of(x, &full)?;
+            self.saved_shard.put(mb, shard);
+        }
+        Ok(y)
     }
     fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        if self.save_sequence_shard {
+            let shard = self.saved_shard.take(mb, "ColumnParallelLinear")?;
+            let full = all_gather_sequence(&self.comm, &shard)?;
+            let rows = full.elem_count() / self.in_features().max(1);
+            let full = full.reshape([rows, self.in_features()])?;
+            self.linear.saved_input.put(mb, full);
+        }
         // dx = dy_r W_r covers this rank's columns only: a partial sum of the full dx.
         let dx = self.linear.backward(mb, dy)?;
         match &self.entry {
@@ -69,8 +101,10 @@ impl<B: Backend> LinearLayer<B> for ColumnParallelLinear<B> {
 impl<B: Backend> Module<B> for ColumnParallelLinear<B> {
     fn clear_saved(&mut self) {
         self.linear.clear_saved();
+        self.saved_shard.clear();
     }
     fn discard_saved(&mut self, mb: MicroBatch) -> Result<()> {
+        self.saved_shard.discard(mb);
         self.linear.discard_saved(mb)
     }
     fn params(&self) -> Vec<&Param<B>> {

@@ -67,7 +67,7 @@ impl<B: Backend> TpBlock<B> {
         let head_dim = block.attn.head_dim;
         let n_head = block.attn.n_head();
         let (w, b) = weight_bias(block.attn.c_attn.as_ref())?;
-        let c_attn = ColumnParallelLinear::new(
+        let mut c_attn = ColumnParallelLinear::new(
             w.name.trim_end_matches(".weight"),
             qkv_shard(&w.value, n_head, r, n)?,
             Some(qkv_shard(&b.value, n_head, r, n)?),
@@ -83,13 +83,16 @@ impl<B: Backend> TpBlock<B> {
             comm.clone(),
         )?;
         let (w, b) = weight_bias(block.mlp.c_fc.as_ref())?;
-        let c_fc = ColumnParallelLinear::new(
+        let mut c_fc = ColumnParallelLinear::new(
             w.name.trim_end_matches(".weight"),
             column_shard(&w.value, r, n)?,
             Some(column_shard(&b.value, r, n)?),
             Some(entry),
             comm.clone(),
         )?;
+        // Sequence parallelism keeps the GEMM inputs as sequence shards.
+        c_attn.save_sequence_shard = sp;
+        c_fc.save_sequence_shard = sp;
         let (w, b) = weight_bias(block.mlp.c_proj.as_ref())?;
         let m_proj = RowParallelLinear::new(
             w.name.trim_end_matches(".weight"),

@@ -6,7 +6,10 @@
 //! activations `B·T·C` (attention's and the MLP's exit in the forward, their entries in
 //! the backward; Shoeybi et al. 2019, §3). With it each all-reduce becomes a
 //! reduce-scatter plus an all-gather of the same size (Korthikanti et al. 2022, §4.2.2),
-//! which on a ring moves the same bytes: `2(n−1)/n · B·T·C` per rank either way.
+//! which on a ring moves the same bytes: `2(n−1)/n · B·T·C` per rank either way. The
+//! backward under sequence parallelism adds one all-gather per column-parallel GEMM
+//! (two per block) to rebuild the input the forward kept only a shard of: Megatron-LM
+//! does the same, overlapped with the input-gradient GEMM.
 
 use brrr_nn::GptConfig;
 
@@ -45,14 +48,20 @@ impl PassComm {
     }
 }
 
-/// One block's collectives in one pass (forward and backward alike) on activations of
-/// `b × t × c`.
-pub fn block_pass(b: usize, t: usize, c: usize, sp: bool) -> PassComm {
+/// One block's collectives in one pass on activations of `b × t × c`. Forward and
+/// backward are alike, except that under sequence parallelism the backward all-gathers
+/// the two column-parallel GEMMs' inputs once more: the forward kept only their sequence
+/// shards (Korthikanti et al. 2022, §4.2.2, the memory saving that makes sequence
+/// parallelism's activations `1/t`), and the weight gradients need all of them.
+pub fn block_pass(b: usize, t: usize, c: usize, sp: bool, backward: bool) -> PassComm {
     let act = (b * t * c) as u64;
     let mut p = PassComm::default();
     if sp {
         p.reduce_scatter.add(2, act);
         p.all_gather.add(2, act);
+        if backward {
+            p.all_gather.add(2, act);
+        }
     } else {
         p.all_reduce.add(2, act);
     }
@@ -68,7 +77,10 @@ pub fn model_passes(model: &GptConfig, b: usize, t: usize, sp: bool) -> (PassCom
     let act = (b * t * model.n_embd) as u64;
     let n = (b * t) as u64;
     let layers = model.n_layer as u64;
-    let block = block_pass(b, t, model.n_embd, sp);
+    let (block_f, block_b) = (
+        block_pass(b, t, model.n_embd, sp, false),
+        block_pass(b, t, model.n_embd, sp, true),
+    );
     let scale = |p: PassComm| PassComm {
         all_reduce: Count {
             calls: p.all_reduce.calls * layers,
@@ -83,7 +95,7 @@ pub fn model_passes(model: &GptConfig, b: usize, t: usize, sp: bool) -> (PassCom
             elements: p.all_gather.elements * layers,
         },
     };
-    let (mut fwd, mut bwd) = (scale(block), scale(block));
+    let (mut fwd, mut bwd) = (scale(block_f), scale(block_b));
     fwd.all_reduce.add(1, n);
     fwd.all_reduce.add(1, 2 * n);
     if sp {
