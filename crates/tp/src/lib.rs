@@ -27,6 +27,7 @@
 pub mod comm;
 mod config;
 mod layers;
+pub mod memory;
 mod model;
 pub mod shard;
 pub mod theory;
