@@ -84,6 +84,69 @@ pub fn params_per_rank(cfg: &TransformerConfig, tp: u64) -> Result<f64> {
     Ok(cfg.layers as f64 * cfg.layer_params(tp) + cfg.embedding_params(tp) + cfg.head_params(tp))
 }
 
+/// Collectives of tensor parallelism per block and pass (Shoeybi et al. 2019, §3;
+/// Korthikanti et al. 2022, §4.2.2), as `brrr_collectives::CommStats` counts them.
+/// Calls and logical elements of one collective kind (the all-reduce's buffer, the
+/// reduce-scatter's input, the all-gather's output: as `CommStats` counts them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Count {
+    /// How many collectives.
+    pub calls: u64,
+    /// Their logical elements, summed.
+    pub elements: u64,
+}
+
+impl Count {
+    /// Adds `calls` collectives of `elements` each.
+    pub fn add(&mut self, calls: u64, elements: u64) {
+        self.calls += calls;
+        self.elements += calls * elements;
+    }
+}
+
+/// The collectives of one pass over the tensor-parallel group.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassComm {
+    /// All-reduces (their buffers).
+    pub all_reduce: Count,
+    /// Reduce-scatters (their inputs).
+    pub reduce_scatter: Count,
+    /// All-gathers (their outputs).
+    pub all_gather: Count,
+}
+
+impl PassComm {
+    /// Elements one rank sends for this pass on a ring of `n` ranks: `2(n−1)/n` of an
+    /// all-reduce's buffer, `(n−1)/n` of a reduce-scatter's input or an all-gather's
+    /// output.
+    pub fn ring_elements_sent(&self, n: u64) -> u64 {
+        let part = |e: u64| e / n * (n - 1);
+        2 * part(self.all_reduce.elements)
+            + part(self.reduce_scatter.elements)
+            + part(self.all_gather.elements)
+    }
+}
+
+/// One block's collectives in one pass on activations of `b × t × c`. Forward and
+/// backward are alike, except that under sequence parallelism the backward all-gathers
+/// the two column-parallel GEMMs' inputs once more: the forward kept only their sequence
+/// shards (Korthikanti et al. 2022, §4.2.2, the memory saving that makes sequence
+/// parallelism's activations `1/t`), and the weight gradients need all of them.
+pub fn block_pass(b: usize, t: usize, c: usize, sp: bool, backward: bool) -> PassComm {
+    let act = (b * t * c) as u64;
+    let mut p = PassComm::default();
+    if sp {
+        p.reduce_scatter.add(2, act);
+        p.all_gather.add(2, act);
+        if backward {
+            p.all_gather.add(2, act);
+        }
+    } else {
+        p.all_reduce.add(2, act);
+    }
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,61 +12,8 @@
 //! does the same, overlapped with the input-gradient GEMM.
 
 use brrr_nn::GptConfig;
-
-/// Calls and logical elements of one collective kind (the all-reduce's buffer, the
-/// reduce-scatter's input, the all-gather's output: as `CommStats` counts them).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Count {
-    pub calls: u64,
-    pub elements: u64,
-}
-
-impl Count {
-    fn add(&mut self, calls: u64, elements: u64) {
-        self.calls += calls;
-        self.elements += calls * elements;
-    }
-}
-
-/// The collectives of one pass over the tensor-parallel group.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PassComm {
-    pub all_reduce: Count,
-    pub reduce_scatter: Count,
-    pub all_gather: Count,
-}
-
-impl PassComm {
-    /// Elements one rank sends for this pass on a ring of `n` ranks: `2(n−1)/n` of an
-    /// all-reduce's buffer, `(n−1)/n` of a reduce-scatter's input or an all-gather's
-    /// output.
-    pub fn ring_elements_sent(&self, n: u64) -> u64 {
-        let part = |e: u64| e / n * (n - 1);
-        2 * part(self.all_reduce.elements)
-            + part(self.reduce_scatter.elements)
-            + part(self.all_gather.elements)
-    }
-}
-
-/// One block's collectives in one pass on activations of `b × t × c`. Forward and
-/// backward are alike, except that under sequence parallelism the backward all-gathers
-/// the two column-parallel GEMMs' inputs once more: the forward kept only their sequence
-/// shards (Korthikanti et al. 2022, §4.2.2, the memory saving that makes sequence
-/// parallelism's activations `1/t`), and the weight gradients need all of them.
-pub fn block_pass(b: usize, t: usize, c: usize, sp: bool, backward: bool) -> PassComm {
-    let act = (b * t * c) as u64;
-    let mut p = PassComm::default();
-    if sp {
-        p.reduce_scatter.add(2, act);
-        p.all_gather.add(2, act);
-        if backward {
-            p.all_gather.add(2, act);
-        }
-    } else {
-        p.all_reduce.add(2, act);
-    }
-    p
-}
+/// Re-exported from brrr-perf, where the browser page computes them too.
+pub use brrr_perf::tensor_parallel::{Count, PassComm, block_pass};
 
 /// A whole model's forward and backward: every block, plus the vocabulary-parallel
 /// embedding's exit (forward; its backward under sequence parallelism), the head's
