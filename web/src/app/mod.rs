@@ -43,6 +43,9 @@ pub enum Route {
     /// [`PageId::Collectives`].
     #[at("/collectives")]
     Collectives,
+    /// [`PageId::TensorParallel`].
+    #[at("/tensor-parallel")]
+    TensorParallel,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -60,6 +63,7 @@ impl Route {
             PageId::Puzzles => Route::Puzzles,
             PageId::Checkpointing => Route::Checkpointing,
             PageId::Collectives => Route::Collectives,
+            PageId::TensorParallel => Route::TensorParallel,
         }
     }
 }
@@ -75,6 +79,7 @@ pub fn render(route: Route) -> Html {
         Route::Puzzles => html! { <pages::puzzles::PuzzlesPage /> },
         Route::Checkpointing => html! { <pages::checkpointing::CheckpointingPage /> },
         Route::Collectives => html! { <pages::collectives::CollectivesPage /> },
+        Route::TensorParallel => html! { <pages::tensor_parallel::TensorParallelPage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

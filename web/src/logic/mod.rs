@@ -13,3 +13,4 @@ pub mod roofline;
 pub mod sampling;
 
 pub mod site;
+pub mod tensor_parallel;

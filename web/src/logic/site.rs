@@ -19,6 +19,8 @@ pub enum PageId {
     Checkpointing,
     /// An all-reduce run step by step by brrr-collectives' algorithms.
     Collectives,
+    /// How tensor parallelism splits a block, what each rank holds and sends.
+    TensorParallel,
 }
 
 /// What the site says about a page.
@@ -39,7 +41,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 7] = [
+pub const PAGES: [PageInfo; 8] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -111,6 +113,17 @@ pub const PAGES: [PageInfo; 7] = [
         chapter: "collectives.html",
         crates: &["brrr_collectives", "brrr_perf"],
     },
+    PageInfo {
+        id: PageId::TensorParallel,
+        path: "/tensor-parallel",
+        title: "Tensor parallelism",
+        blurb: "A transformer block split over t ranks as Megatron-LM does it: which rows and \
+                columns of each matrix a rank holds, its heads and vocabulary slice, the \
+                activations it keeps, and the all-reduces (or, with sequence parallelism, the \
+                reduce-scatters and all-gathers) it sends per block.",
+        chapter: "tensor-parallel.html",
+        crates: &["brrr_perf"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -149,6 +162,7 @@ mod tests {
             PageId::Puzzles,
             PageId::Checkpointing,
             PageId::Collectives,
+            PageId::TensorParallel,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

@@ -7,4 +7,5 @@ pub mod landing;
 pub mod memory;
 pub mod puzzles;
 pub mod roofline;
+pub mod tensor_parallel;
 pub mod train;
