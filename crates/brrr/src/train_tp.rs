@@ -21,9 +21,11 @@ use brrr_tp::{TpConfig, TpTrainer};
 use brrr_train::{Batch, BatchSource, Batcher, TrainConfig, val_batches};
 use std::path::{Path, PathBuf};
 
-/// Whether the flags ask for tensor parallelism.
+/// Whether the flags ask for tensor parallelism, or for data-parallel replicas (which
+/// this module runs as `--tp 1`: a plain gradient all-reduce per step) rather than
+/// letting a single-device run ignore `--dp`.
 pub fn wanted(args: &TrainArgs) -> bool {
-    args.tp.is_some_and(|n| n > 1) || args.sp
+    args.tp.is_some_and(|n| n > 1) || args.sp || args.dp.is_some_and(|n| n > 1)
 }
 
 /// What this module does not combine with `--tp` yet, as an error naming the flag.
