@@ -106,12 +106,14 @@ fn check(sp: bool) {
         comm.reset_stats();
         tp.forward_loss_mb(mb, &ids, &targets, (B, T))?;
         let fwd = measured(&comm.stats());
+        let sent_f = comm.stats().elements_sent();
         comm.reset_stats();
         tp.backward_mb(mb, 1.0 / (B * T) as f32)?;
         let bwd = measured(&comm.stats());
+        let sent_b = comm.stats().elements_sent();
         if comm.rank() == 0 {
-            print(&format!("{label}: model forward"), &fwd, 0);
-            print(&format!("{label}: model backward"), &bwd, 0);
+            print(&format!("{label}: model forward"), &fwd, sent_f);
+            print(&format!("{label}: model backward"), &bwd, sent_b);
         }
         assert_eq!(fwd, want_f, "{label}: the model's forward");
         assert_eq!(bwd, want_b, "{label}: the model's backward");
