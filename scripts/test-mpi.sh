@@ -99,4 +99,13 @@ expect_failure "rank 2: exiting on purpose" 20 \
     mpirun --oversubscribe -np 4 "$BRRR" "${FAULT[@]}" --die-how exit
 expect_failure "no message from rank 2 within 5.0 s" 20 \
     mpirun --oversubscribe -np 4 "$BRRR" "${FAULT[@]}" --die-how hang
+TP_OUT="$(mktemp -d)"
+TP_ARGS=(train --tp 2 --dp 2 --sp --synthetic --steps 2 --batch-size 4 --seq-len 16
+    --n-layer 2 --n-head 4 --n-embd 32 --eval-every 2 --eval-batches 1 --quiet --force)
+expect "steps done:        2" \
+    mpirun --oversubscribe -np 4 "$BRRR" "${TP_ARGS[@]}" --out "$TP_OUT/mpi"
+expect "steps done:        2" \
+    "$BRRR" launch --transport socket --nproc 4 -- "${TP_ARGS[@]}" --out "$TP_OUT/socket"
+test -s "$TP_OUT/mpi/checkpoint.safetensors" && test -s "$TP_OUT/socket/metrics.csv"
+rm -rf "$TP_OUT"
 echo "mpi: all checks passed"

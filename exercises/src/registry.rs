@@ -1,7 +1,9 @@
 //! The list of exercises, in book order.
 
 use crate::check::Outcome;
-use crate::{amp, checkpointing, collectives, data, gpu, kernels, memory, regimes, training};
+use crate::{
+    amp, checkpointing, collectives, data, gpu, kernels, memory, regimes, tensor_parallel, training,
+};
 
 /// One exercise as the runner and the book list it.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +40,7 @@ const CHECKPOINTING: &str = "Activation recomputation";
 const AMP: &str = "Mixed precision";
 const COLLECTIVES: &str = "Collectives";
 const DATA: &str = "Data loading: shards, prefetching, packing and balance";
+const TENSOR_PARALLEL: &str = "Tensor parallelism";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -203,6 +206,24 @@ pub fn all() -> Vec<Exercise> {
             module: "data::rank_windows",
             task: "which windows each data-parallel rank reads",
             check: data::rank_windows::check,
+        },
+        Exercise {
+            chapter: TENSOR_PARALLEL,
+            module: "tensor_parallel::column_row_split",
+            task: "rank r's column shard of the MLP's first weight and row shard of its second",
+            check: tensor_parallel::column_row_split::check,
+        },
+        Exercise {
+            chapter: TENSOR_PARALLEL,
+            module: "tensor_parallel::vocab_cross_entropy",
+            task: "cross-entropy from vocabulary shards, with only per-position maxima and sums shared",
+            check: tensor_parallel::vocab_cross_entropy::check,
+        },
+        Exercise {
+            chapter: TENSOR_PARALLEL,
+            module: "tensor_parallel::rank_grid",
+            task: "a rank's place in the dp × tp × pp grid and its tensor-parallel group",
+            check: tensor_parallel::rank_grid::check,
         },
     ]
 }

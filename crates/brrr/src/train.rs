@@ -179,6 +179,16 @@ pub struct TrainArgs {
     /// Loss scaling under --amp: auto (fp16 only), dynamic, none [default: auto].
     #[arg(long, value_enum)]
     pub loss_scaling: Option<LossScalingArg>,
+    /// Tensor parallelism (Megatron): split every layer over N ranks (threads, or
+    /// processes under a launcher) [default: 1].
+    #[arg(long)]
+    pub tp: Option<usize>,
+    /// Sequence parallelism with --tp: LayerNorms and residuals on a sequence shard.
+    #[arg(long)]
+    pub sp: bool,
+    /// Data-parallel replicas [default: 1].
+    #[arg(long)]
+    pub dp: Option<usize>,
 }
 
 fn parse_checkpoint(s: &str) -> std::result::Result<Strategy, String> {
@@ -502,6 +512,9 @@ pub fn mfu_peak(info: &brrr_backend::BackendInfo) -> std::result::Result<MfuPeak
 
 /// Runs `brrr train`.
 pub fn run(args: &TrainArgs) -> Result<Summary> {
+    if crate::train_tp::wanted(args) {
+        return crate::train_tp::run(args);
+    }
     match args.backend {
         BackendKind::Cpu => run_with(CpuBackend::new(), args),
         #[cfg(feature = "cuda")]

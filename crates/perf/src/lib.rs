@@ -28,6 +28,7 @@ pub mod report;
 pub mod roofline;
 pub mod specs;
 pub mod table;
+pub mod tensor_parallel;
 pub mod trace;
 
 pub use error::{PerfError, Result};

@@ -49,6 +49,9 @@ pub enum Route {
     /// [`PageId::DataLoading`].
     #[at("/data-loading")]
     DataLoading,
+    /// [`PageId::TensorParallel`].
+    #[at("/tensor-parallel")]
+    TensorParallel,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -68,6 +71,7 @@ impl Route {
             PageId::Collectives => Route::Collectives,
             PageId::MixedPrecision => Route::MixedPrecision,
             PageId::DataLoading => Route::DataLoading,
+            PageId::TensorParallel => Route::TensorParallel,
         }
     }
 }
@@ -85,6 +89,7 @@ pub fn render(route: Route) -> Html {
         Route::Collectives => html! { <pages::collectives::CollectivesPage /> },
         Route::MixedPrecision => html! { <pages::mixed_precision::MixedPrecisionPage /> },
         Route::DataLoading => html! { <pages::data_loading::DataLoadingPage /> },
+        Route::TensorParallel => html! { <pages::tensor_parallel::TensorParallelPage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

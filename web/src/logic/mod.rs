@@ -15,3 +15,4 @@ pub mod roofline;
 pub mod sampling;
 
 pub mod site;
+pub mod tensor_parallel;

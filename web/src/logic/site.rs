@@ -23,6 +23,8 @@ pub enum PageId {
     MixedPrecision,
     /// Prefetching on a timeline, packing and balance (brrr-data).
     DataLoading,
+    /// How tensor parallelism splits a block, what each rank holds and sends.
+    TensorParallel,
 }
 
 /// What the site says about a page.
@@ -43,7 +45,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 9] = [
+pub const PAGES: [PageInfo; 10] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -135,6 +137,17 @@ pub const PAGES: [PageInfo; 9] = [
         chapter: "data-loading.html",
         crates: &["brrr_data"],
     },
+    PageInfo {
+        id: PageId::TensorParallel,
+        path: "/tensor-parallel",
+        title: "Tensor parallelism",
+        blurb: "A transformer block split over t ranks as Megatron-LM does it: which rows and \
+                columns of each matrix a rank holds, its heads and vocabulary slice, the \
+                activations it keeps, and the all-reduces (or, with sequence parallelism, the \
+                reduce-scatters and all-gathers) it sends per block.",
+        chapter: "tensor-parallel.html",
+        crates: &["brrr_perf"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -175,6 +188,7 @@ mod tests {
             PageId::Collectives,
             PageId::MixedPrecision,
             PageId::DataLoading,
+            PageId::TensorParallel,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

@@ -9,4 +9,5 @@ pub mod memory;
 pub mod mixed_precision;
 pub mod puzzles;
 pub mod roofline;
+pub mod tensor_parallel;
 pub mod train;

@@ -1,0 +1,240 @@
+//! The training step over a `dp × tp` grid: each tensor-parallel group trains its
+//! data-parallel slice of the global batch, the replicated gradients are completed
+//! (sequence parallelism), averaged over the data-parallel group, clipped by the global
+//! norm and applied by AdamW on each rank's shard (AdamW is element-wise, so updating
+//! shards is updating the whole).
+
+use crate::config::TpConfig;
+use crate::model::{TpGpt, all_reduce_grads_scaled};
+use crate::shard::unshard_by_name;
+use brrr_backend::{Backend, DType, Error, HostData, Result};
+use brrr_collectives::{Communicator, ParallelGroups, ReduceOp};
+use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param};
+use brrr_train::{Batch, ParamState, StepStats, TrainConfig, TrainState};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+
+/// What one rank's step measured.
+pub type TpStep = StepStats;
+
+/// One rank of a tensor- (and data-) parallel run.
+pub struct TpTrainer<B: Backend> {
+    /// This rank's shard.
+    pub model: TpGpt<B>,
+    opt: AdamW<B>,
+    config: TrainConfig,
+    dp: Communicator,
+    backend: B,
+    step: u64,
+}
+
+impl<B: Backend> TpTrainer<B> {
+    /// This rank's trainer: the single-device model of `config.seed` (the weights
+    /// `brrr-train`'s `Trainer` starts from), sliced for the tensor-parallel group of
+    /// `groups`. `groups.layout.pp` must be 1.
+    pub fn new(
+        backend: &B,
+        config: TrainConfig,
+        tp: TpConfig,
+        groups: ParallelGroups,
+    ) -> Result<Self> {
+        config.validate()?;
+        let layout = groups.layout;
+        let world = layout.dp * layout.tp * layout.pp;
+        tp.validate(layout, world, &config)?;
+        if layout.pp != 1 {
+            return Err(Error::invalid(
+                "TpTrainer",
+                "pipeline parallelism with --tp is not supported by this trainer",
+            ));
+        }
+        if config.amp.policy().is_some() {
+            return Err(Error::invalid(
+                "TpTrainer",
+                "--amp with --tp is not supported",
+            ));
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let gpt = Gpt::new(backend, config.model.clone(), DType::F32, &mut rng)?;
+        let model = TpGpt::from_gpt(&gpt, Arc::new(groups.tp), tp.sp)?;
+        drop(gpt);
+        let opt = AdamW::new(AdamWConfig {
+            weight_decay: config.weight_decay,
+            ..AdamWConfig::default()
+        });
+        Ok(TpTrainer {
+            model,
+            opt,
+            config,
+            dp: groups.dp,
+            backend: backend.clone(),
+            step: 0,
+        })
+    }
+
+    /// The run's configuration.
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    /// Steps completed.
+    pub fn steps_done(&self) -> u64 {
+        self.step
+    }
+
+    /// This rank's data-parallel group.
+    pub fn dp(&self) -> &Communicator {
+        &self.dp
+    }
+
+    /// This rank's rows of a global batch: the data-parallel rank's contiguous slice.
+    fn my_rows(&self, batch: &Batch) -> Result<(Vec<u32>, Vec<u32>, usize)> {
+        let (n, r) = (self.dp.world_size(), self.dp.rank());
+        if !batch.batch.is_multiple_of(n) {
+            return Err(Error::invalid(
+                "TpTrainer",
+                format!("batch of {} rows for {n} data-parallel ranks", batch.batch),
+            ));
+        }
+        let rows = batch.batch / n;
+        let span = r * rows * batch.seq..(r + 1) * rows * batch.seq;
+        Ok((
+            batch.inputs[span.clone()].to_vec(),
+            batch.targets[span].to_vec(),
+            rows,
+        ))
+    }
+
+    /// Forward and backward of each global micro-batch in `batches` (this rank's rows),
+    /// gradients accumulated with the loss scaled to the mean over the global batch;
+    /// returns this rank's mean loss. Gradients are left as they are: see
+    /// [`TpTrainer::finish_grads`].
+    pub fn forward_backward(&mut self, batches: &[Batch]) -> Result<f64> {
+        let k = batches.len().max(1);
+        let mut loss = 0.0;
+        for (i, batch) in batches.iter().enumerate() {
+            let mb = MicroBatch(i as u32);
+            let (ids, targets, rows) = self.my_rows(batch)?;
+            let losses = self
+                .model
+                .forward_loss_mb(mb, &ids, &targets, (rows, batch.seq))?;
+            loss += losses.mean_all()?.to_scalar_f64()? / k as f64;
+            let n = (rows * batch.seq * k) as f32;
+            self.model.backward_mb(mb, 1.0 / n)?;
+        }
+        Ok(loss)
+    }
+
+    /// Completes the gradients: replicated ones summed over the sequence shards (with
+    /// sequence parallelism), then everything averaged over the data-parallel group.
+    pub fn finish_grads(&mut self) -> Result<()> {
+        self.model.reduce_replicated_grads()?;
+        if self.dp.world_size() > 1 {
+            let mut params: Vec<&mut Param<B>> = self.model.params_mut();
+            all_reduce_grads_scaled(&self.dp, &mut params, true)?;
+        }
+        Ok(())
+    }
+
+    /// One optimizer step on the global micro-batches `batches` (`grad_accum` of them).
+    pub fn step(&mut self, batches: &[Batch]) -> Result<StepStats> {
+        if batches.len() != self.config.grad_accum {
+            return Err(Error::invalid(
+                "TpTrainer::step",
+                format!(
+                    "{} micro-batches for --grad-accum {}",
+                    batches.len(),
+                    self.config.grad_accum
+                ),
+            ));
+        }
+        let t0 = std::time::Instant::now();
+        let lr = self.config.schedule().lr(self.step);
+        self.model.zero_grad()?;
+        self.backend.reset_peak_memory();
+        let start = self.backend.memory_stats().bytes_in_use;
+        let mut loss = [self.forward_backward(batches)? as f32];
+        let activation_peak_bytes = self.backend.memory_stats().peak_bytes.saturating_sub(start);
+        self.finish_grads()?;
+        self.dp.all_reduce(&mut loss, ReduceOp::Avg)?;
+        let norm = self.model.grad_sq_sum()?.sqrt();
+        let coef = (self.config.grad_clip / (norm + 1e-6)).min(1.0) as f32;
+        self.opt.step(self.model.params_mut(), lr as f32, coef)?;
+        self.step += 1;
+        if !loss[0].is_finite() {
+            return Err(Error::invalid(
+                "TpTrainer::step",
+                format!("the loss is {} at step {}", loss[0], self.step),
+            ));
+        }
+        Ok(StepStats {
+            step: self.step,
+            loss: loss[0],
+            grad_norm: norm,
+            lr,
+            tokens: self.config.tokens_per_step(),
+            loss_scale: 1.0,
+            skipped: false,
+            seconds: Some(t0.elapsed().as_secs_f64()),
+            peak_bytes: self.backend.memory_stats().peak_bytes,
+            activation_peak_bytes,
+        })
+    }
+}
+
+impl<B: Backend> TpTrainer<B> {
+    /// Mean loss over `val` (global batches, this rank's data-parallel rows), averaged
+    /// over the data-parallel group; nothing kept for a backward. Collective.
+    pub fn evaluate(&mut self, val: &[Batch]) -> Result<f32> {
+        let mut sum = 0.0;
+        for batch in val {
+            let (ids, targets, rows) = self.my_rows(batch)?;
+            let losses =
+                self.model
+                    .forward_loss_mb(MicroBatch(0), &ids, &targets, (rows, batch.seq))?;
+            sum += losses.mean_all()?.to_scalar_f64()?;
+            self.model.clear_saved();
+        }
+        let mut mean = [(sum / val.len().max(1) as f64) as f32];
+        self.dp.all_reduce(&mut mean, ReduceOp::Avg)?;
+        Ok(mean[0])
+    }
+
+    /// The whole model's state, gathered from the tensor-parallel shards (collective
+    /// over the group; every rank gets it): the same checkpoint a single-device run
+    /// writes, so `brrr sample` and `--resume` without `--tp` read it.
+    pub fn state(&self, data_position: String, data_fingerprint: String) -> Result<TrainState> {
+        let comm = self.model.comm();
+        let n = comm.world_size();
+        let whole = |name: &str, t: &brrr_tensor::Tensor<B>| -> Result<(Vec<f32>, Vec<usize>)> {
+            let gathered = comm.all_gather(&t.to_vec_f32()?)?;
+            unshard_by_name(name, &gathered, t.dims(), n)
+        };
+        let mut params = Vec::new();
+        for (i, p) in self.model.params().into_iter().enumerate() {
+            let (value, shape) = whole(&p.name, &p.value)?;
+            let moments = match self.opt.moments.get(i) {
+                Some((m, v)) => Some((
+                    HostData::F32(whole(&p.name, m)?.0),
+                    HostData::F32(whole(&p.name, v)?.0),
+                )),
+                None => None,
+            };
+            params.push(ParamState {
+                name: p.name.clone(),
+                shape,
+                value: HostData::F32(value),
+                moments,
+            });
+        }
+        Ok(TrainState {
+            config: self.config.clone(),
+            step: self.step,
+            adamw_step: self.opt.step,
+            data_position,
+            data_fingerprint,
+            params,
+        })
+    }
+}

@@ -1,0 +1,196 @@
+//! Tensor- (and sequence-, and data-) parallel training against one device: the same
+//! seed, the same global batches, the same losses and gradients within a stated
+//! tolerance. In-process ranks (threads), a tiny GPT, three steps.
+
+use brrr_backend::DType;
+use brrr_collectives::{ParallelGroups, ParallelLayout, run_in_process};
+use brrr_cpu::CpuBackend;
+use brrr_nn::{AdamW, AdamWConfig, Gpt, GptConfig, Module, Tensor, clip_grad_norm};
+use brrr_tp::{TpConfig, TpTrainer, shard::shard_by_name};
+use brrr_train::{Batch, TrainConfig};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+
+/// Relative tolerance on the losses: the shards sum the same products in another order
+/// (f32), and the vocabulary-parallel loss adds its terms differently from the fused
+/// kernel.
+const LOSS_RTOL: f64 = 1e-5;
+/// Gradients: `|g_tp − g_1| ≤ GRAD_ATOL + GRAD_RTOL · max|g_1|` per parameter.
+const GRAD_ATOL: f32 = 1e-6;
+const GRAD_RTOL: f32 = 1e-4;
+const STEPS: usize = 3;
+/// Weights after `STEPS` AdamW steps, gathered from the shards into a checkpoint.
+const WEIGHT_ATOL: f32 = 1e-4;
+
+fn config() -> TrainConfig {
+    TrainConfig {
+        model: GptConfig {
+            vocab_size: 256,
+            block_size: 16,
+            n_layer: 2,
+            n_head: 4,
+            n_embd: 32,
+        },
+        steps: 10,
+        batch_size: 4,
+        seq_len: 8,
+        grad_accum: 1,
+        warmup_steps: 2,
+        lr: 1e-2,
+        ..TrainConfig::default()
+    }
+}
+
+fn batches(cfg: &TrainConfig) -> Vec<Batch> {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let n = cfg.batch_size * cfg.seq_len;
+    let v = cfg.model.vocab_size as u32;
+    (0..STEPS)
+        .map(|_| Batch {
+            inputs: (0..n).map(|_| rng.random_range(0..v)).collect(),
+            targets: (0..n).map(|_| rng.random_range(0..v)).collect(),
+            batch: cfg.batch_size,
+            seq: cfg.seq_len,
+        })
+        .collect()
+}
+
+/// Host copies of the single-device gradients of the first batch, and the losses of
+/// `STEPS` steps (the same step as `brrr-train`'s `Trainer`: mean loss, clip, AdamW).
+struct Reference {
+    grads: BTreeMap<String, (Vec<f32>, Vec<usize>)>,
+    losses: Vec<f64>,
+    /// The weights after the last step.
+    weights: BTreeMap<String, Vec<f32>>,
+}
+
+fn reference(cfg: &TrainConfig, data: &[Batch]) -> Reference {
+    let be = CpuBackend::new();
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut gpt = Gpt::new(&be, cfg.model.clone(), DType::F32, &mut rng).unwrap();
+    let mut opt = AdamW::new(AdamWConfig {
+        weight_decay: cfg.weight_decay,
+        ..AdamWConfig::default()
+    });
+    let (mut grads, mut losses) = (BTreeMap::new(), Vec::new());
+    for (step, b) in data.iter().enumerate() {
+        let dims = [b.batch, b.seq];
+        let ids = Tensor::from_u32(&be, &b.inputs, dims).unwrap();
+        let t: Vec<i32> = b.targets.iter().map(|&t| t as i32).collect();
+        let targets = Tensor::from_i32(&be, &t, dims).unwrap();
+        gpt.zero_grad().unwrap();
+        let l = gpt.forward_loss(&ids, &targets).unwrap();
+        losses.push(l.mean_all().unwrap().to_scalar_f64().unwrap());
+        gpt.backward(1.0 / (b.batch * b.seq) as f32).unwrap();
+        if step == 0 {
+            for p in gpt.params() {
+                let g = (p.grad.to_vec_f32().unwrap(), p.grad.dims().to_vec());
+                grads.insert(p.name.clone(), g);
+            }
+        }
+        let (_, coef) = clip_grad_norm(&gpt.params(), cfg.grad_clip).unwrap();
+        let lr = cfg.schedule().lr(step as u64) as f32;
+        opt.step(gpt.params_mut(), lr, coef).unwrap();
+    }
+    let weights = gpt
+        .params()
+        .iter()
+        .map(|p| (p.name.clone(), p.value.to_vec_f32().unwrap()))
+        .collect();
+    Reference {
+        grads,
+        losses,
+        weights,
+    }
+}
+
+/// Runs `dp × tp` ranks; each checks its gradient shards against the reference's and
+/// returns its losses.
+fn run(dp: usize, tp: usize, sp: bool) {
+    let cfg = config();
+    let data = batches(&cfg);
+    let want = reference(&cfg, &data);
+    let layout = ParallelLayout { dp, tp, pp: 1 };
+    let results = run_in_process(dp * tp, |world| {
+        let be = CpuBackend::new();
+        let groups = ParallelGroups::new(world, layout)?;
+        let (tp_rank, n_head) = (groups.tp.rank(), cfg.model.n_head);
+        let mut trainer = TpTrainer::new(&be, cfg.clone(), TpConfig { tp, sp }, groups)?;
+        trainer.forward_backward(&data[..1])?;
+        trainer.finish_grads()?;
+        let mut checked = 0;
+        for p in trainer.model.params() {
+            let (g, dims) = &want.grads[&p.name];
+            let full = Tensor::from_f32(&be, g, dims.clone(), DType::F32)?;
+            let expect = shard_by_name(&p.name, &full, n_head, tp_rank, tp)?.to_vec_f32()?;
+            let got = p.grad.to_vec_f32()?;
+            assert_eq!(got.len(), expect.len(), "{}", p.name);
+            let scale = expect.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            for (i, (a, b)) in got.iter().zip(&expect).enumerate() {
+                assert!(
+                    (a - b).abs() <= GRAD_ATOL + GRAD_RTOL * scale,
+                    "{} [{i}]: tp {a} vs one device {b} (max |g| {scale})",
+                    p.name
+                );
+            }
+            checked += 1;
+        }
+        assert_eq!(checked, want.grads.len(), "every parameter compared");
+        let mut losses = Vec::new();
+        for b in &data {
+            losses.push(f64::from(trainer.step(std::slice::from_ref(b))?.loss));
+        }
+        // The gathered checkpoint state is the single-device model's.
+        let state = trainer.state(String::new(), String::new())?;
+        assert_eq!(state.params.len(), want.weights.len());
+        for p in &state.params {
+            let got = p.value.to_f32();
+            let expect = &want.weights[&p.name];
+            assert_eq!(got.len(), expect.len(), "{}", p.name);
+            for (a, b) in got.iter().zip(expect) {
+                assert!((a - b).abs() <= WEIGHT_ATOL, "{}: {a} vs {b}", p.name);
+            }
+        }
+        Ok(losses)
+    });
+    for (rank, r) in results.into_iter().enumerate() {
+        let losses = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        for (step, (a, b)) in losses.iter().zip(&want.losses).enumerate() {
+            assert!(
+                (a - b).abs() <= LOSS_RTOL * b.abs(),
+                "rank {rank} step {step}: loss {a} vs one device {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn tp2_matches_one_device() {
+    run(1, 2, false);
+}
+
+#[test]
+fn tp2_sequence_parallel_matches_one_device() {
+    run(1, 2, true);
+}
+
+#[test]
+fn tp4_matches_one_device() {
+    run(1, 4, false);
+}
+
+#[test]
+fn tp4_sequence_parallel_matches_one_device() {
+    run(1, 4, true);
+}
+
+#[test]
+fn tp2_dp2_matches_one_device() {
+    run(2, 2, false);
+}
+
+#[test]
+fn tp2_dp2_sequence_parallel_matches_one_device() {
+    run(2, 2, true);
+}

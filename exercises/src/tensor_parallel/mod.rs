@@ -1,0 +1,5 @@
+//! Chapter "Tensor parallelism" (`book/src/tensor-parallel.md`).
+
+pub mod column_row_split;
+pub mod rank_grid;
+pub mod vocab_cross_entropy;

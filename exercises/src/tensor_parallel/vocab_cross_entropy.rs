@@ -1,0 +1,132 @@
+//! # Cross-entropy over a vocabulary split across ranks
+//!
+//! Rank `r` holds the logits of vocabulary entries `r·V/n .. (r+1)·V/n` for every
+//! position: `shards[r]` is `[N, V/n]`, row-major. Compute each position's loss
+//! `log Σ_v exp(l_v) − l_target` as the ranks would, without joining the shards into
+//! `[N, V]`: each rank's row maximum, then the maximum over ranks (an all-reduce max);
+//! each rank's `Σ exp(l − max)` and, on the rank that holds it, the target's logit,
+//! then their sums over ranks (an all-reduce sum).
+//!
+//! Checked against brrr's fused cross-entropy kernel on the joined logits.
+
+use crate::check::{Outcome, close, rng, with_seed};
+use brrr_backend::DType;
+use brrr_cpu::CpuBackend;
+use brrr_tensor::Tensor;
+use rand::Rng;
+
+/// YOUR CODE: per-position losses from the `n` shards of `[N, V]` logits.
+#[cfg(not(feature = "solutions"))]
+pub fn vocab_parallel_losses(shards: &[Vec<f32>], targets: &[usize]) -> Vec<f64> {
+    // Normalises over the target's own shard only: a softmax over V/n entries.
+    let per = shards[0].len() / targets.len();
+    targets
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            let row = &shards[t / per][i * per..(i + 1) * per];
+            let sum: f64 = row.iter().map(|&l| f64::from(l).exp()).sum();
+            sum.ln() - f64::from(row[t % per])
+        })
+        .collect()
+}
+
+#[cfg(feature = "solutions")]
+pub use solution::vocab_parallel_losses;
+
+/// The reference solution.
+pub mod solution {
+    /// Max over ranks, then the sum of exponentials and the target logit over ranks.
+    pub fn vocab_parallel_losses(shards: &[Vec<f32>], targets: &[usize]) -> Vec<f64> {
+        let per = shards[0].len() / targets.len();
+        targets
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                let row = |r: usize| &shards[r][i * per..(i + 1) * per];
+                // All-reduce max of the per-rank maxima.
+                let max = (0..shards.len())
+                    .map(|r| {
+                        row(r)
+                            .iter()
+                            .fold(f64::NEG_INFINITY, |m, &l| m.max(f64::from(l)))
+                    })
+                    .fold(f64::NEG_INFINITY, f64::max);
+                // All-reduce sum of (Σ exp(l − max), target logit or 0).
+                let (mut sum, mut target) = (0.0, 0.0);
+                for r in 0..shards.len() {
+                    sum += row(r)
+                        .iter()
+                        .map(|&l| (f64::from(l) - max).exp())
+                        .sum::<f64>();
+                    if t / per == r {
+                        target += f64::from(row(r)[t % per]) - max;
+                    }
+                }
+                sum.ln() - target
+            })
+            .collect()
+    }
+}
+
+/// Against `Tensor::cross_entropy` of the joined logits.
+pub fn check() -> Outcome {
+    let (mut rng, seed) = rng();
+    with_seed(compare(&mut rng), seed)
+}
+
+fn compare(rng: &mut impl Rng) -> Outcome {
+    let be = CpuBackend::new();
+    let err = |e: brrr_backend::Error| e.to_string();
+    for _ in 0..10 {
+        let n = [2, 4][rng.random_range(0..2)];
+        let per = rng.random_range(2..10usize);
+        let (v, rows) = (n * per, rng.random_range(1..8usize));
+        // Large logits: a sum of plain exponentials overflows without the maximum.
+        let logits: Vec<f32> = (0..rows * v)
+            .map(|_| rng.random_range(-60.0..90.0))
+            .collect();
+        let targets: Vec<usize> = (0..rows).map(|_| rng.random_range(0..v)).collect();
+        let shards: Vec<Vec<f32>> = (0..n)
+            .map(|r| {
+                (0..rows)
+                    .flat_map(|i| logits[i * v + r * per..i * v + (r + 1) * per].to_vec())
+                    .collect()
+            })
+            .collect();
+        let got = vocab_parallel_losses(&shards, &targets);
+        let t = Tensor::from_f32(&be, &logits, [rows, v], DType::F32).map_err(err)?;
+        let tg: Vec<i32> = targets.iter().map(|&x| x as i32).collect();
+        let tg = Tensor::from_i32(&be, &tg, [rows]).map_err(err)?;
+        let want = t
+            .cross_entropy(&tg)
+            .and_then(|l| l.to_vec_f64())
+            .map_err(err)?;
+        if got.len() != rows {
+            return Err(format!("{rows} positions, {} losses", got.len()));
+        }
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            close(
+                &format!("position {i} of {rows}, V = {v} over {n} ranks"),
+                *g,
+                *w,
+                1e-4,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg_attr(
+        not(feature = "solutions"),
+        ignore = "an exercise: solve it, then `cargo run -p brrr-exercises`"
+    )]
+    fn check() {
+        if let Err(e) = super::check() {
+            panic!("{e}");
+        }
+    }
+}
