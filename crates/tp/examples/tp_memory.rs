@@ -33,6 +33,7 @@ fn step_seconds(tp: usize, sp: bool) -> f64 {
         targets: (0..n).map(|i| (i * 11 % 256) as u32).collect(),
         batch: BATCH,
         seq: SEQ,
+        mask: None,
     };
     let res = run_in_process(tp, |world| {
         let groups = ParallelGroups::new(world, ParallelLayout { dp: 1, tp, pp: 1 })?;

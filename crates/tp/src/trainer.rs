@@ -149,6 +149,12 @@ impl<B: Backend> TpTrainer<B> {
                 ),
             ));
         }
+        if batches.iter().any(|b| b.mask.is_some()) {
+            return Err(Error::invalid(
+                "TpTrainer::step",
+                "document masks are not supported with tensor parallelism yet",
+            ));
+        }
         let t0 = std::time::Instant::now();
         let lr = self.config.schedule().lr(self.step);
         self.model.zero_grad()?;
@@ -235,6 +241,8 @@ impl<B: Backend> TpTrainer<B> {
             data_position,
             data_fingerprint,
             params,
+            // Tensor-parallel runs refuse --amp: there is no loss scaler to save.
+            loss_scaler: None,
         })
     }
 }

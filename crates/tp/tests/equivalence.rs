@@ -52,6 +52,7 @@ fn batches(cfg: &TrainConfig) -> Vec<Batch> {
             targets: (0..n).map(|_| rng.random_range(0..v)).collect(),
             batch: cfg.batch_size,
             seq: cfg.seq_len,
+            mask: None,
         })
         .collect()
 }
