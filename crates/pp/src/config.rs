@@ -40,19 +40,19 @@ impl PpConfig {
                 kind.chunks()
             ));
         }
-        if batch % self.micro_batches != 0 {
+        if !batch.is_multiple_of(self.micro_batches) {
             return Err(format!(
                 "the batch of {batch} rows does not split into {} equal micro-batches",
                 self.micro_batches
             ));
         }
-        if let ScheduleKind::Interleaved { .. } = kind {
-            if self.micro_batches % self.pp != 0 {
-                return Err(format!(
-                    "interleaved needs --micro-batches ({}) to be a multiple of --pp ({})",
-                    self.micro_batches, self.pp
-                ));
-            }
+        if let ScheduleKind::Interleaved { .. } = kind
+            && !self.micro_batches.is_multiple_of(self.pp)
+        {
+            return Err(format!(
+                "interleaved needs --micro-batches ({}) to be a multiple of --pp ({})",
+                self.micro_batches, self.pp
+            ));
         }
         Ok(())
     }

@@ -107,7 +107,7 @@ pub fn interleaved(p: usize, m: usize, v: usize) -> Result<Vec<Vec<Action>>, Pla
             "interleaved needs v >= 1 chunks per stage".into(),
         ));
     }
-    if m % p != 0 {
+    if !m.is_multiple_of(p) {
         return Err(PlanError(format!(
             "interleaved 1F1B needs the micro-batch count to be a multiple of the \
              stage count (m = {m}, p = {p}), as Megatron-LM requires"
@@ -244,16 +244,16 @@ impl ZbState {
         let pending_w = (0..self.m)
             .filter(|&i| self.b_end[r][i].is_some() && !self.w_done[r][i])
             .count();
-        if pending_w >= w_limit {
-            if let Some(i) = w {
-                return Some((
-                    Action::W {
-                        mb: i as u32,
-                        chunk: 0,
-                    },
-                    c.w,
-                ));
-            }
+        if pending_w >= w_limit
+            && let Some(i) = w
+        {
+            return Some((
+                Action::W {
+                    mb: i as u32,
+                    chunk: 0,
+                },
+                c.w,
+            ));
         }
         let next_f = (0..self.m).find(|&i| self.f_end[r][i].is_none());
         let in_flight = (0..self.m)

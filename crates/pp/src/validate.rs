@@ -70,16 +70,16 @@ pub fn validate(s: &Schedule) -> Result<(), Invalid> {
         check_stage(s, r, &mut out);
     }
     check_matching(s, &mut out);
-    if out.is_empty() {
-        if let Err(d) = simulate(s, Costs::unit()) {
-            for (stage, i, a) in d.stuck {
-                out.push(at(
-                    stage,
-                    i,
-                    a,
-                    "waits forever: no stage can move (deadlock)".into(),
-                ));
-            }
+    if out.is_empty()
+        && let Err(d) = simulate(s, Costs::unit())
+    {
+        for (stage, i, a) in d.stuck {
+            out.push(at(
+                stage,
+                i,
+                a,
+                "waits forever: no stage can move (deadlock)".into(),
+            ));
         }
     }
     if out.is_empty() {
@@ -330,10 +330,14 @@ fn check_counts(
     }
 }
 
+/// A message: sender, receiver, gradient or not, micro-batch, receiving chunk.
+type MsgKey = (usize, usize, bool, u32, u32);
+/// Stage, index, action.
+type Located = (usize, usize, Action);
+
 fn check_matching(s: &Schedule, out: &mut Vec<Violation>) {
     // (sender, receiver, grad, mb, receiving chunk) → (stage, index, action) of each end
-    let mut sends: HashMap<(usize, usize, bool, u32, u32), Vec<(usize, usize, Action)>> =
-        HashMap::new();
+    let mut sends: HashMap<MsgKey, Vec<Located>> = HashMap::new();
     let mut recvs = sends.clone();
     for (r, acts) in s.stages.iter().enumerate() {
         for (i, &a) in acts.iter().enumerate() {
