@@ -46,6 +46,18 @@ enum Command {
     /// Prepare training data.
     #[command(subcommand)]
     Data(DataCommand),
+    /// Pipeline parallelism: plan and draw a schedule, compare schedules measured.
+    #[command(subcommand)]
+    Pipeline(PipelineCommand),
+}
+
+#[derive(Subcommand)]
+enum PipelineCommand {
+    /// A schedule's order per stage, its simulated timeline (SVG), bubble and memory.
+    Plan(brrr::train_pp::PlanArgs),
+    /// Run every schedule on in-process stages: measured idle fraction and
+    /// activations in flight beside the simulator and theory.
+    Compare(brrr::train_pp::CompareArgs),
 }
 
 #[derive(Subcommand)]
@@ -132,6 +144,15 @@ fn main() -> ExitCode {
         Command::Recompute(RecomputeCommand::Plan(args)) => {
             recompute::run_plan(&args).and_then(|text| say(format_args!("{text}")))
         }
+        Command::Pipeline(PipelineCommand::Plan(args)) => brrr::train_pp::run_plan(&args)
+            .and_then(|text| say(format_args!("{}", text.trim_end()))),
+        Command::Pipeline(PipelineCommand::Compare(args)) => brrr::train_pp::run_compare(&args)
+            .and_then(|rows| {
+                say(format_args!(
+                    "{}",
+                    brrr::train_pp::compare_table(&rows).trim_end()
+                ))
+            }),
         Command::Recompute(RecomputeCommand::Compare(args)) => recompute::run_compare(&args)
             .and_then(|rows| say(format_args!("{}", recompute::compare_table(&rows)))),
     };
@@ -156,6 +177,9 @@ fn say(line: std::fmt::Arguments<'_>) -> brrr_backend::Result<()> {
 }
 
 fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
+    if args.pp.is_some() || args.schedule.is_some() || args.micro_batches.is_some() {
+        return say(format_args!("{}", brrr::train_pp::run(args, 1)?.trim_end()));
+    }
     print!("{}", train::run(args)?);
     Ok(())
 }
