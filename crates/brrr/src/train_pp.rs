@@ -620,3 +620,93 @@ pub fn compare_table(rows: &[CompareRow]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny(m: usize) -> TrainConfig {
+        TrainConfig {
+            model: brrr_nn::GptConfig {
+                vocab_size: 256,
+                block_size: 16,
+                n_layer: 4,
+                n_head: 2,
+                n_embd: 32,
+            },
+            steps: 3,
+            batch_size: 2,
+            seq_len: 16,
+            grad_accum: m,
+            warmup_steps: 1,
+            ..TrainConfig::default()
+        }
+    }
+
+    /// A pipeline step sees the batches of `--grad-accum M` in the same order: the
+    /// losses of every schedule match the one-device Trainer's within 2e-5.
+    #[test]
+    fn pipeline_losses_match_the_trainer_with_grad_accum() {
+        let m = 4;
+        let cfg = tiny(m);
+        let corpus = Corpus::load(crate::data::DEFAULT_CORPUS).unwrap();
+        let data = Batcher::for_corpus(&corpus, cfg.batch_size, cfg.seq_len, cfg.seed).unwrap();
+        let mut trainer =
+            brrr_train::Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), vec![])
+                .unwrap();
+        let want: Vec<f32> = (0..cfg.steps)
+            .map(|_| trainer.step_blocking().unwrap().loss)
+            .collect();
+        for kind in ScheduleKind::all(2) {
+            let pp = PpConfig {
+                pp: 2,
+                schedule: kind.to_string(),
+                micro_batches: m,
+            };
+            let run = train_in_process(&cfg, &corpus, &pp, 1, false).unwrap();
+            for (r, w) in run.rows.iter().zip(&want) {
+                assert!(
+                    (r.loss - f64::from(*w)).abs() < 2e-5,
+                    "{kind} step {}: {} vs {w}",
+                    r.step,
+                    r.loss
+                );
+            }
+            assert_eq!(run.peak_in_flight.len(), 2);
+            assert!(
+                run.bubble > 0.0 && run.bubble < 1.0,
+                "{kind}: {}",
+                run.bubble
+            );
+        }
+    }
+
+    #[test]
+    fn plan_reports_theory_and_rejects_bad_costs() {
+        let mut a = PlanArgs {
+            pp: 4,
+            micro_batches: 8,
+            schedule: "gpipe".into(),
+            f: 1.0,
+            b: 1.0,
+            w: 1.0,
+            comm: 0.0,
+            svg: None,
+        };
+        let text = run_plan(&a).unwrap();
+        assert!(
+            text.contains("simulated 27.27%") && text.contains("theory 27.27%"),
+            "{text}"
+        );
+        a.f = -1.0;
+        assert!(run_plan(&a).is_err());
+        a.f = 1.0;
+        a.schedule = "bogus".into();
+        assert!(
+            run_plan(&a)
+                .unwrap_err()
+                .to_string()
+                .contains("unknown schedule")
+        );
+    }
+}
