@@ -65,6 +65,33 @@ pub enum EstimateCommand {
     Time(TimeArgs),
     /// Collective costs (alpha-beta, bus bandwidth) and DP/TP/EP compute-vs-comms limits.
     Comms(CommsArgs),
+    /// Pipeline schedules: bubble fraction, pipeline time and activations in flight
+    /// per stage, for each schedule.
+    Pipeline(PipelineEstimateArgs),
+}
+
+/// `brrr estimate pipeline`.
+#[derive(Args, Debug, Clone)]
+pub struct PipelineEstimateArgs {
+    /// The model (optional: gives the activation bytes in flight per stage).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Pipeline stages.
+    #[arg(long, default_value_t = 4)]
+    pub pp: usize,
+    /// Micro-batches per step.
+    #[arg(long, default_value_t = 8)]
+    pub micro_batches: usize,
+    /// Chunks per stage of the interleaved schedule.
+    #[arg(long, default_value_t = 2)]
+    pub chunks: usize,
+    /// Micro-batch size in sequences (for the activation bytes).
+    #[arg(long, default_value_t = 1)]
+    pub micro_batch: u64,
+    /// Seconds of one micro-batch's forward and backward through one stage
+    /// (F + B + W, split 1 : 1 : 1) [default: 1, i.e. times in those units].
+    #[arg(long, default_value_t = 1.0)]
+    pub stage_time: f64,
 }
 
 /// A transformer, by preset and/or explicit sizes (explicit sizes override the preset).
@@ -375,6 +402,7 @@ pub fn run_estimate(args: &EstimateArgs) -> CmdResult {
         EstimateCommand::Memory(a) => run_memory(a),
         EstimateCommand::Time(a) => run_time(a),
         EstimateCommand::Comms(a) => run_comms(a),
+        EstimateCommand::Pipeline(a) => run_pipeline(a),
     }
 }
 
@@ -390,6 +418,27 @@ fn parse_schedule(s: &str) -> Result<PipelineSchedule, Box<dyn std::error::Error
             }
         },
     })
+}
+
+fn run_pipeline(a: &PipelineEstimateArgs) -> CmdResult {
+    // Activations of one micro-batch per layer (Korthikanti et al. 2022), no recompute.
+    let per_layer = match a.model.resolve()? {
+        Some(cfg) => Some((
+            brrr_perf::memory::activation_bytes_per_layer(
+                &cfg,
+                a.micro_batch,
+                1,
+                false,
+                Recompute::None,
+            )?,
+            cfg.layers as usize,
+        )),
+        None => None,
+    };
+    let text =
+        brrr::train_pp::estimate_table(a.pp, a.micro_batches, a.chunks, a.stage_time, per_layer)?;
+    write_stdout(&text)?;
+    Ok(())
 }
 
 fn run_memory(a: &MemoryArgs) -> CmdResult {

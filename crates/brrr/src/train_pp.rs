@@ -621,6 +621,78 @@ pub fn compare_table(rows: &[CompareRow]) -> String {
     s
 }
 
+/// `brrr estimate pipeline`: for each schedule, the bubble (theory and simulated with
+/// F = B = W), the pipeline's time for one step when one micro-batch's F + B + W through
+/// one stage takes `stage_time`, and the micro-batches in flight per stage; with
+/// `per_layer = (bytes of one micro-batch's activations per layer, layers)` also the
+/// activation bytes each stage holds at its peak.
+pub fn estimate_table(
+    p: usize,
+    m: usize,
+    v: usize,
+    stage_time: f64,
+    per_layer: Option<(f64, usize)>,
+) -> Result<String> {
+    if !(stage_time > 0.0 && stage_time.is_finite()) {
+        return Err(Error::invalid(
+            "estimate pipeline",
+            "--stage-time must be positive",
+        ));
+    }
+    let costs = Costs {
+        f: stage_time / 3.0,
+        b: stage_time / 3.0,
+        w: stage_time / 3.0,
+        comm: 0.0,
+    };
+    let mut s = format!(
+        "p = {p} stages, m = {m} micro-batches, interleaved with v = {v}; ideal time {:.4} (m × stage time)\n",
+        m as f64 * stage_time
+    );
+    s.push_str("| schedule | bubble (theory) | bubble (simulated) | pipeline time | in flight per stage | activations per stage |\n|---|---|---|---|---|---|\n");
+    for kind in ScheduleKind::all(v) {
+        let t = match planned(kind, p, m, costs) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = writeln!(s, "| {kind} | - | - | - | {e} | - |");
+                continue;
+            }
+        };
+        // ZB-H2's bubble is zero in the steady state of back-to-back steps only.
+        let (sim, time) = if kind == ScheduleKind::ZbH2 {
+            (t.steady_bubble_fraction(), t.period())
+        } else {
+            (t.bubble_fraction(), t.makespan)
+        };
+        let bytes = match per_layer {
+            Some((bytes, layers)) => t
+                .peak_in_flight
+                .iter()
+                .map(|&n| {
+                    format!(
+                        "{:.2} GiB",
+                        n as f64 * bytes * layers as f64
+                            / (p * kind.chunks()) as f64
+                            / (1u64 << 30) as f64
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" / "),
+            None => "- (give --model)".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {kind} | {} | {:.1}% | {time:.4} | {:?} | {bytes} |",
+            theory::bubble_fraction(kind, p, m, costs)
+                .map_or("-".into(), |x| format!("{:.1}%", 100.0 * x)),
+            100.0 * sim,
+            t.peak_in_flight
+        );
+    }
+    s.push_str("in flight counts chunk stashes (interleaved: each holds 1/v of a stage's layers); zb-h2's bubble and time are per step when steps run back to back\n");
+    Ok(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
