@@ -1,7 +1,9 @@
 //! The list of exercises, in book order.
 
 use crate::check::Outcome;
-use crate::{amp, checkpointing, collectives, data, gpu, kernels, memory, regimes, training};
+use crate::{
+    amp, checkpointing, collectives, data, gpu, kernels, memory, pipeline, regimes, training,
+};
 
 /// One exercise as the runner and the book list it.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +40,7 @@ const CHECKPOINTING: &str = "Activation recomputation";
 const AMP: &str = "Mixed precision";
 const COLLECTIVES: &str = "Collectives";
 const DATA: &str = "Data loading: shards, prefetching, packing and balance";
+const PIPELINE: &str = "Pipeline parallelism";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -203,6 +206,24 @@ pub fn all() -> Vec<Exercise> {
             module: "data::rank_windows",
             task: "which windows each data-parallel rank reads",
             check: data::rank_windows::check,
+        },
+        Exercise {
+            chapter: PIPELINE,
+            module: "pipeline::one_f_one_b",
+            task: "the 1F1B order of one pipeline stage",
+            check: pipeline::one_f_one_b::check,
+        },
+        Exercise {
+            chapter: PIPELINE,
+            module: "pipeline::bubble",
+            task: "the bubble fraction of GPipe and 1F1B for any forward and backward times",
+            check: pipeline::bubble::check,
+        },
+        Exercise {
+            chapter: PIPELINE,
+            module: "pipeline::fix_schedule",
+            task: "fix a hand-written schedule the validator rejects",
+            check: pipeline::fix_schedule::check,
         },
     ]
 }
