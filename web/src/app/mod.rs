@@ -43,6 +43,9 @@ pub enum Route {
     /// [`PageId::Collectives`].
     #[at("/collectives")]
     Collectives,
+    /// [`PageId::Pipeline`].
+    #[at("/pipeline")]
+    Pipeline,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -60,6 +63,7 @@ impl Route {
             PageId::Puzzles => Route::Puzzles,
             PageId::Checkpointing => Route::Checkpointing,
             PageId::Collectives => Route::Collectives,
+            PageId::Pipeline => Route::Pipeline,
         }
     }
 }
@@ -75,6 +79,7 @@ pub fn render(route: Route) -> Html {
         Route::Puzzles => html! { <pages::puzzles::PuzzlesPage /> },
         Route::Checkpointing => html! { <pages::checkpointing::CheckpointingPage /> },
         Route::Collectives => html! { <pages::collectives::CollectivesPage /> },
+        Route::Pipeline => html! { <pages::pipeline::PipelinePage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

@@ -7,6 +7,7 @@ pub mod collectives;
 pub mod input;
 pub mod kernels;
 pub mod memory;
+pub mod pipeline;
 pub mod puzzles;
 
 pub mod roofline;

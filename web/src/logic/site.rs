@@ -19,6 +19,8 @@ pub enum PageId {
     Checkpointing,
     /// An all-reduce run step by step by brrr-collectives' algorithms.
     Collectives,
+    /// Pipeline schedules from brrr-pp: timeline, bubble and memory.
+    Pipeline,
 }
 
 /// What the site says about a page.
@@ -39,7 +41,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 7] = [
+pub const PAGES: [PageInfo; 8] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -111,6 +113,16 @@ pub const PAGES: [PageInfo; 7] = [
         chapter: "collectives.html",
         crates: &["brrr_collectives", "brrr_perf"],
     },
+    PageInfo {
+        id: PageId::Pipeline,
+        path: "/pipeline",
+        title: "Pipeline schedules",
+        blurb: "Stages, micro-batches, chunks and a schedule (GPipe, 1F1B, interleaved, \
+                zero-bubble ZB-H1 and ZB-H2): the timeline of every stage, the bubble beside \
+                its closed form, and the activations each stage holds.",
+        chapter: "pipeline-parallel.html",
+        crates: &["brrr_pp"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -149,6 +161,7 @@ mod tests {
             PageId::Puzzles,
             PageId::Checkpointing,
             PageId::Collectives,
+            PageId::Pipeline,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);
