@@ -178,7 +178,11 @@ fn say(line: std::fmt::Arguments<'_>) -> brrr_backend::Result<()> {
 
 fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
     if args.pp.is_some() || args.schedule.is_some() || args.micro_batches.is_some() {
-        return say(format_args!("{}", brrr::train_pp::run(args, 1)?.trim_end()));
+        let text = brrr::train_pp::run(args, 1)?;
+        return match text.is_empty() {
+            true => Ok(()),
+            false => say(format_args!("{}", text.trim_end())),
+        };
     }
     print!("{}", train::run(args)?);
     Ok(())

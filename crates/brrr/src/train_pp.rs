@@ -101,6 +101,48 @@ pub fn train_in_process(
     summarise(ranks, p)
 }
 
+/// [`train_in_process`] as one process of a launched world (`brrr launch`, `mpirun`,
+/// `srun`, `torchrun`: `brrr_collectives::from_env`). Returns the run on world rank 0,
+/// `None` elsewhere; per-stage activation bytes are only known for rank 0's stage there
+/// (the others are reported as 0).
+pub fn train_from_env(
+    cfg: &TrainConfig,
+    corpus: &Corpus,
+    pp: &PpConfig,
+    dp: usize,
+    log: bool,
+) -> Result<Option<PpRun>> {
+    let kind = pp.kind().map_err(|e| Error::invalid("train --pp", e))?;
+    pp.validate(cfg.model.n_layer, pp.micro_batches)
+        .map_err(|e| Error::invalid("train --pp", e))?;
+    let (p, m) = (pp.pp, pp.micro_batches);
+    let schedule = generate(kind, p, m).map_err(|e| Error::invalid("train --pp", e.to_string()))?;
+    let world = brrr_collectives::from_env()?;
+    if world.world_size() != p * dp.max(1) {
+        return Err(Error::invalid(
+            "train --pp",
+            format!(
+                "{} processes for --pp {p} × dp {dp}: start exactly {}",
+                world.world_size(),
+                p * dp.max(1)
+            ),
+        ));
+    }
+    let layout = ParallelLayout {
+        dp: dp.max(1),
+        tp: 1,
+        pp: p,
+    };
+    let out = rank_main(&world, layout, cfg, corpus, &schedule, log)?;
+    if world.rank() != 0 {
+        return Ok(None);
+    }
+    let mut run = summarise(vec![out], p)?;
+    // The other stages' peaks, from the gathered timeline.
+    run.peak_in_flight = run.timeline.peak_in_flight.clone();
+    Ok(Some(run))
+}
+
 fn rank_main(
     world: &brrr_collectives::Communicator,
     layout: ParallelLayout,
@@ -278,9 +320,18 @@ pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
     } else {
         Corpus::load(&cfg.corpus)?
     };
-    std::fs::create_dir_all(&out)
-        .map_err(|e| Error::io(format!("{}: creating output directory", out.display()), e))?;
-    let run = train_in_process(&cfg, &corpus, &pp, dp, !args.quiet)?;
+    if std::env::var("RANK").map_or(true, |r| r == "0") {
+        std::fs::create_dir_all(&out)
+            .map_err(|e| Error::io(format!("{}: creating output directory", out.display()), e))?;
+    }
+    let run = if std::env::var_os("WORLD_SIZE").is_some() {
+        match train_from_env(&cfg, &corpus, &pp, dp, !args.quiet)? {
+            Some(run) => run,
+            None => return Ok(String::new()),
+        }
+    } else {
+        train_in_process(&cfg, &corpus, &pp, dp, !args.quiet)?
+    };
     write_run_dir(&out, &cfg, &pp, &run)?;
     Ok(report(&out, &cfg, &pp, dp, &run))
 }
