@@ -68,4 +68,11 @@ expect "on 4 ranks over socket: 0 wrong elements" \
     "$BRRR" launch --transport socket --nproc 4 -- bench collectives --check
 expect "out of bounds values : 0 OK" \
     mpirun --oversubscribe -np 3 "$BRRR" bench collectives --ops all-reduce --max-bytes 65536
+# Pipeline stages as processes: the same losses as the same stages as threads.
+PP_DIR="$(mktemp -d)"
+PP_ARGS=(train --pp 2 --schedule 1f1b --micro-batches 4 --steps 3 --batch-size 2 --seq-len 32 --quiet --force)
+PP_WANT="$("$BRRR" "${PP_ARGS[@]}" --out "$PP_DIR/threads" | grep '^final loss')"
+expect "$PP_WANT" mpirun --oversubscribe -np 2 "$BRRR" "${PP_ARGS[@]}" --out "$PP_DIR/mpi"
+expect "$PP_WANT" "$BRRR" launch --transport socket --nproc 2 -- "${PP_ARGS[@]}" --out "$PP_DIR/socket"
+rm -rf "$PP_DIR"
 echo "mpi: all checks passed"

@@ -320,11 +320,13 @@ pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
     } else {
         Corpus::load(&cfg.corpus)?
     };
-    if std::env::var("RANK").map_or(true, |r| r == "0") {
+    // Launched (brrr launch, mpirun, srun, torchrun): one stage per process.
+    let launch = brrr_collectives::env::LaunchEnv::from_env()?;
+    if launch.rank == 0 {
         std::fs::create_dir_all(&out)
             .map_err(|e| Error::io(format!("{}: creating output directory", out.display()), e))?;
     }
-    let run = if std::env::var_os("WORLD_SIZE").is_some() {
+    let run = if launch.world_size > 1 {
         match train_from_env(&cfg, &corpus, &pp, dp, !args.quiet)? {
             Some(run) => run,
             None => return Ok(String::new()),
