@@ -108,4 +108,11 @@ expect "steps done:        2" \
     "$BRRR" launch --transport socket --nproc 4 -- "${TP_ARGS[@]}" --out "$TP_OUT/socket"
 test -s "$TP_OUT/mpi/checkpoint.safetensors" && test -s "$TP_OUT/socket/metrics.csv"
 rm -rf "$TP_OUT"
+# Pipeline stages as processes: the same losses as the same stages as threads.
+PP_DIR="$(mktemp -d)"
+PP_ARGS=(train --pp 2 --schedule 1f1b --micro-batches 4 --steps 3 --batch-size 2 --seq-len 32 --quiet --force)
+PP_WANT="$("$BRRR" "${PP_ARGS[@]}" --out "$PP_DIR/threads" | grep '^final loss')"
+expect "$PP_WANT" mpirun --oversubscribe -np 2 "$BRRR" "${PP_ARGS[@]}" --out "$PP_DIR/mpi"
+expect "$PP_WANT" "$BRRR" launch --transport socket --nproc 2 -- "${PP_ARGS[@]}" --out "$PP_DIR/socket"
+rm -rf "$PP_DIR"
 echo "mpi: all checks passed"

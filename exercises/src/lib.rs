@@ -34,6 +34,8 @@ pub mod gpu;
 pub mod kernels;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod memory;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod pipeline;
 pub mod puzzles;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod regimes;

@@ -2,7 +2,8 @@
 
 use crate::check::Outcome;
 use crate::{
-    amp, checkpointing, collectives, data, gpu, kernels, memory, regimes, tensor_parallel, training,
+    amp, checkpointing, collectives, data, gpu, kernels, memory, pipeline, regimes,
+    tensor_parallel, training,
 };
 
 /// One exercise as the runner and the book list it.
@@ -41,6 +42,7 @@ const AMP: &str = "Mixed precision";
 const COLLECTIVES: &str = "Collectives";
 const DATA: &str = "Data loading: shards, prefetching, packing and balance";
 const TENSOR_PARALLEL: &str = "Tensor parallelism";
+const PIPELINE: &str = "Pipeline parallelism";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -224,6 +226,24 @@ pub fn all() -> Vec<Exercise> {
             module: "tensor_parallel::rank_grid",
             task: "a rank's place in the dp × tp × pp grid and its tensor-parallel group",
             check: tensor_parallel::rank_grid::check,
+        },
+        Exercise {
+            chapter: PIPELINE,
+            module: "pipeline::one_f_one_b",
+            task: "the 1F1B order of one pipeline stage",
+            check: pipeline::one_f_one_b::check,
+        },
+        Exercise {
+            chapter: PIPELINE,
+            module: "pipeline::bubble",
+            task: "the bubble fraction of GPipe and 1F1B for any forward and backward times",
+            check: pipeline::bubble::check,
+        },
+        Exercise {
+            chapter: PIPELINE,
+            module: "pipeline::fix_schedule",
+            task: "fix a hand-written schedule the validator rejects",
+            check: pipeline::fix_schedule::check,
         },
     ]
 }

@@ -20,6 +20,7 @@ mod kernels;
 mod links;
 mod md;
 mod memory;
+mod pipeline;
 mod regimes;
 mod training;
 
@@ -41,6 +42,7 @@ fn generate() -> Result<BTreeMap<String, String>, String> {
         amp::files().map_err(|e| e.to_string())?,
         collectives::files()?,
         data::files()?,
+        pipeline::files()?,
         exercises::files(),
     ];
     for (name, text) in all.into_iter().flatten() {

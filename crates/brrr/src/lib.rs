@@ -32,4 +32,5 @@ pub mod numerics;
 pub mod recompute;
 pub mod sample;
 pub mod train;
+pub mod train_pp;
 pub mod train_tp;

@@ -46,6 +46,18 @@ enum Command {
     /// Prepare training data.
     #[command(subcommand)]
     Data(DataCommand),
+    /// Pipeline parallelism: plan and draw a schedule, compare schedules measured.
+    #[command(subcommand)]
+    Pipeline(PipelineCommand),
+}
+
+#[derive(Subcommand)]
+enum PipelineCommand {
+    /// A schedule's order per stage, its simulated timeline (SVG), bubble and memory.
+    Plan(brrr::train_pp::PlanArgs),
+    /// Run every schedule on in-process stages: measured idle fraction and
+    /// activations in flight beside the simulator and theory.
+    Compare(brrr::train_pp::CompareArgs),
 }
 
 #[derive(Subcommand)]
@@ -118,7 +130,10 @@ fn main() -> ExitCode {
                 .map_err(|e| brrr_backend::Error::io("writing the summary to stdout", e))
         }),
         Command::Roofline(args) => perf_cmd::run_roofline(&args).map_err(other),
-        Command::Estimate(args) => perf_cmd::run_estimate(&args).map_err(other),
+        Command::Estimate(args) => match &args.command {
+            perf_cmd::EstimateCommand::Pipeline(a) => run_estimate_pipeline(a),
+            _ => perf_cmd::run_estimate(&args).map_err(other),
+        },
         Command::Launch(args) => brrr::launch::run(&args),
         Command::Bench(BenchCommand::Collectives(args)) => brrr::bench_collectives::run(&args)
             .and_then(|text| match text.is_empty() {
@@ -132,6 +147,15 @@ fn main() -> ExitCode {
         Command::Recompute(RecomputeCommand::Plan(args)) => {
             recompute::run_plan(&args).and_then(|text| say(format_args!("{text}")))
         }
+        Command::Pipeline(PipelineCommand::Plan(args)) => brrr::train_pp::run_plan(&args)
+            .and_then(|text| say(format_args!("{}", text.trim_end()))),
+        Command::Pipeline(PipelineCommand::Compare(args)) => brrr::train_pp::run_compare(&args)
+            .and_then(|rows| {
+                say(format_args!(
+                    "{}",
+                    brrr::train_pp::compare_table(&rows).trim_end()
+                ))
+            }),
         Command::Recompute(RecomputeCommand::Compare(args)) => recompute::run_compare(&args)
             .and_then(|rows| say(format_args!("{}", recompute::compare_table(&rows)))),
     };
@@ -156,6 +180,13 @@ fn say(line: std::fmt::Arguments<'_>) -> brrr_backend::Result<()> {
 }
 
 fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
+    if args.pp.is_some() || args.schedule.is_some() || args.micro_batches.is_some() {
+        let text = brrr::train_pp::run(args, 1)?;
+        return match text.is_empty() {
+            true => Ok(()),
+            false => say(format_args!("{}", text.trim_end())),
+        };
+    }
     print!("{}", train::run(args)?);
     Ok(())
 }
@@ -328,4 +359,13 @@ fn bench_gemm_cuda(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
 
 fn other(e: Box<dyn std::error::Error>) -> brrr_backend::Error {
     brrr_backend::Error::Parse(e.to_string())
+}
+
+/// `brrr estimate pipeline`: brrr-pp's theory and simulator per schedule, with brrr-perf's
+/// activation bytes per layer.
+fn run_estimate_pipeline(a: &perf_cmd::PipelineEstimateArgs) -> brrr_backend::Result<()> {
+    let per_layer = perf_cmd::pipeline_per_layer(a).map_err(other)?;
+    let text =
+        brrr::train_pp::estimate_table(a.pp, a.micro_batches, a.chunks, a.stage_time, per_layer)?;
+    perf_cmd::write_stdout(&text).map_err(|e| brrr_backend::Error::io("writing to stdout", e))
 }

@@ -65,6 +65,33 @@ pub enum EstimateCommand {
     Time(TimeArgs),
     /// Collective costs (alpha-beta, bus bandwidth) and DP/TP/EP compute-vs-comms limits.
     Comms(CommsArgs),
+    /// Pipeline schedules: bubble fraction, pipeline time and activations in flight
+    /// per stage, for each schedule.
+    Pipeline(PipelineEstimateArgs),
+}
+
+/// `brrr estimate pipeline`.
+#[derive(Args, Debug, Clone)]
+pub struct PipelineEstimateArgs {
+    /// The model (optional: gives the activation bytes in flight per stage).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Pipeline stages.
+    #[arg(long, default_value_t = 4)]
+    pub pp: usize,
+    /// Micro-batches per step.
+    #[arg(long, default_value_t = 8)]
+    pub micro_batches: usize,
+    /// Chunks per stage of the interleaved schedule.
+    #[arg(long, default_value_t = 2)]
+    pub chunks: usize,
+    /// Micro-batch size in sequences (for the activation bytes).
+    #[arg(long, default_value_t = 1)]
+    pub micro_batch: u64,
+    /// Seconds of one micro-batch's forward and backward through one stage
+    /// (F + B + W, split 1 : 1 : 1) [default: 1, i.e. times in those units].
+    #[arg(long, default_value_t = 1.0)]
+    pub stage_time: f64,
 }
 
 /// A transformer, by preset and/or explicit sizes (explicit sizes override the preset).
@@ -375,6 +402,11 @@ pub fn run_estimate(args: &EstimateArgs) -> CmdResult {
         EstimateCommand::Memory(a) => run_memory(a),
         EstimateCommand::Time(a) => run_time(a),
         EstimateCommand::Comms(a) => run_comms(a),
+        // It simulates brrr-pp's schedules, which this module does not link: the
+        // binary routes it to `brrr::train_pp::estimate_table` with `pipeline_per_layer`.
+        EstimateCommand::Pipeline(_) => Err(
+            "estimate pipeline runs in the brrr binary (it simulates brrr-pp's schedules)".into(),
+        ),
     }
 }
 
@@ -389,6 +421,28 @@ fn parse_schedule(s: &str) -> Result<PipelineSchedule, Box<dyn std::error::Error
                 return Err(format!("unknown schedule '{s}': 1f1b, gpipe or interleaved:V").into());
             }
         },
+    })
+}
+
+/// For `brrr estimate pipeline`: the bytes of one micro-batch's activations per layer
+/// (Korthikanti et al. 2022, no recomputation) and the layer count, when a model is given.
+// Unused where brrr-perf's `cli_check` example includes this file without brrr-pp.
+#[allow(dead_code)]
+pub fn pipeline_per_layer(
+    a: &PipelineEstimateArgs,
+) -> Result<Option<(f64, usize)>, Box<dyn std::error::Error>> {
+    Ok(match a.model.resolve()? {
+        Some(cfg) => Some((
+            brrr_perf::memory::activation_bytes_per_layer(
+                &cfg,
+                a.micro_batch,
+                1,
+                false,
+                Recompute::None,
+            )?,
+            cfg.layers as usize,
+        )),
+        None => None,
     })
 }
 

@@ -189,6 +189,17 @@ pub struct TrainArgs {
     /// Data-parallel replicas [default: 1].
     #[arg(long)]
     pub dp: Option<usize>,
+    /// Pipeline stages: cut the model into N stages on in-process ranks (see
+    /// `brrr pipeline plan`) [default: 1].
+    #[arg(long)]
+    pub pp: Option<usize>,
+    /// Pipeline schedule under --pp: gpipe, 1f1b, interleaved:V, zb-h1, zb-h2
+    /// [default: 1f1b].
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// Micro-batches of --batch-size rows per step under --pp [default: 1].
+    #[arg(long)]
+    pub micro_batches: Option<usize>,
 }
 
 fn parse_checkpoint(s: &str) -> std::result::Result<Strategy, String> {

@@ -52,6 +52,9 @@ pub enum Route {
     /// [`PageId::TensorParallel`].
     #[at("/tensor-parallel")]
     TensorParallel,
+    /// [`PageId::Pipeline`].
+    #[at("/pipeline")]
+    Pipeline,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -72,6 +75,7 @@ impl Route {
             PageId::MixedPrecision => Route::MixedPrecision,
             PageId::DataLoading => Route::DataLoading,
             PageId::TensorParallel => Route::TensorParallel,
+            PageId::Pipeline => Route::Pipeline,
         }
     }
 }
@@ -90,6 +94,7 @@ pub fn render(route: Route) -> Html {
         Route::MixedPrecision => html! { <pages::mixed_precision::MixedPrecisionPage /> },
         Route::DataLoading => html! { <pages::data_loading::DataLoadingPage /> },
         Route::TensorParallel => html! { <pages::tensor_parallel::TensorParallelPage /> },
+        Route::Pipeline => html! { <pages::pipeline::PipelinePage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

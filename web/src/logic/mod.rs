@@ -9,6 +9,7 @@ pub mod input;
 pub mod kernels;
 pub mod memory;
 pub mod mixed_precision;
+pub mod pipeline;
 pub mod puzzles;
 
 pub mod roofline;

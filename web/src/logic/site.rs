@@ -25,6 +25,8 @@ pub enum PageId {
     DataLoading,
     /// How tensor parallelism splits a block, what each rank holds and sends.
     TensorParallel,
+    /// Pipeline schedules from brrr-pp: timeline, bubble and memory.
+    Pipeline,
 }
 
 /// What the site says about a page.
@@ -45,7 +47,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 10] = [
+pub const PAGES: [PageInfo; 11] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -148,6 +150,16 @@ pub const PAGES: [PageInfo; 10] = [
         chapter: "tensor-parallel.html",
         crates: &["brrr_perf"],
     },
+    PageInfo {
+        id: PageId::Pipeline,
+        path: "/pipeline",
+        title: "Pipeline schedules",
+        blurb: "Stages, micro-batches, chunks and a schedule (GPipe, 1F1B, interleaved, \
+                zero-bubble ZB-H1 and ZB-H2): the timeline of every stage, the bubble beside \
+                its closed form, and the activations each stage holds.",
+        chapter: "pipeline-parallel.html",
+        crates: &["brrr_pp"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -189,6 +201,7 @@ mod tests {
             PageId::MixedPrecision,
             PageId::DataLoading,
             PageId::TensorParallel,
+            PageId::Pipeline,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

@@ -7,6 +7,7 @@ pub mod kernels;
 pub mod landing;
 pub mod memory;
 pub mod mixed_precision;
+pub mod pipeline;
 pub mod puzzles;
 pub mod roofline;
 pub mod tensor_parallel;

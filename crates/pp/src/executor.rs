@@ -1,0 +1,553 @@
+//! Runs a [`Schedule`] for real: one rank per stage, each owning only its pieces of a
+//! `brrr-nn` GPT, activations and gradients passed with [`Communicator::send`] /
+//! [`Communicator::recv`], each in-flight micro-batch's activations held in the
+//! layers' own stashes (keyed by micro-batch) until its backward.
+//!
+//! The layers of `brrr-nn` compute the input and the weight gradients in one
+//! backward, so a zero-bubble schedule runs with B and W fused: its `B` runs the whole
+//! backward and its `W` does nothing (and takes no time). The order of the schedule is
+//! kept, its results are exact, but the W passes cannot fill bubbles; the simulator
+//! shows what a split backward would give.
+
+use crate::config::split_layers;
+use crate::schedule::{Action, Schedule};
+use crate::simulate::{InFlight, Span, Timeline};
+use brrr_backend::{Backend, DType, Error, Result};
+use brrr_collectives::{Communicator, ReduceOp};
+use brrr_nn::{
+    AdamW, AdamWConfig, BlocksStage, EmbeddingStage, Gpt, GptConfig, HeadStage, MicroBatch, Module,
+    Param,
+};
+use brrr_tensor::Tensor;
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// One micro-batch's token ids (u32 `[b, T]`) and targets (i32 `[b, T]`).
+pub type MicroBatchData<B> = (Tensor<B>, Tensor<B>);
+
+/// What one rank ran in one step.
+#[derive(Clone, Debug, Default)]
+pub struct StageRun {
+    /// Sum of the micro-batches' mean losses (only on the stage holding the head;
+    /// `None` elsewhere).
+    pub loss_sum: Option<f64>,
+    /// Compute actions with start and end in seconds since the step began (after a
+    /// barrier, so in-process ranks share the origin).
+    pub spans: Vec<Span>,
+    /// Most micro-batch chunks whose activations this stage held at once.
+    pub peak_in_flight: usize,
+    /// Peak bytes of this stage's device during the step (`Backend::memory_stats`).
+    pub peak_bytes: u64,
+    /// Bytes in use when the step began (parameters, gradients, optimizer state).
+    pub start_bytes: u64,
+}
+
+/// Tags of messages: what they carry, so a receive picks the right one whatever the
+/// order the peer sent in (activations and gradients can share a link, e.g. in the
+/// interleaved schedule).
+const ACT: f32 = 0.0;
+const GRAD: f32 = 1.0;
+
+/// One stage of a pipeline: this rank's pieces of the model and its optimizer.
+pub struct PipelineStage<B: Backend> {
+    /// This stage's index (its rank in the pipeline group).
+    pub rank: usize,
+    /// Stages.
+    pub p: usize,
+    /// Chunks per stage.
+    pub v: usize,
+    pub config: GptConfig,
+    /// The token and position embeddings (stage 0 only).
+    pub embedding: Option<EmbeddingStage<B>>,
+    /// Chunk `c` holds the model piece `c · p + rank`.
+    pub chunks: Vec<BlocksStage<B>>,
+    /// The final LayerNorm and tied head (the last stage only).
+    pub head: Option<HeadStage<B>>,
+    pub opt: AdamW<B>,
+    backend: B,
+    /// Messages received before the action that wants them.
+    mailbox: HashMap<(usize, u32, u32, u32), Vec<f32>>,
+    /// Outputs (activations or input gradients) waiting for their send or for the
+    /// next chunk on this stage: (is gradient, micro-batch, receiving piece).
+    outbox: HashMap<(bool, u32, usize), Tensor<B>>,
+}
+
+impl<B: Backend> PipelineStage<B> {
+    /// Keeps stage `rank`'s pieces of `model` (cut into `p · v` pieces of blocks, as
+    /// even as possible) and drops the rest. Every rank builds the same `model` from
+    /// the same seed, so the pieces together are exactly the one-device model.
+    pub fn new(model: Gpt<B>, rank: usize, p: usize, v: usize, opt: AdamWConfig) -> Result<Self> {
+        let n_layer = model.config.n_layer;
+        let pieces = p * v;
+        if p == 0 || v == 0 || rank >= p || pieces > n_layer {
+            return Err(Error::invalid(
+                "PipelineStage::new",
+                format!(
+                    "stage {rank} of p = {p} with v = {v}: need rank < p and p·v <= n_layer = {n_layer}"
+                ),
+            ));
+        }
+        let backend = model.wte.weight.value.backend().clone();
+        let st = model.into_stages(&split_layers(n_layer, pieces))?;
+        let chunks = st
+            .blocks
+            .into_iter()
+            .enumerate()
+            .filter(|(k, _)| k % p == rank)
+            .map(|(_, b)| b)
+            .collect();
+        Ok(PipelineStage {
+            rank,
+            p,
+            v,
+            config: st.config,
+            embedding: (rank == 0).then_some(st.embedding),
+            chunks,
+            head: (rank == p - 1).then_some(st.head),
+            opt: AdamW::new(opt),
+            backend,
+            mailbox: HashMap::new(),
+            outbox: HashMap::new(),
+        })
+    }
+
+    /// This stage's parameters: embeddings, chunks in order, head (its tied `wte`
+    /// copy first).
+    pub fn params(&self) -> Vec<&Param<B>> {
+        let mut v = Vec::new();
+        if let Some(e) = &self.embedding {
+            v.extend(e.params());
+        }
+        for c in &self.chunks {
+            v.extend(c.params());
+        }
+        if let Some(h) = &self.head {
+            v.extend(h.params());
+        }
+        v
+    }
+
+    /// [`PipelineStage::params`], mutable.
+    pub fn params_mut(&mut self) -> Vec<&mut Param<B>> {
+        let mut v = Vec::new();
+        if let Some(e) = &mut self.embedding {
+            v.extend(e.params_mut());
+        }
+        for c in &mut self.chunks {
+            v.extend(c.params_mut());
+        }
+        if let Some(h) = &mut self.head {
+            v.extend(h.params_mut());
+        }
+        v
+    }
+
+    /// The backend this stage runs on.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Every parameter's name and gradient, read to the host.
+    pub fn named_grads(&self) -> Result<Vec<(String, Vec<f32>)>> {
+        self.params()
+            .iter()
+            .map(|p| Ok((p.name.clone(), p.grad.to_vec_f32()?)))
+            .collect()
+    }
+
+    /// Runs this stage's list of `s` for one step: zeroes the gradients, then each
+    /// action in order. `data[mb]` is micro-batch `mb` (ids are read on stage 0,
+    /// targets on the last); every backward seeds the loss gradient with `dloss` (for
+    /// the mean over all tokens of the step, `1 / (tokens per micro-batch · m)`).
+    pub fn run(
+        &mut self,
+        comm: &Communicator,
+        s: &Schedule,
+        data: &[MicroBatchData<B>],
+        dloss: f32,
+    ) -> Result<StageRun> {
+        self.check(comm, s, data)?;
+        self.zero_grad()?;
+        self.mailbox.clear();
+        self.outbox.clear();
+        self.backend.reset_peak_memory();
+        let start_bytes = self.backend.memory_stats().bytes_in_use;
+        comm.barrier()?;
+        let t0 = Instant::now();
+        let mut run = StageRun {
+            start_bytes,
+            ..StageRun::default()
+        };
+        let mut flight = InFlight::default();
+        for (i, &a) in s.stages[self.rank].iter().enumerate() {
+            let start = t0.elapsed().as_secs_f64();
+            self.act(comm, s, data, dloss, a, &mut run).map_err(|e| {
+                Error::invalid(
+                    "pipeline",
+                    format!("stage {}, action #{i} {a}: {e}", self.rank),
+                )
+            })?;
+            if a.is_compute() {
+                flight.apply(&a);
+                run.spans.push(Span {
+                    stage: self.rank,
+                    action: a,
+                    start,
+                    end: t0.elapsed().as_secs_f64(),
+                });
+            }
+        }
+        if let Some(k) = self.outbox.keys().next() {
+            return Err(Error::invalid(
+                "pipeline",
+                format!("stage {}: an output no action used: {k:?}", self.rank),
+            ));
+        }
+        run.peak_in_flight = flight.peak;
+        run.peak_bytes = self.backend.memory_stats().peak_bytes;
+        Ok(run)
+    }
+
+    fn check(&self, comm: &Communicator, s: &Schedule, data: &[MicroBatchData<B>]) -> Result<()> {
+        if s.p != self.p || s.v != self.v || s.stages.len() != self.p {
+            return Err(Error::invalid(
+                "PipelineStage::run",
+                format!(
+                    "a schedule for p = {}, v = {} on a pipeline of p = {}, v = {}",
+                    s.p, s.v, self.p, self.v
+                ),
+            ));
+        }
+        if comm.world_size() != self.p || comm.rank() != self.rank {
+            return Err(Error::invalid(
+                "PipelineStage::run",
+                format!(
+                    "stage {} of {} needs the pipeline group's communicator (got rank {} of {})",
+                    self.rank,
+                    self.p,
+                    comm.rank(),
+                    comm.world_size()
+                ),
+            ));
+        }
+        if data.len() != s.m {
+            return Err(Error::invalid(
+                "PipelineStage::run",
+                format!(
+                    "{} micro-batches of data for a schedule of m = {}",
+                    data.len(),
+                    s.m
+                ),
+            ));
+        }
+        crate::validate(s).map_err(|e| Error::invalid("PipelineStage::run", e.to_string()))
+    }
+
+    fn act(
+        &mut self,
+        comm: &Communicator,
+        s: &Schedule,
+        data: &[MicroBatchData<B>],
+        dloss: f32,
+        a: Action,
+        run: &mut StageRun,
+    ) -> Result<()> {
+        let piece = s.piece(self.rank, a.chunk());
+        let (mb, chunk) = (a.mb(), a.chunk() as usize);
+        match a {
+            Action::F { .. } => {
+                if let Some(loss) =
+                    self.forward(mb, chunk, piece, s.pieces(), &data[mb as usize])?
+                {
+                    *run.loss_sum.get_or_insert(0.0) += loss;
+                }
+            }
+            Action::B { .. } | Action::BW { .. } => {
+                self.backward(mb, chunk, piece, s.pieces(), dloss)?
+            }
+            // Fused into B (see the module's documentation).
+            Action::W { .. } => {}
+            Action::SendAct { to, .. } => {
+                let t = self.take(false, mb, piece + 1)?;
+                self.send(comm, to, ACT, mb, s.place(piece + 1).1, &t)?;
+            }
+            Action::SendGrad { to, .. } => {
+                let t = self.take(true, mb, piece - 1)?;
+                self.send(comm, to, GRAD, mb, s.place(piece - 1).1, &t)?;
+            }
+            Action::RecvAct { from, .. } => {
+                let t = self.recv(comm, from, ACT, mb, a.chunk(), data)?;
+                self.outbox.insert((false, mb, piece), t);
+            }
+            Action::RecvGrad { from, .. } => {
+                let t = self.recv(comm, from, GRAD, mb, a.chunk(), data)?;
+                self.outbox.insert((true, mb, piece), t);
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, grad: bool, mb: u32, piece: usize) -> Result<Tensor<B>> {
+        self.outbox.remove(&(grad, mb, piece)).ok_or_else(|| {
+            Error::invalid(
+                "pipeline",
+                format!(
+                    "no {} of micro-batch {mb} for model piece {piece} has been computed or received",
+                    if grad { "gradient" } else { "activation" }
+                ),
+            )
+        })
+    }
+
+    /// Forward of piece `piece` (chunk `chunk` here); the loss mean if it is the last.
+    fn forward(
+        &mut self,
+        mb: u32,
+        chunk: usize,
+        piece: usize,
+        pieces: usize,
+        (ids, targets): &MicroBatchData<B>,
+    ) -> Result<Option<f64>> {
+        let id = MicroBatch(mb);
+        let x = match (&mut self.embedding, piece) {
+            (Some(e), 0) => e.forward(id, ids)?,
+            _ => self.take(false, mb, piece)?,
+        };
+        let y = self.chunks[chunk].forward(id, &x)?;
+        if piece + 1 < pieces {
+            self.outbox.insert((false, mb, piece + 1), y);
+            return Ok(None);
+        }
+        let head = self
+            .head
+            .as_mut()
+            .ok_or_else(|| Error::invalid("pipeline", "the last piece has no head"))?;
+        let losses = head.forward_loss(id, &y, targets)?;
+        let mean = losses.mean_all()?.to_vec_f32()?;
+        Ok(Some(f64::from(mean[0])))
+    }
+
+    /// The whole backward of piece `piece` (chunk `chunk` here).
+    fn backward(
+        &mut self,
+        mb: u32,
+        chunk: usize,
+        piece: usize,
+        pieces: usize,
+        dloss: f32,
+    ) -> Result<()> {
+        let id = MicroBatch(mb);
+        let dy = if piece + 1 == pieces {
+            let head = self
+                .head
+                .as_mut()
+                .ok_or_else(|| Error::invalid("pipeline", "the last piece has no head"))?;
+            head.backward(id, dloss)?
+        } else {
+            self.take(true, mb, piece)?
+        };
+        let dx = self.chunks[chunk].backward(id, &dy)?;
+        match (&mut self.embedding, piece) {
+            (Some(e), 0) => e.backward(id, &dx),
+            _ => {
+                self.outbox.insert((true, mb, piece - 1), dx);
+                Ok(())
+            }
+        }
+    }
+
+    fn send(
+        &self,
+        comm: &Communicator,
+        to: usize,
+        kind: f32,
+        mb: u32,
+        chunk: u32,
+        t: &Tensor<B>,
+    ) -> Result<()> {
+        let mut msg = vec![kind, mb as f32, chunk as f32];
+        msg.extend(t.to_vec_f32()?);
+        Ok(comm.send(to, &msg)?)
+    }
+
+    /// Receives the message `(kind, mb, chunk)` from `from`, keeping any other that
+    /// arrives first for the action that wants it.
+    fn recv(
+        &mut self,
+        comm: &Communicator,
+        from: usize,
+        kind: f32,
+        mb: u32,
+        chunk: u32,
+        data: &[MicroBatchData<B>],
+    ) -> Result<Tensor<B>> {
+        let dims = data[mb as usize].0.dims();
+        let (b, t, c) = (dims[0], dims[1], self.config.n_embd);
+        let key = (from, kind as u32, mb, chunk);
+        let body = loop {
+            if let Some(body) = self.mailbox.remove(&key) {
+                break body;
+            }
+            let mut buf = vec![0.0f32; 3 + b * t * c];
+            comm.recv(from, &mut buf)?;
+            let got = (from, buf[0] as u32, buf[1] as u32, buf[2] as u32);
+            self.mailbox.insert(got, buf.split_off(3));
+        };
+        Tensor::from_f32(&self.backend, &body, [b, t, c], self.dtype())
+    }
+
+    fn dtype(&self) -> DType {
+        self.params()
+            .first()
+            .map_or(DType::F32, |p| p.value.dtype())
+    }
+
+    fn zero_grad(&mut self) -> Result<()> {
+        for p in self.params_mut() {
+            p.zero_grad()?;
+        }
+        Ok(())
+    }
+
+    /// Sums the tied embedding/head gradients (stage 0 and stage `p − 1` exchange
+    /// theirs; both then hold `embedding + head`, bitwise equal), then averages every
+    /// gradient over `dp` when given (a plain loop; `brrr-dp` owns the bucketed one).
+    pub fn reduce_grads(&mut self, pp: &Communicator, dp: Option<&Communicator>) -> Result<()> {
+        if self.p == 1 {
+            if let (Some(e), Some(h)) = (&mut self.embedding, &mut self.head) {
+                brrr_nn::sum_tied_grads(e, h)?;
+            }
+        } else if let Some(e) = &mut self.embedding {
+            exchange_add(pp, self.p - 1, &mut e.wte.weight.grad)?;
+        } else if let Some(h) = &mut self.head {
+            exchange_add(pp, 0, &mut h.wte.grad)?;
+        }
+        if let Some(dp) = dp.filter(|d| d.world_size() > 1) {
+            for p in self.params_mut() {
+                p.grad = brrr_collectives::tensor::all_reduce(dp, &p.grad, ReduceOp::Avg)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The global gradient norm over the whole pipeline (the head's tied copy counted
+    /// once, through the embedding's).
+    pub fn grad_norm(&self, pp: &Communicator) -> Result<f64> {
+        let mut sq = 0.0f64;
+        let tied = self.head.as_ref().map(|h| &h.wte as *const Param<B>);
+        for p in self.params() {
+            if Some(p as *const Param<B>) == tied {
+                continue;
+            }
+            for g in p.grad.to_vec_f32()? {
+                sq += f64::from(g) * f64::from(g);
+            }
+        }
+        let mut buf = [sq as f32];
+        pp.all_reduce(&mut buf, ReduceOp::Sum)?;
+        Ok(f64::from(buf[0]).sqrt())
+    }
+
+    /// Clips to `max_norm` (0: no clipping) by the global norm and takes one AdamW step
+    /// at `lr`; returns the norm before clipping.
+    pub fn update(&mut self, pp: &Communicator, lr: f32, max_norm: f64) -> Result<f64> {
+        let norm = self.grad_norm(pp)?;
+        let coef = if max_norm > 0.0 {
+            (max_norm / (norm + 1e-6)).min(1.0)
+        } else {
+            1.0
+        };
+        let params = {
+            let mut v = Vec::new();
+            if let Some(e) = &mut self.embedding {
+                v.extend(e.params_mut());
+            }
+            for c in &mut self.chunks {
+                v.extend(c.params_mut());
+            }
+            if let Some(h) = &mut self.head {
+                v.extend(h.params_mut());
+            }
+            v
+        };
+        self.opt.step(params, lr, coef as f32)?;
+        Ok(norm)
+    }
+}
+
+/// Sends `grad` to `peer`, receives the peer's, and adds it: both ranks end with the
+/// same sum (float addition commutes).
+fn exchange_add<B: Backend>(comm: &Communicator, peer: usize, grad: &mut Tensor<B>) -> Result<()> {
+    let mine = grad.to_vec_f32()?;
+    comm.send(peer, &mine)?;
+    let mut theirs = vec![0.0f32; mine.len()];
+    comm.recv(peer, &mut theirs)?;
+    let t = Tensor::from_f32(grad.backend(), &theirs, grad.shape().clone(), grad.dtype())?;
+    grad.add_(&t)
+}
+
+/// The step's mean loss on every rank of the pipeline: the last stage's sum over
+/// micro-batches divided by `m`, broadcast over `pp`, then averaged over `dp`.
+pub fn step_loss(
+    run: &StageRun,
+    m: usize,
+    pp: &Communicator,
+    dp: Option<&Communicator>,
+) -> Result<f64> {
+    let mut buf = [(run.loss_sum.unwrap_or(0.0) / m as f64) as f32];
+    pp.broadcast(&mut buf, pp.world_size() - 1)?;
+    if let Some(dp) = dp.filter(|d| d.world_size() > 1) {
+        dp.all_reduce(&mut buf, ReduceOp::Avg)?;
+    }
+    Ok(f64::from(buf[0]))
+}
+
+/// Gathers every stage's spans on stage 0 of `pp` into one measured [`Timeline`]
+/// (seconds); `None` on the other stages.
+pub fn gather_timeline(pp: &Communicator, spans: &[Span]) -> Result<Option<Timeline>> {
+    let encode = |s: &Span| {
+        let code = match s.action {
+            Action::F { .. } => 0.0,
+            Action::B { .. } => 1.0,
+            Action::W { .. } => 2.0,
+            _ => 3.0,
+        };
+        [
+            s.stage as f32,
+            code,
+            s.action.mb() as f32,
+            s.action.chunk() as f32,
+            s.start as f32,
+            s.end as f32,
+        ]
+    };
+    if pp.rank() != 0 {
+        pp.send(0, &[spans.len() as f32])?;
+        let flat: Vec<f32> = spans.iter().flat_map(encode).collect();
+        pp.send(0, &flat)?;
+        return Ok(None);
+    }
+    let mut all: Vec<Span> = spans.to_vec();
+    for r in 1..pp.world_size() {
+        let mut n = [0.0f32];
+        pp.recv(r, &mut n)?;
+        let mut flat = vec![0.0f32; 6 * n[0] as usize];
+        pp.recv(r, &mut flat)?;
+        for x in flat.chunks_exact(6) {
+            let (mb, chunk) = (x[2] as u32, x[3] as u32);
+            let action = match x[1] as u32 {
+                0 => Action::F { mb, chunk },
+                1 => Action::B { mb, chunk },
+                2 => Action::W { mb, chunk },
+                _ => Action::BW { mb, chunk },
+            };
+            all.push(Span {
+                stage: x[0] as usize,
+                action,
+                start: f64::from(x[4]),
+                end: f64::from(x[5]),
+            });
+        }
+    }
+    Ok(Some(Timeline::from_spans(pp.world_size(), all)))
+}

@@ -1,0 +1,38 @@
+//! # brrr-pp
+//!
+//! Pipeline parallelism: the model cut into pieces, one (or `v`) per stage, and
+//! micro-batches streamed through them.
+//!
+//! - [`Schedule`]: per stage, the list of [`Action`]s it runs (F, B, W, fused BW,
+//!   sends and receives); [`generate`] builds GPipe, 1F1B, interleaved 1F1B and the
+//!   zero-bubble ZB-H1/ZB-H2.
+//! - [`validate`]: checks any schedule and names the stage and action at fault.
+//! - [`simulate`]: the timeline on given F/B/W costs, its bubble fraction and the
+//!   micro-batches in flight per stage; [`theory`] has the closed forms to compare.
+//! - [`svg`]: the timeline drawn (stages × time, F/B/W coloured, bubbles blank).
+//! - `Pipeline` (feature `executor`, native only): runs a schedule on a `brrr-nn`
+//!   GPT cut into stages, one rank per stage, over a `brrr-collectives` communicator.
+//!
+//! Everything but the executor is plain Rust and compiles for wasm32
+//! (`default-features = false`).
+
+mod config;
+#[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
+mod executor;
+mod generate;
+mod schedule;
+mod simulate;
+pub mod svg;
+pub mod theory;
+mod validate;
+
+pub use config::{PpConfig, split_layers};
+#[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
+pub use executor::*;
+pub use generate::{
+    PlanError, generate, gpipe, interleaved, one_f_one_b, with_communication, zb_h1_limits,
+    zb_h2_limits, zero_bubble,
+};
+pub use schedule::{Action, Schedule, ScheduleKind};
+pub use simulate::{Costs, Deadlock, Span, Timeline, simulate};
+pub use validate::{Invalid, Violation, validate, validate_memory};

@@ -1,0 +1,274 @@
+//! The executor against one device: every schedule with p = 2 and p = 4 (and with
+//! dp = 2) gives the losses and gradients of the unsplit model on the same global
+//! batch.
+//!
+//! Tolerances: gradients within `2e-5 · max|g|` of the reference per tensor, losses
+//! within 2e-5 absolute. The pipeline sums each gradient over the micro-batches in the
+//! schedule's order (and the tied embedding/head parts after all micro-batches), the
+//! reference in micro-batch order, so they agree to f32 rounding, not bitwise.
+
+use brrr_collectives::{ParallelGroups, ParallelLayout, run_in_process};
+use brrr_cpu::CpuBackend;
+use brrr_nn::{AdamW, AdamWConfig, DType, Gpt, GptConfig, MicroBatch, Module, Tensor, grad_norm};
+use brrr_pp::{PipelineStage, ScheduleKind, generate, step_loss};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+
+const SEED: u64 = 7;
+const STEPS: usize = 2;
+const ROWS: usize = 2; // rows per micro-batch
+const LR: f32 = 1e-2;
+const CLIP: f64 = 1.0;
+
+fn config() -> GptConfig {
+    GptConfig {
+        vocab_size: 32,
+        block_size: 8,
+        n_layer: 8,
+        n_head: 2,
+        n_embd: 16,
+    }
+}
+
+type Host = (Vec<u32>, Vec<i32>);
+
+/// `m` micro-batches of `ROWS × T` random tokens for step `step`.
+fn batches(step: usize, m: usize) -> Vec<Host> {
+    let mut rng = ChaCha8Rng::seed_from_u64(1000 + step as u64);
+    let t = config().block_size;
+    (0..m)
+        .map(|_| {
+            let ids: Vec<u32> = (0..ROWS * t).map(|_| rng.random_range(0..32)).collect();
+            let tg: Vec<i32> = (0..ROWS * t).map(|_| rng.random_range(0..32)).collect();
+            (ids, tg)
+        })
+        .collect()
+}
+
+fn upload(b: &CpuBackend, h: &[Host]) -> Vec<(Tensor<CpuBackend>, Tensor<CpuBackend>)> {
+    let t = config().block_size;
+    h.iter()
+        .map(|(i, g)| {
+            (
+                Tensor::from_u32(b, i, [ROWS, t]).unwrap(),
+                Tensor::from_i32(b, g, [ROWS, t]).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn model(b: &CpuBackend) -> Gpt<CpuBackend> {
+    Gpt::new(
+        b,
+        config(),
+        DType::F32,
+        &mut ChaCha8Rng::seed_from_u64(SEED),
+    )
+    .unwrap()
+}
+
+struct Outcome {
+    losses: Vec<f64>,
+    /// The first step's gradients by name (the tied weight may appear twice).
+    grads: Vec<(String, Vec<f32>)>,
+}
+
+/// One device, gradient accumulation over the `m` micro-batches.
+fn reference(m: usize) -> Outcome {
+    let b = CpuBackend::new();
+    let mut gpt = model(&b);
+    let mut opt = AdamW::new(AdamWConfig::default());
+    let dloss = 1.0 / (ROWS * config().block_size * m) as f32;
+    let mut out = Outcome {
+        losses: vec![],
+        grads: vec![],
+    };
+    for step in 0..STEPS {
+        gpt.zero_grad().unwrap();
+        let data = upload(&b, &batches(step, m));
+        let mut loss = 0.0;
+        for (i, (ids, tg)) in data.iter().enumerate() {
+            let l = gpt.forward_loss_mb(MicroBatch(i as u32), ids, tg).unwrap();
+            loss += f64::from(l.mean_all().unwrap().to_vec_f32().unwrap()[0]);
+            gpt.backward_mb(MicroBatch(i as u32), dloss).unwrap();
+        }
+        out.losses.push(loss / m as f64);
+        if step == 0 {
+            out.grads = gpt
+                .params()
+                .iter()
+                .map(|p| (p.name.clone(), p.grad.to_vec_f32().unwrap()))
+                .collect();
+        }
+        let norm = grad_norm(&gpt.params()).unwrap();
+        let coef = (CLIP / (norm + 1e-6)).min(1.0) as f32;
+        opt.step(gpt.params_mut(), LR, coef).unwrap();
+    }
+    out
+}
+
+/// `dp` pipelines of `p` stages; dp replica `d` takes micro-batches `d·m/dp ..`.
+fn pipeline(kind: ScheduleKind, p: usize, dp: usize, m: usize) -> Outcome {
+    let m_local = m / dp;
+    let schedule = generate(kind, p, m_local).unwrap();
+    let results = run_in_process(p * dp, |world| {
+        let layout = ParallelLayout { dp, tp: 1, pp: p };
+        let g = ParallelGroups::new(world, layout)?;
+        let (d, _, r) = layout.coords(world.rank());
+        let b = CpuBackend::new();
+        let mut stage = PipelineStage::new(model(&b), r, p, kind.chunks(), AdamWConfig::default())?;
+        let dloss = 1.0 / (ROWS * config().block_size * m_local) as f32;
+        let mut out = Outcome {
+            losses: vec![],
+            grads: vec![],
+        };
+        for step in 0..STEPS {
+            let all = batches(step, m);
+            let data = upload(&b, &all[d * m_local..(d + 1) * m_local]);
+            let run = stage.run(&g.pp, &schedule, &data, dloss)?;
+            stage.reduce_grads(&g.pp, Some(&g.dp))?;
+            out.losses
+                .push(step_loss(&run, m_local, &g.pp, Some(&g.dp))?);
+            if step == 0 {
+                out.grads = stage.named_grads()?;
+            }
+            stage.update(&g.pp, LR, CLIP)?;
+        }
+        Ok(out)
+    });
+    let mut merged = Outcome {
+        losses: vec![],
+        grads: vec![],
+    };
+    for (rank, r) in results.into_iter().enumerate() {
+        let o = r.unwrap_or_else(|e| panic!("{kind} p={p} dp={dp}: rank {rank}: {e}"));
+        if rank == 0 {
+            merged.losses = o.losses;
+        }
+        merged.grads.extend(o.grads);
+    }
+    merged
+}
+
+fn check(kind: ScheduleKind, p: usize, dp: usize, m: usize) {
+    let want = reference(m);
+    let got = pipeline(kind, p, dp, m);
+    for (s, (a, b)) in got.losses.iter().zip(&want.losses).enumerate() {
+        assert!(
+            (a - b).abs() < 2e-5,
+            "{kind} p={p} dp={dp} step {s}: loss {a} vs {b}"
+        );
+    }
+    assert_eq!(got.losses.len(), STEPS);
+    let reference: HashMap<_, _> = want.grads.into_iter().collect();
+    let mut seen = 0;
+    for (name, g) in &got.grads {
+        let r = reference
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} is not in the model"));
+        let scale = r.iter().fold(0.0f32, |a, x| a.max(x.abs())).max(1e-12);
+        let worst = g
+            .iter()
+            .zip(r)
+            .fold(0.0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(
+            worst <= 2e-5 * scale,
+            "{kind} p={p} dp={dp}: {name} off by {worst} (max |g| {scale})"
+        );
+        seen += 1;
+    }
+    // Every parameter, the tied one on both ends (once with p = 1), dp times.
+    assert_eq!(seen, dp * (reference.len() + 1), "{kind} p={p} dp={dp}");
+}
+
+#[test]
+fn gpipe_p2_and_p4() {
+    check(ScheduleKind::GPipe, 2, 1, 4);
+    check(ScheduleKind::GPipe, 4, 1, 4);
+}
+
+#[test]
+fn one_f_one_b_p2_and_p4() {
+    check(ScheduleKind::OneFOneB, 2, 1, 4);
+    check(ScheduleKind::OneFOneB, 4, 1, 8);
+}
+
+#[test]
+fn interleaved_p2_and_p4() {
+    check(ScheduleKind::Interleaved { v: 2 }, 2, 1, 4);
+    check(ScheduleKind::Interleaved { v: 2 }, 4, 1, 4);
+}
+
+#[test]
+fn zb_h1_p2_and_p4() {
+    check(ScheduleKind::ZbH1, 2, 1, 4);
+    check(ScheduleKind::ZbH1, 4, 1, 8);
+}
+
+#[test]
+fn zb_h2_p2_and_p4() {
+    check(ScheduleKind::ZbH2, 2, 1, 4);
+    check(ScheduleKind::ZbH2, 4, 1, 8);
+}
+
+#[test]
+fn with_dp2_every_schedule() {
+    for kind in ScheduleKind::all(2) {
+        check(kind, 2, 2, 8);
+    }
+}
+
+/// One measured step of `kind` on `p` in-process stages: the gathered timeline and each
+/// stage's activation bytes at its peak.
+fn measured(kind: ScheduleKind, p: usize, m: usize) -> (brrr_pp::Timeline, Vec<u64>) {
+    let schedule = generate(kind, p, m).unwrap();
+    let results = run_in_process(p, |comm| {
+        let b = CpuBackend::new();
+        let mut stage = PipelineStage::new(
+            model(&b),
+            comm.rank(),
+            p,
+            kind.chunks(),
+            AdamWConfig::default(),
+        )?;
+        let data = upload(&b, &batches(0, m));
+        let run = stage.run(comm, &schedule, &data, 1.0)?;
+        let t = brrr_pp::gather_timeline(comm, &run.spans)?;
+        Ok((t, run.peak_bytes - run.start_bytes))
+    });
+    let mut timeline = None;
+    let mut bytes = vec![];
+    for r in results {
+        let (t, b) = r.unwrap();
+        timeline = timeline.or(t);
+        bytes.push(b);
+    }
+    (timeline.unwrap(), bytes)
+}
+
+#[test]
+fn measured_in_flight_matches_the_plan() {
+    let (p, m) = (4, 8);
+    let mut gpipe_bytes = vec![];
+    for kind in ScheduleKind::all(2) {
+        let (t, bytes) = measured(kind, p, m);
+        let plan =
+            brrr_pp::simulate(&generate(kind, p, m).unwrap(), brrr_pp::Costs::unit()).unwrap();
+        assert_eq!(t.peak_in_flight, plan.peak_in_flight, "{kind}");
+        assert_eq!(t.spans.len(), plan.spans.len(), "{kind}");
+        assert!(
+            t.makespan > 0.0 && t.bubble_fraction() > 0.0 && t.bubble_fraction() < 1.0,
+            "{kind}"
+        );
+        if kind == ScheduleKind::GPipe {
+            gpipe_bytes = bytes;
+        } else if kind == ScheduleKind::OneFOneB {
+            // GPipe's stage 0 holds 8 micro-batches of activations, 1F1B's 4.
+            assert!(
+                gpipe_bytes[0] > bytes[0],
+                "gpipe {gpipe_bytes:?} vs 1f1b {bytes:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! # The 1F1B order of one stage
+//!
+//! Stage `r` of a `p`-stage pipeline with `m` micro-batches runs 1F1B
+//! (PipeDream-Flush) as: `min(p − r − 1, m)` warm-up forwards, then one forward and
+//! one backward alternately until every forward has run, then the remaining backwards.
+//! Forwards and backwards each go in micro-batch order. Write the compute order
+//! (`Action::F` and the fused `Action::BW`, chunk 0) of stage `r`.
+//!
+//! Checked against `brrr_pp::one_f_one_b`.
+
+use crate::check::{Outcome, rng, with_seed};
+#[cfg(not(feature = "solutions"))]
+use brrr_pp::Action;
+use rand::Rng;
+
+/// YOUR CODE: stage `r`'s compute actions under 1F1B.
+#[cfg(not(feature = "solutions"))]
+pub fn one_f_one_b_stage(p: usize, m: usize, r: usize) -> Vec<Action> {
+    // GPipe's order: every forward, then every backward. Right actions, wrong order.
+    let _ = (p, r);
+    let f = (0..m).map(|i| Action::F {
+        mb: i as u32,
+        chunk: 0,
+    });
+    let b = (0..m).map(|i| Action::BW {
+        mb: i as u32,
+        chunk: 0,
+    });
+    f.chain(b).collect()
+}
+
+#[cfg(feature = "solutions")]
+pub use solution::one_f_one_b_stage;
+
+/// The reference solution.
+pub mod solution {
+    use brrr_pp::Action;
+
+    /// Warm-up forwards, the steady 1F1B pairs, then the drain.
+    pub fn one_f_one_b_stage(p: usize, m: usize, r: usize) -> Vec<Action> {
+        let f = |i: usize| Action::F {
+            mb: i as u32,
+            chunk: 0,
+        };
+        let b = |i: usize| Action::BW {
+            mb: i as u32,
+            chunk: 0,
+        };
+        let warmup = (p - r - 1).min(m);
+        let mut out: Vec<Action> = (0..warmup).map(f).collect();
+        for i in 0..m - warmup {
+            out.push(f(warmup + i));
+            out.push(b(i));
+        }
+        out.extend((m - warmup..m).map(b));
+        out
+    }
+}
+
+/// Against brrr-pp on random pipeline sizes.
+pub fn check() -> Outcome {
+    let (mut rng, seed) = rng();
+    with_seed(compare(&mut rng), seed)
+}
+
+fn compare(rng: &mut impl Rng) -> Outcome {
+    for _ in 0..100 {
+        let p = rng.random_range(1..=8usize);
+        let m = rng.random_range(1..=16usize);
+        let want = brrr_pp::one_f_one_b(p, m);
+        for (r, want) in want.iter().enumerate() {
+            let got = one_f_one_b_stage(p, m, r);
+            if &got != want {
+                let show = |v: &[brrr_pp::Action]| {
+                    v.iter().map(|a| a.label()).collect::<Vec<_>>().join(" ")
+                };
+                return Err(format!(
+                    "p = {p}, m = {m}, stage {r}: expected {}, got {}",
+                    show(want),
+                    show(&got)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg_attr(
+        not(feature = "solutions"),
+        ignore = "an exercise: solve it, then `cargo run -p brrr-exercises`"
+    )]
+    fn check() {
+        if let Err(e) = super::check() {
+            panic!("{e}");
+        }
+    }
+}
