@@ -100,8 +100,10 @@ mod tests {
         assert!(e.contains("--dp"), "{e}");
         let e = DpConfig::new(2, 4).validate().unwrap_err().to_string();
         assert!(e.contains("--zero"), "{e}");
-        let mut t = brrr_train::TrainConfig::default();
-        t.batch_size = 6;
+        let t = brrr_train::TrainConfig {
+            batch_size: 6,
+            ..Default::default()
+        };
         let e = DpConfig::new(4, 0)
             .validate_for(&t)
             .unwrap_err()

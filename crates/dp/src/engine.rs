@@ -422,11 +422,11 @@ impl<B: Backend> DataParallel<B> {
         pending: &mut Vec<Pending>,
         launched: &mut [bool],
     ) -> Result<()> {
-        for g in 0..self.groups.len() {
-            if launched[g] || self.groups[g].params.start < final_from {
+        for (g, done) in launched.iter_mut().enumerate() {
+            if *done || self.groups[g].params.start < final_from {
                 continue;
             }
-            launched[g] = true;
+            *done = true;
             let bucket = self.groups[g].clone();
             let mut data = Vec::with_capacity(padded_len(bucket.len(), self.dp.world));
             for p in &self.model.params()[bucket.params.clone()] {
