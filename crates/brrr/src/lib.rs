@@ -32,3 +32,4 @@ pub mod numerics;
 pub mod recompute;
 pub mod sample;
 pub mod train;
+pub mod train_dp;

@@ -174,6 +174,17 @@ pub struct TrainArgs {
     /// Loss scaling under --amp: auto (fp16 only), dynamic, none [default: auto].
     #[arg(long, value_enum)]
     pub loss_scaling: Option<LossScalingArg>,
+    /// Data-parallel ranks: threads of this process, or the processes of a launcher
+    /// (`brrr launch`, mpirun, srun, torchrun) [default: 1].
+    #[arg(long)]
+    pub dp: Option<usize>,
+    /// ZeRO stage with --dp: 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+
+    /// parameters, FSDP) [default: 0].
+    #[arg(long)]
+    pub zero: Option<u8>,
+    /// Gradient bucket size in MiB with --dp [default: 25, the first bucket 1].
+    #[arg(long)]
+    pub bucket_mb: Option<f64>,
 }
 
 fn parse_checkpoint(s: &str) -> std::result::Result<Strategy, String> {
@@ -493,6 +504,9 @@ pub fn mfu_peak(info: &brrr_backend::BackendInfo) -> std::result::Result<MfuPeak
 
 /// Runs `brrr train`.
 pub fn run(args: &TrainArgs) -> Result<Summary> {
+    if crate::train_dp::wants_dp(args) {
+        return crate::train_dp::run(args);
+    }
     match args.backend {
         BackendKind::Cpu => run_with(CpuBackend::new(), args),
         #[cfg(feature = "cuda")]
