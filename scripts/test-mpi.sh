@@ -68,4 +68,20 @@ expect "on 4 ranks over socket: 0 wrong elements" \
     "$BRRR" launch --transport socket --nproc 4 -- bench collectives --check
 expect "out of bounds values : 0 OK" \
     mpirun --oversubscribe -np 3 "$BRRR" bench collectives --ops all-reduce --max-bytes 65536
+# brrr-dp: --dp 4 --zero 0 and --zero 3 over MPI give bitwise the losses of in-process ranks
+# (the same ring schedules reduce in the same order whatever the transport).
+DPTMP="$(mktemp -d)"
+for zero in 0 3; do
+    dp_flags=(train --dp 4 --zero "$zero" --steps 3 --batch-size 4 --seq-len 32 --n-layer 2
+        --n-embd 64 --eval-every 3 --quiet)
+    echo "==> brrr ${dp_flags[*]} (in-process, then mpirun -np 4)"
+    "$BRRR" "${dp_flags[@]}" --out "$DPTMP/inproc$zero" > /dev/null
+    mpirun --oversubscribe -np 4 "$BRRR" "${dp_flags[@]}" --out "$DPTMP/mpi$zero" > /dev/null
+    if ! cmp <(cut -d, -f1-3 "$DPTMP/inproc$zero/metrics.csv") \
+        <(cut -d, -f1-3 "$DPTMP/mpi$zero/metrics.csv"); then
+        echo "error: --dp 4 --zero $zero losses differ between mpirun and in-process ranks" >&2
+        exit 1
+    fi
+done
+rm -rf "$DPTMP"
 echo "mpi: all checks passed"
