@@ -1,7 +1,9 @@
 //! The list of exercises, in book order.
 
 use crate::check::Outcome;
-use crate::{amp, checkpointing, collectives, data, gpu, kernels, memory, regimes, training};
+use crate::{
+    amp, checkpointing, collectives, data, data_parallel, gpu, kernels, memory, regimes, training,
+};
 
 /// One exercise as the runner and the book list it.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +40,7 @@ const CHECKPOINTING: &str = "Activation recomputation";
 const AMP: &str = "Mixed precision";
 const COLLECTIVES: &str = "Collectives";
 const DATA: &str = "Data loading: shards, prefetching, packing and balance";
+const DATA_PARALLEL: &str = "Data parallelism: DDP, buckets and ZeRO";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -203,6 +206,24 @@ pub fn all() -> Vec<Exercise> {
             module: "data::rank_windows",
             task: "which windows each data-parallel rank reads",
             check: data::rank_windows::check,
+        },
+        Exercise {
+            chapter: DATA_PARALLEL,
+            module: "data_parallel::bucket_assignment",
+            task: "gradient buckets in reverse parameter order, a small first bucket",
+            check: data_parallel::bucket_assignment::check,
+        },
+        Exercise {
+            chapter: DATA_PARALLEL,
+            module: "data_parallel::shard_range",
+            task: "the elements a rank owns in a padded flat buffer",
+            check: data_parallel::shard_range::check,
+        },
+        Exercise {
+            chapter: DATA_PARALLEL,
+            module: "data_parallel::zero_memory",
+            task: "one rank's model-state bytes at each ZeRO stage",
+            check: data_parallel::zero_memory::check,
         },
     ]
 }
