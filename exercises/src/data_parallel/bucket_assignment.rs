@@ -22,7 +22,8 @@ pub fn assign(
     first_bucket_bytes: usize,
 ) -> Vec<Range<usize>> {
     let _ = (elem_bytes, bucket_bytes, first_bucket_bytes);
-    vec![0..numels.len()]
+    // One bucket per parameter, in forward order: a start, but not DDP's assignment.
+    (0..numels.len()).map(|i| i..i + 1).collect()
 }
 
 #[cfg(feature = "solutions")]
