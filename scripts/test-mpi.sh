@@ -115,4 +115,20 @@ PP_WANT="$("$BRRR" "${PP_ARGS[@]}" --out "$PP_DIR/threads" | grep '^final loss')
 expect "$PP_WANT" mpirun --oversubscribe -np 2 "$BRRR" "${PP_ARGS[@]}" --out "$PP_DIR/mpi"
 expect "$PP_WANT" "$BRRR" launch --transport socket --nproc 2 -- "${PP_ARGS[@]}" --out "$PP_DIR/socket"
 rm -rf "$PP_DIR"
+# brrr-dp: --dp 4 --zero 0 and --zero 3 over MPI give bitwise the losses of in-process ranks
+# (the same ring schedules reduce in the same order whatever the transport).
+DPTMP="$(mktemp -d)"
+for zero in 0 3; do
+    dp_flags=(train --dp 4 --zero "$zero" --steps 3 --batch-size 4 --seq-len 32 --n-layer 2
+        --n-embd 64 --eval-every 3 --quiet)
+    echo "==> brrr ${dp_flags[*]} (in-process, then mpirun -np 4)"
+    "$BRRR" "${dp_flags[@]}" --out "$DPTMP/inproc$zero" > /dev/null
+    mpirun --oversubscribe -np 4 "$BRRR" "${dp_flags[@]}" --out "$DPTMP/mpi$zero" > /dev/null
+    if ! cmp <(cut -d, -f1-3 "$DPTMP/inproc$zero/metrics.csv") \
+        <(cut -d, -f1-3 "$DPTMP/mpi$zero/metrics.csv"); then
+        echo "error: --dp 4 --zero $zero losses differ between mpirun and in-process ranks" >&2
+        exit 1
+    fi
+done
+rm -rf "$DPTMP"
 echo "mpi: all checks passed"

@@ -29,6 +29,8 @@ pub mod collectives;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod data;
 #[cfg(not(target_arch = "wasm32"))]
+pub mod data_parallel;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod gpu;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod kernels;

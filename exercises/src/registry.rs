@@ -2,7 +2,7 @@
 
 use crate::check::Outcome;
 use crate::{
-    amp, checkpointing, collectives, data, gpu, kernels, memory, pipeline, regimes,
+    amp, checkpointing, collectives, data, data_parallel, gpu, kernels, memory, pipeline, regimes,
     tensor_parallel, training,
 };
 
@@ -43,6 +43,7 @@ const COLLECTIVES: &str = "Collectives";
 const DATA: &str = "Data loading: shards, prefetching, packing and balance";
 const TENSOR_PARALLEL: &str = "Tensor parallelism";
 const PIPELINE: &str = "Pipeline parallelism";
+const DATA_PARALLEL: &str = "Data parallelism: DDP, buckets and ZeRO";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -244,6 +245,24 @@ pub fn all() -> Vec<Exercise> {
             module: "pipeline::fix_schedule",
             task: "fix a hand-written schedule the validator rejects",
             check: pipeline::fix_schedule::check,
+        },
+        Exercise {
+            chapter: DATA_PARALLEL,
+            module: "data_parallel::bucket_assignment",
+            task: "gradient buckets in reverse parameter order, a small first bucket",
+            check: data_parallel::bucket_assignment::check,
+        },
+        Exercise {
+            chapter: DATA_PARALLEL,
+            module: "data_parallel::shard_range",
+            task: "the elements a rank owns in a padded flat buffer",
+            check: data_parallel::shard_range::check,
+        },
+        Exercise {
+            chapter: DATA_PARALLEL,
+            module: "data_parallel::zero_memory",
+            task: "one rank's model-state bytes at each ZeRO stage",
+            check: data_parallel::zero_memory::check,
         },
     ]
 }

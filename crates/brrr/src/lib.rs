@@ -32,5 +32,6 @@ pub mod numerics;
 pub mod recompute;
 pub mod sample;
 pub mod train;
+pub mod train_dp;
 pub mod train_pp;
 pub mod train_tp;

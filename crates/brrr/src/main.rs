@@ -181,7 +181,8 @@ fn say(line: std::fmt::Arguments<'_>) -> brrr_backend::Result<()> {
 
 fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
     if args.pp.is_some() || args.schedule.is_some() || args.micro_batches.is_some() {
-        let text = brrr::train_pp::run(args, 1)?;
+        // With --dp M: M pipelines, each stage's gradients averaged over its replicas.
+        let text = brrr::train_pp::run(args, args.dp.unwrap_or(1))?;
         return match text.is_empty() {
             true => Ok(()),
             false => say(format_args!("{}", text.trim_end())),

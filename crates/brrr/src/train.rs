@@ -186,9 +186,6 @@ pub struct TrainArgs {
     /// Sequence parallelism with --tp: LayerNorms and residuals on a sequence shard.
     #[arg(long)]
     pub sp: bool,
-    /// Data-parallel replicas [default: 1].
-    #[arg(long)]
-    pub dp: Option<usize>,
     /// Pipeline stages: cut the model into N stages on in-process ranks (see
     /// `brrr pipeline plan`) [default: 1].
     #[arg(long)]
@@ -200,6 +197,17 @@ pub struct TrainArgs {
     /// Micro-batches of --batch-size rows per step under --pp [default: 1].
     #[arg(long)]
     pub micro_batches: Option<usize>,
+    /// Data-parallel ranks: threads of this process, or the processes of a launcher
+    /// (`brrr launch`, mpirun, srun, torchrun) [default: 1].
+    #[arg(long)]
+    pub dp: Option<usize>,
+    /// ZeRO stage with --dp: 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+
+    /// parameters, FSDP) [default: 0].
+    #[arg(long)]
+    pub zero: Option<u8>,
+    /// Gradient bucket size in MiB with --dp [default: 25, the first bucket 1].
+    #[arg(long)]
+    pub bucket_mb: Option<f64>,
 }
 
 fn parse_checkpoint(s: &str) -> std::result::Result<Strategy, String> {
@@ -523,8 +531,12 @@ pub fn mfu_peak(info: &brrr_backend::BackendInfo) -> std::result::Result<MfuPeak
 
 /// Runs `brrr train`.
 pub fn run(args: &TrainArgs) -> Result<Summary> {
+    // --tp (with or without --dp) is brrr-tp's; --dp alone is brrr-dp's (DDP, ZeRO).
     if crate::train_tp::wanted(args) {
         return crate::train_tp::run(args);
+    }
+    if crate::train_dp::wants_dp(args) {
+        return crate::train_dp::run(args);
     }
     match args.backend {
         BackendKind::Cpu => run_with(CpuBackend::new(), args),

@@ -290,6 +290,12 @@ fn check_supported(args: &TrainArgs) -> Result<()> {
     if args.data.is_some() {
         return no("--data (token shards)");
     }
+    if args.tp.is_some_and(|t| t > 1) || args.sp {
+        return no("--tp/--sp (tensor parallelism)");
+    }
+    if args.zero.is_some_and(|z| z > 0) || args.bucket_mb.is_some() {
+        return no("--zero/--bucket-mb (pipeline stages average gradients over --dp plainly)");
+    }
     Ok(())
 }
 

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 /// this module runs as `--tp 1`: a plain gradient all-reduce per step) rather than
 /// letting a single-device run ignore `--dp`.
 pub fn wanted(args: &TrainArgs) -> bool {
-    args.tp.is_some_and(|n| n > 1) || args.sp || args.dp.is_some_and(|n| n > 1)
+    args.tp.is_some_and(|n| n > 1) || args.sp
 }
 
 /// What this module does not combine with `--tp` yet, as an error naming the flag.

@@ -1,0 +1,233 @@
+//! Sharded checkpoints: every rank writes its chunk of every bucket (parameters and
+//! AdamW moments) to its own file, atomically, and a run resumes with the same layout
+//! (world size, ZeRO stage, buckets) bit for bit.
+//!
+//! File `dp-rank{r}-of{n}.bin`: the magic `BRRRDP1\n`, a little-endian `u64` header
+//! length, the header as JSON ([`ShardHeader`]), then three f32 arrays (little-endian)
+//! of `chunk_elems` each: parameters, first moments, second moments.
+
+use crate::engine::DataParallel;
+use brrr_backend::{Backend, DType, Error, Result};
+use brrr_tensor::Tensor;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"BRRRDP1\n";
+
+/// What a shard file says about itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardHeader {
+    /// Optimizer steps completed.
+    pub step: u64,
+    /// AdamW's update count.
+    pub adamw_step: u32,
+    /// ZeRO stage of the run that wrote it.
+    pub zero: u8,
+    /// Ranks of the run that wrote it.
+    pub world: usize,
+    /// The rank that wrote it.
+    pub rank: usize,
+    /// The buckets' parameter ranges, in launch order.
+    pub buckets: Vec<(usize, usize)>,
+    /// The batch source's position after `step`.
+    pub data_position: String,
+    /// The batch source's data identity.
+    pub data_fingerprint: String,
+    /// Elements of each of the three arrays.
+    pub chunk_elems: usize,
+}
+
+/// The file of rank `rank` of `world` in `dir`.
+pub fn shard_path(dir: &Path, rank: usize, world: usize) -> PathBuf {
+    dir.join(format!("dp-rank{rank}-of{world}.bin"))
+}
+
+impl<B: Backend> DataParallel<B> {
+    fn header(&self, chunk_elems: usize) -> ShardHeader {
+        ShardHeader {
+            step: self.step,
+            adamw_step: match self.dp.zero {
+                0 => self.opt.step,
+                _ => self.adamw_step,
+            },
+            zero: self.dp.zero,
+            world: self.dp.world,
+            rank: self.rank,
+            buckets: self
+                .groups
+                .iter()
+                .map(|b| (b.params.start, b.params.end))
+                .collect(),
+            data_position: self.data.position(),
+            data_fingerprint: self.data.fingerprint(),
+            chunk_elems,
+        }
+    }
+
+    /// This rank's chunks of parameters and moments, bucket after bucket.
+    fn state_chunks(&self) -> Result<[Vec<f32>; 3]> {
+        let mut out: [Vec<f32>; 3] = Default::default();
+        for g in 0..self.groups.len() {
+            let p = match &self.shards.get(g).and_then(|s| s.param.as_ref()) {
+                Some(t) => t.to_vec_f32()?,
+                None => self.group_chunk(g, |p| &p.value)?,
+            };
+            let c = p.len();
+            let (m, v) = match self.dp.zero {
+                0 if self.opt.moments.is_empty() => (vec![0.0; c], vec![0.0; c]),
+                0 => (
+                    self.chunk_of(g, |i| self.opt.moments[i].0.to_vec_f32())?,
+                    self.chunk_of(g, |i| self.opt.moments[i].1.to_vec_f32())?,
+                ),
+                _ => {
+                    let (mut m, mut v) = (vec![0.0; c], vec![0.0; c]);
+                    let s = &self.shards[g];
+                    for (seg, (mt, vt)) in s.segments.iter().zip(&s.moments) {
+                        m[seg.in_chunk.clone()].copy_from_slice(&mt.to_vec_f32()?);
+                        v[seg.in_chunk.clone()].copy_from_slice(&vt.to_vec_f32()?);
+                    }
+                    (m, v)
+                }
+            };
+            out[0].extend(p);
+            out[1].extend(m);
+            out[2].extend(v);
+        }
+        Ok(out)
+    }
+
+    /// Writes this rank's shard into `dir` (atomically) and waits for every rank's.
+    pub fn save_shard(&self, dir: &Path) -> Result<PathBuf> {
+        let [p, m, v] = self.state_chunks()?;
+        let header = serde_json::to_vec(&self.header(p.len()))
+            .map_err(|e| Error::invalid("dp checkpoint", e.to_string()))?;
+        let mut bytes = Vec::with_capacity(16 + header.len() + 12 * p.len());
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&header);
+        for x in p.iter().chain(&m).chain(&v) {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, e.to_string()))?;
+        let path = shard_path(dir, self.rank, self.dp.world);
+        brrr_train::atomic::write_atomic(&path, &bytes)?;
+        self.scalars.barrier()?;
+        Ok(path)
+    }
+
+    /// Continues from this rank's shard in `dir`, written by a run of the same layout
+    /// on the same data.
+    pub fn load_shard(&mut self, dir: &Path) -> Result<()> {
+        let path = shard_path(dir, self.rank, self.dp.world);
+        let bytes = std::fs::read(&path).map_err(|e| Error::file(&path, e.to_string()))?;
+        let (h, arrays) = parse(&path, &bytes)?;
+        let want = self.header(h.chunk_elems);
+        if (h.zero, h.world, h.rank, &h.buckets)
+            != (want.zero, want.world, want.rank, &want.buckets)
+        {
+            return Err(Error::file(
+                &path,
+                format!(
+                    "written by a run with --dp {} --zero {} and buckets {:?}; this run has \
+                     --dp {} --zero {} and buckets {:?}",
+                    h.world, h.zero, h.buckets, want.world, want.zero, want.buckets
+                ),
+            ));
+        }
+        if h.data_fingerprint != want.data_fingerprint {
+            return Err(Error::file(&path, "the data differs from the run's"));
+        }
+        self.restore_chunks(&arrays)?;
+        self.step = h.step;
+        match self.dp.zero {
+            0 => self.opt.step = h.adamw_step,
+            _ => self.adamw_step = h.adamw_step,
+        }
+        self.data.set_position(&h.data_position)
+    }
+
+    fn restore_chunks(&mut self, arrays: &[Vec<f32>; 3]) -> Result<()> {
+        let n_params = self.layout.params.len();
+        let mut moments: Vec<Option<(Tensor<B>, Tensor<B>)>> =
+            (0..n_params).map(|_| None).collect();
+        let mut at = 0;
+        for g in 0..self.groups.len() {
+            let c = crate::bucket::chunk_len(self.groups[g].len(), self.dp.world);
+            let part = |a: &Vec<f32>| a[at..at + c].to_vec();
+            let (p, m, v) = (part(&arrays[0]), part(&arrays[1]), part(&arrays[2]));
+            at += c;
+            if self.dp.zero == 3 {
+                self.shards[g].param = Some(Tensor::from_f32(&self.backend, &p, [c], DType::F32)?);
+            } else {
+                let full = self.comm.all_gather(&p)?;
+                self.write_params(g, &full)?;
+            }
+            if self.dp.zero == 0 {
+                let (fm, fv) = (self.comm.all_gather(&m)?, self.comm.all_gather(&v)?);
+                let base = self.groups[g].elems.start;
+                for i in self.groups[g].params.clone() {
+                    let s = &self.layout.params[i];
+                    let r = s.offset - base..s.offset - base + s.numel;
+                    let t =
+                        |x: &[f32]| Tensor::from_f32(&self.backend, x, s.dims.clone(), DType::F32);
+                    moments[i] = Some((t(&fm[r.clone()])?, t(&fv[r])?));
+                }
+            } else {
+                let backend = self.backend.clone();
+                let s = &mut self.shards[g];
+                for (seg, mv) in s.segments.iter().zip(&mut s.moments) {
+                    let r = seg.in_chunk.clone();
+                    let n = r.len();
+                    *mv = (
+                        Tensor::from_f32(&backend, &m[r.clone()], [n], DType::F32)?,
+                        Tensor::from_f32(&backend, &v[r], [n], DType::F32)?,
+                    );
+                }
+            }
+        }
+        if self.dp.zero == 0 {
+            self.opt.moments = moments
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Error::invalid("dp checkpoint", "a parameter has no moments"))?;
+        }
+        Ok(())
+    }
+}
+
+fn parse(path: &Path, bytes: &[u8]) -> Result<(ShardHeader, [Vec<f32>; 3])> {
+    let bad = |m: &str| Error::file(path, m.to_string());
+    if bytes.len() < 16 || &bytes[..8] != MAGIC {
+        return Err(bad("not a brrr data-parallel shard (bad magic)"));
+    }
+    let hlen = u64::from_le_bytes(bytes[8..16].try_into().map_err(|_| bad("short header"))?);
+    let hlen = usize::try_from(hlen).map_err(|_| bad("header length overflows"))?;
+    let body = 16usize
+        .checked_add(hlen)
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(|| bad("header runs past the end of the file"))?;
+    let h: ShardHeader = serde_json::from_slice(&bytes[16..body])
+        .map_err(|e| Error::file(path, format!("bad header: {e}")))?;
+    let want = h
+        .chunk_elems
+        .checked_mul(12)
+        .ok_or_else(|| bad("chunk size overflows"))?;
+    if bytes.len() - body != want {
+        return Err(bad(&format!(
+            "{} data bytes, the header says 3 × {} f32",
+            bytes.len() - body,
+            h.chunk_elems
+        )));
+    }
+    let floats: Vec<f32> = bytes[body..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let c = h.chunk_elems;
+    let arrays = [
+        floats[..c].to_vec(),
+        floats[c..2 * c].to_vec(),
+        floats[2 * c..].to_vec(),
+    ];
+    Ok((h, arrays))
+}

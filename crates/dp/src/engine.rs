@@ -1,0 +1,752 @@
+//! [`DataParallel`]: one rank's side of a data-parallel run. Every rank builds the same
+//! GPT, trains on its rows of the same global batch, and keeps the replicas equal by
+//! communicating gradients (and, with ZeRO, parameters) over a [`Communicator`].
+
+use crate::bucket::{Bucket, assign_buckets, chunk_len, padded_len};
+use crate::config::DpConfig;
+use crate::layout::{FlatLayout, Pieces, Segment, segments};
+use crate::overlap::hidden_fraction;
+use brrr_backend::{AdamWParams, Backend, DType, Error, Result};
+use brrr_collectives::{CommStats, Communicator, Handle, ReduceOp};
+use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param, clip_grad_norm_on_device};
+use brrr_perf::trace::Tracer;
+use brrr_tensor::Tensor;
+use brrr_train::{Batch, BatchSource, StepStats, TrainConfig, upload};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What one step measured beyond [`StepStats`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepReport {
+    /// What the gradient/parameter communicator moved during the step (the loss and the
+    /// gradient norm go over a second communicator and are not counted here).
+    pub comm: CommStats,
+    /// Device bytes in use after the step: the model states (parameters, gradients,
+    /// moments, with ZeRO their shards), activations having been freed.
+    pub model_state_bytes: u64,
+    /// The device's peak bytes during the step.
+    pub peak_bytes: u64,
+    /// Each bucket collective's (start, end), seconds from the engine's creation.
+    pub comm_spans: Vec<(f64, f64)>,
+    /// The last micro-batch's backward, (start, end) on the same clock.
+    pub backward_span: (f64, f64),
+    /// The fraction of the bucket collectives' time spent while the backward ran.
+    pub hidden_fraction: f64,
+}
+
+/// A rank's shard of one bucket (ZeRO stages 1-3).
+pub(crate) struct GroupShard<B: Backend> {
+    pub(crate) segments: Vec<Segment>,
+    /// AdamW's moments per segment.
+    pub(crate) moments: Vec<(Tensor<B>, Tensor<B>)>,
+    /// The averaged gradient chunk, after the reduce-scatter.
+    pub(crate) grad: Option<Tensor<B>>,
+    /// Stage 3: this rank's chunk of the parameters (the only copy between uses).
+    pub(crate) param: Option<Tensor<B>>,
+}
+
+/// A bucket collective in flight: its bucket and its result with (start, end) times.
+type Pending = (usize, Handle<(Vec<f32>, f64, f64)>);
+
+/// One rank of a data-parallel run (DDP, or ZeRO stage 1, 2 or 3).
+pub struct DataParallel<B: Backend> {
+    pub(crate) backend: B,
+    pub(crate) config: TrainConfig,
+    pub(crate) dp: DpConfig,
+    pub(crate) rank: usize,
+    /// Gradients and parameters: the traffic of [`StepReport::comm`].
+    pub(crate) comm: Arc<Communicator>,
+    /// Losses and norms (a few scalars per step).
+    pub(crate) scalars: Communicator,
+    pub(crate) model: Gpt<B>,
+    pub(crate) layout: FlatLayout,
+    pub(crate) pieces: Pieces,
+    pub(crate) groups: Vec<Bucket>,
+    /// The whole optimizer (stage 0).
+    pub(crate) opt: AdamW<B>,
+    /// This rank's shards, one per bucket (stages 1-3).
+    pub(crate) shards: Vec<GroupShard<B>>,
+    pub(crate) adamw_step: u32,
+    pub(crate) data: Box<dyn BatchSource>,
+    pub(crate) step: u64,
+    pub(crate) tracer: Arc<Tracer>,
+    pub(crate) origin: Instant,
+    pub(crate) report: StepReport,
+}
+
+impl<B: Backend> DataParallel<B> {
+    /// Rank `comm.rank()` of a run: the model initialised from `config.seed` as
+    /// [`brrr_train::Trainer`] does, then broadcast from rank 0; buckets assigned; with
+    /// ZeRO, this rank's shards made (and, at stage 3, the full parameters freed).
+    /// `data` yields *global* batches of `config.batch_size` rows (the same on every
+    /// rank); this rank trains on its `batch_size / world` rows of each.
+    pub fn new(
+        backend: &B,
+        config: TrainConfig,
+        dp: DpConfig,
+        comm: &Communicator,
+        data: Box<dyn BatchSource>,
+    ) -> Result<Self> {
+        dp.validate_for(&config)?;
+        if comm.world_size() != dp.world {
+            return Err(Error::invalid(
+                "dp",
+                format!(
+                    "--dp {} but the communicator has {} ranks",
+                    dp.world,
+                    comm.world_size()
+                ),
+            ));
+        }
+        let rank = comm.rank();
+        let grads = Arc::new(comm.split(0, rank as u32)?);
+        let scalars = comm.split(0, rank as u32)?;
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let mut model = Gpt::new(backend, config.model.clone(), DType::F32, &mut rng)?;
+        broadcast_params(&grads, &mut model)?;
+        let layout = FlatLayout::of(&model)?;
+        let pieces = Pieces::of(&model);
+        let groups = match dp.zero {
+            3 => pieces.units(&layout),
+            _ => assign_buckets(&layout.numels(), 4, dp.bucket_bytes, dp.first_bucket_bytes)?,
+        };
+        let opt = AdamW::new(AdamWConfig {
+            weight_decay: config.weight_decay,
+            ..AdamWConfig::default()
+        });
+        let mut me = DataParallel {
+            backend: backend.clone(),
+            config,
+            dp,
+            rank,
+            comm: grads,
+            scalars,
+            model,
+            layout,
+            pieces,
+            groups,
+            opt,
+            shards: Vec::new(),
+            adamw_step: 0,
+            data,
+            step: 0,
+            tracer: Arc::new(Tracer::disabled()),
+            origin: Instant::now(),
+            report: StepReport::default(),
+        };
+        me.make_shards()?;
+        me.comm.reset_stats();
+        Ok(me)
+    }
+
+    fn make_shards(&mut self) -> Result<()> {
+        if self.dp.zero == 0 {
+            return Ok(());
+        }
+        for g in 0..self.groups.len() {
+            let segs = segments(&self.layout, &self.groups[g], self.dp.world, self.rank);
+            let moments = segs
+                .iter()
+                .map(|s| {
+                    let z = || Tensor::zeros(&self.backend, [s.in_chunk.len()], DType::F32);
+                    Ok((z()?, z()?))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let param = match self.dp.zero {
+                3 => {
+                    let chunk = self.group_chunk(g, |p| &p.value)?;
+                    Some(Tensor::from_f32(
+                        &self.backend,
+                        &chunk,
+                        [chunk.len()],
+                        DType::F32,
+                    )?)
+                }
+                _ => None,
+            };
+            self.shards.push(GroupShard {
+                segments: segs,
+                moments,
+                grad: None,
+                param,
+            });
+        }
+        if self.dp.zero >= 2 {
+            self.free_grads(0..self.layout.params.len())?;
+        }
+        if self.dp.zero == 3 {
+            for g in 0..self.groups.len() {
+                self.free_params(g)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records spans (per block of the backward, per bucket collective on the
+    /// communicator's thread, the optimizer) into `tracer`.
+    pub fn set_tracer(&mut self, tracer: Arc<Tracer>) {
+        self.tracer = tracer;
+    }
+
+    /// The model (at stage 3 its parameters are empty between uses: see
+    /// [`DataParallel::gather_all`]).
+    pub fn model(&self) -> &Gpt<B> {
+        &self.model
+    }
+
+    /// The buckets in launch order (bucket 0 first).
+    pub fn buckets(&self) -> &[Bucket] {
+        &self.groups
+    }
+
+    /// The parameter layout.
+    pub fn layout(&self) -> &FlatLayout {
+        &self.layout
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The data-parallel layout.
+    pub fn dp_config(&self) -> &DpConfig {
+        &self.dp
+    }
+
+    /// The run's configuration.
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    /// Optimizer steps completed.
+    pub fn steps_done(&self) -> u64 {
+        self.step
+    }
+
+    /// What the last step measured.
+    pub fn report(&self) -> &StepReport {
+        &self.report
+    }
+
+    /// The batch source (its position goes into checkpoints).
+    pub fn data(&self) -> &dyn BatchSource {
+        self.data.as_ref()
+    }
+
+    /// One optimizer step over `grad_accum` micro-batches of the global batch. Gradients
+    /// are communicated only after the last micro-batch's backward (`no_sync` on the
+    /// others): each bucket's collective starts as soon as the backward has finished its
+    /// gradients, and runs on the communicator's thread while the backward continues.
+    pub fn step(&mut self) -> Result<StepStats> {
+        let t0 = Instant::now();
+        let lr = self.config.schedule().lr(self.step);
+        self.comm.reset_stats();
+        self.backend.reset_peak_memory();
+        if self.dp.zero <= 1 {
+            self.model.zero_grad()?;
+        }
+        let k = self.config.grad_accum;
+        let rows = self.config.batch_size / self.dp.world;
+        let dloss = 1.0 / ((rows * self.config.seq_len) as f32 * k as f32);
+        let mut loss_sum: Option<Tensor<B>> = None;
+        let mut pending = Vec::new();
+        let mut launched = vec![false; self.groups.len()];
+        for mb in 0..k {
+            let batch = self.data.next_batch()?;
+            let (ids, targets) = upload(&self.backend, &self.local_rows(&batch)?)?;
+            let mbid = MicroBatch(mb as u32);
+            let mean = self.forward(mbid, &ids, &targets)?.mean_all()?;
+            match &mut loss_sum {
+                None => loss_sum = Some(mean),
+                Some(s) => s.add_(&mean)?,
+            }
+            let last = (mb + 1 == k).then_some((&mut pending, &mut launched));
+            let bw = self.backward(mbid, dloss, last)?;
+            self.report.backward_span = bw;
+        }
+        let loss_sum = loss_sum.ok_or_else(|| Error::invalid("dp", "no micro-batch"))?;
+        let grad_norm = {
+            self.finish_buckets(pending)?;
+            self.report.comm = self.comm.stats();
+            let tracer = self.tracer.clone();
+            let _s = tracer.span("optimizer");
+            match self.dp.zero {
+                0 => self.replicated_update(lr)?,
+                _ => self.sharded_update(lr)?,
+            }
+        };
+        self.report.comm = self.comm.stats();
+        let mut loss = [loss_sum.to_vec_f32()?[0]];
+        self.scalars.all_reduce(&mut loss, ReduceOp::Avg)?;
+        let loss = (f64::from(loss[0]) / k as f64) as f32;
+        let m = self.backend.memory_stats();
+        self.report.model_state_bytes = m.bytes_in_use;
+        self.report.peak_bytes = m.peak_bytes;
+        self.report.hidden_fraction =
+            hidden_fraction(&self.report.comm_spans, self.report.backward_span);
+        if !loss.is_finite() {
+            return Err(Error::invalid(
+                "train",
+                format!("loss became {loss} at step {}; lower --lr", self.step + 1),
+            ));
+        }
+        self.step += 1;
+        Ok(StepStats {
+            step: self.step,
+            loss,
+            grad_norm,
+            lr,
+            tokens: self.config.tokens_per_step(),
+            loss_scale: 1.0,
+            skipped: false,
+            seconds: Some(t0.elapsed().as_secs_f64()),
+            peak_bytes: m.peak_bytes,
+            activation_peak_bytes: m.peak_bytes.saturating_sub(m.bytes_in_use),
+        })
+    }
+
+    /// This rank's rows of a global batch.
+    fn local_rows(&self, batch: &Batch) -> Result<Batch> {
+        let (b, t) = (self.config.batch_size, self.config.seq_len);
+        if batch.batch != b || batch.seq != t || batch.inputs.len() != b * t {
+            return Err(Error::shape(
+                "dp",
+                format!(
+                    "the batch source gave {}×{}, the config says {b}×{t}",
+                    batch.batch, batch.seq
+                ),
+            ));
+        }
+        if batch.mask.is_some() {
+            return Err(Error::invalid(
+                "dp",
+                "document masks are not supported with data parallelism yet",
+            ));
+        }
+        let rows = b / self.dp.world;
+        let r = self.rank * rows * t..(self.rank + 1) * rows * t;
+        Ok(Batch {
+            inputs: batch.inputs[r.clone()].to_vec(),
+            targets: batch.targets[r].to_vec(),
+            batch: rows,
+            seq: t,
+            mask: None,
+        })
+    }
+
+    /// The forward of micro-batch `mb`, part by part (stage 3 gathers each part's
+    /// parameters before it runs and frees them after).
+    fn forward(
+        &mut self,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        targets: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let tracer = self.tracer.clone();
+        let _s = tracer.span("forward");
+        let (embed_g, head_g) = (self.groups.len() - 1, 0);
+        self.gather_if_sharded(embed_g)?;
+        let mut x = self.model.embed_mb(mb, ids)?;
+        for l in 0..self.pieces.blocks.len() {
+            let g = self.block_group(l);
+            self.gather_if_sharded(g)?;
+            x = self.model.h[l].forward(mb, &x)?;
+            self.free_if_sharded(g)?;
+        }
+        self.gather_if_sharded(head_g)?;
+        let losses = self.model.head_loss_mb(mb, &x, targets)?;
+        self.free_if_sharded(head_g)?;
+        self.free_if_sharded(embed_g)?;
+        Ok(losses)
+    }
+
+    /// The backward of micro-batch `mb`, part by part; with `launch` (the last
+    /// micro-batch) each bucket's collective starts once its gradients are final.
+    /// Returns the backward's (start, end).
+    fn backward(
+        &mut self,
+        mb: MicroBatch,
+        dloss: f32,
+        mut launch: Option<(&mut Vec<Pending>, &mut Vec<bool>)>,
+    ) -> Result<(f64, f64)> {
+        let start = self.now();
+        let (embed_g, head_g) = (self.groups.len() - 1, 0);
+        // The head needs ln_f and the tied wte.
+        self.gather_if_sharded(embed_g)?;
+        self.gather_if_sharded(head_g)?;
+        let (head, embed) = (self.pieces.head.clone(), self.pieces.embed.clone());
+        self.ensure_grads(head.clone())?;
+        self.ensure_grads(embed.clone())?;
+        let mut dx = {
+            let _s = self.tracer.span("backward head");
+            self.model.head_backward_mb(mb, dloss)?
+        };
+        self.free_if_sharded(head_g)?;
+        self.free_if_sharded(embed_g)?;
+        if let Some((p, l)) = &mut launch {
+            self.launch_ready(head.start, p, l)?;
+        }
+        for l in (0..self.pieces.blocks.len()).rev() {
+            let g = self.block_group(l);
+            self.gather_if_sharded(g)?;
+            self.ensure_grads(self.pieces.blocks[l].clone())?;
+            dx = {
+                let _s = self.tracer.span(format!("backward h.{l}"));
+                self.model.h[l].backward(mb, &dx)?
+            };
+            self.free_if_sharded(g)?;
+            if let Some((p, done)) = &mut launch {
+                self.launch_ready(self.pieces.blocks[l].start, p, done)?;
+            }
+        }
+        {
+            let _s = self.tracer.span("backward embed");
+            self.model.embed_backward_mb(mb, &dx)?;
+        }
+        if let Some((p, done)) = &mut launch {
+            self.launch_ready(embed.start, p, done)?;
+        }
+        Ok((start, self.now()))
+    }
+
+    fn now(&self) -> f64 {
+        self.origin.elapsed().as_secs_f64()
+    }
+
+    /// Stage 3's bucket for block `l` (buckets run head, last block, ..., embeddings).
+    fn block_group(&self, l: usize) -> usize {
+        self.pieces.blocks.len() - l
+    }
+
+    /// Starts the collective of every bucket whose parameters (from `final_from` on)
+    /// all have final gradients.
+    fn launch_ready(
+        &mut self,
+        final_from: usize,
+        pending: &mut Vec<Pending>,
+        launched: &mut [bool],
+    ) -> Result<()> {
+        for (g, done) in launched.iter_mut().enumerate() {
+            if *done || self.groups[g].params.start < final_from {
+                continue;
+            }
+            *done = true;
+            let bucket = self.groups[g].clone();
+            let mut data = Vec::with_capacity(padded_len(bucket.len(), self.dp.world));
+            for p in &self.model.params()[bucket.params.clone()] {
+                data.extend(p.grad.to_vec_f32()?);
+            }
+            if self.dp.zero >= 2 {
+                self.free_grads(bucket.params.clone())?;
+            }
+            let (tracer, origin, zero) = (self.tracer.clone(), self.origin, self.dp.zero);
+            let name = match zero {
+                0 => format!("all-reduce bucket {g}"),
+                _ => format!("reduce-scatter bucket {g}"),
+            };
+            data.resize(
+                match zero {
+                    0 => bucket.len(),
+                    _ => padded_len(bucket.len(), self.dp.world),
+                },
+                0.0,
+            );
+            let h = self.comm.start(move |c| {
+                let _s = tracer.span(name);
+                let t0 = origin.elapsed().as_secs_f64();
+                let out = match zero {
+                    0 => {
+                        c.all_reduce(&mut data, ReduceOp::Avg)?;
+                        data
+                    }
+                    _ => c.reduce_scatter(&data, ReduceOp::Avg)?,
+                };
+                Ok((out, t0, origin.elapsed().as_secs_f64()))
+            })?;
+            pending.push((g, h));
+        }
+        Ok(())
+    }
+
+    /// Waits for every bucket; stage 0 writes the averaged gradients back, stages 1-3
+    /// keep their averaged chunk.
+    fn finish_buckets(&mut self, pending: Vec<Pending>) -> Result<()> {
+        let _s = self.tracer.span("wait buckets");
+        self.report.comm_spans.clear();
+        for (g, h) in pending {
+            let (data, t0, t1) = h.wait()?;
+            self.report.comm_spans.push((t0, t1));
+            if self.dp.zero == 0 {
+                let bucket = self.groups[g].clone();
+                let base = bucket.elems.start;
+                let slots = self.layout.params[bucket.params.clone()].to_vec();
+                let backend = self.backend.clone();
+                let ps = self.model.params_mut();
+                for (p, slot) in ps.into_iter().skip(bucket.params.start).zip(&slots) {
+                    let r = slot.offset - base..slot.offset - base + slot.numel;
+                    p.grad = Tensor::from_f32(&backend, &data[r], slot.dims.clone(), DType::F32)?;
+                }
+            } else {
+                let t = Tensor::from_f32(&self.backend, &data, [data.len()], DType::F32)?;
+                self.shards[g].grad = Some(t);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stage 0: clipping and AdamW on the whole model, exactly as the one-device
+    /// [`brrr_train::Trainer`] runs them.
+    fn replicated_update(&mut self, lr: f64) -> Result<f64> {
+        let (norm, coef) = clip_grad_norm_on_device(&self.model.params(), self.config.grad_clip)?;
+        self.opt
+            .step_scaled(self.model.params_mut(), lr as f32, 1.0, Some(&coef), None)?;
+        Ok(f64::from(norm.to_vec_f32()?[0]))
+    }
+
+    /// Stages 1-3: the global norm from every rank's chunk, AdamW on this rank's chunk
+    /// of every bucket, then (stages 1-2) an all-gather of the updated parameters.
+    fn sharded_update(&mut self, lr: f64) -> Result<f64> {
+        let mut ss = 0.0f64;
+        let mut grads = Vec::with_capacity(self.groups.len());
+        for s in &self.shards {
+            let g = s
+                .grad
+                .as_ref()
+                .ok_or_else(|| Error::invalid("dp", "a bucket was never reduced"))?
+                .to_vec_f32()?;
+            for seg in &s.segments {
+                ss += g[seg.in_chunk.clone()]
+                    .iter()
+                    .map(|&x| f64::from(x) * f64::from(x))
+                    .sum::<f64>();
+            }
+            grads.push(g);
+        }
+        let mut total = [ss as f32];
+        self.scalars.all_reduce(&mut total, ReduceOp::Sum)?;
+        let norm = f64::from(total[0]).sqrt();
+        let coef = (self.config.grad_clip / (norm + 1e-6)).min(1.0) as f32;
+        self.adamw_step += 1;
+        for (g, grad) in grads.iter().enumerate() {
+            let mut chunk = match &self.shards[g].param {
+                Some(p) => p.to_vec_f32()?,
+                None => self.group_chunk(g, |p| &p.value)?,
+            };
+            self.update_chunk(g, &mut chunk, grad, lr as f32, coef)?;
+            match self.dp.zero {
+                3 => {
+                    let t = Tensor::from_f32(&self.backend, &chunk, [chunk.len()], DType::F32)?;
+                    self.shards[g].param = Some(t);
+                }
+                _ => {
+                    let full = self.comm.all_gather(&chunk)?;
+                    self.write_params(g, &full)?;
+                }
+            }
+            // Stage 1's gradient memory is the full buffer; the averaged chunk is
+            // transient. Stages 2-3 keep the chunk: it is their gradient partition.
+            if self.dp.zero == 1 {
+                self.shards[g].grad = None;
+            }
+        }
+        Ok(norm)
+    }
+
+    /// AdamW (the backend's fused kernel) on each parameter segment of bucket `g`'s chunk.
+    fn update_chunk(
+        &mut self,
+        g: usize,
+        chunk: &mut [f32],
+        grad: &[f32],
+        lr: f32,
+        coef: f32,
+    ) -> Result<()> {
+        let c = self.opt.config;
+        let backend = self.backend.clone();
+        let shard = &mut self.shards[g];
+        for (seg, (m, v)) in shard.segments.iter().zip(&mut shard.moments) {
+            let decays = self.layout.params[seg.param].dims.len() >= 2;
+            let hp = AdamWParams {
+                lr,
+                beta1: c.beta1,
+                beta2: c.beta2,
+                eps: c.eps,
+                weight_decay: if decays { c.weight_decay } else { 0.0 },
+                step: self.adamw_step,
+                grad_scale: coef,
+            };
+            let r = seg.in_chunk.clone();
+            let n = r.len();
+            let mut p = Tensor::from_f32(&backend, &chunk[r.clone()], [n], DType::F32)?;
+            let gt = Tensor::from_f32(&backend, &grad[r.clone()], [n], DType::F32)?;
+            backend.adamw(
+                &hp,
+                p.buffer_mut()?,
+                gt.buffer()?,
+                m.buffer_mut()?,
+                v.buffer_mut()?,
+                None,
+                None,
+            )?;
+            chunk[r].copy_from_slice(&p.to_vec_f32()?);
+        }
+        Ok(())
+    }
+
+    /// This rank's chunk (padded) of bucket `g`, read from each parameter's `which`.
+    pub(crate) fn group_chunk(
+        &self,
+        g: usize,
+        which: impl Fn(&Param<B>) -> &Tensor<B>,
+    ) -> Result<Vec<f32>> {
+        let ps = self.model.params();
+        self.chunk_of(g, |i| which(ps[i]).to_vec_f32())
+    }
+
+    /// This rank's chunk (padded) of bucket `g` of a per-parameter quantity: `host(i)`
+    /// is parameter `i`'s, on the host.
+    pub(crate) fn chunk_of(
+        &self,
+        g: usize,
+        host: impl Fn(usize) -> Result<Vec<f32>>,
+    ) -> Result<Vec<f32>> {
+        let bucket = &self.groups[g];
+        let mut out = vec![0.0; chunk_len(bucket.len(), self.dp.world)];
+        for seg in segments(&self.layout, bucket, self.dp.world, self.rank) {
+            let h = host(seg.param)?;
+            out[seg.in_chunk].copy_from_slice(&h[seg.in_param]);
+        }
+        Ok(out)
+    }
+
+    /// Replaces bucket `g`'s parameter values with `full` (the padded bucket).
+    pub(crate) fn write_params(&mut self, g: usize, full: &[f32]) -> Result<()> {
+        let bucket = self.groups[g].clone();
+        let base = bucket.elems.start;
+        let backend = self.backend.clone();
+        let slots = self.layout.params[bucket.params.clone()].to_vec();
+        let ps = self.model.params_mut();
+        for (p, slot) in ps.into_iter().skip(bucket.params.start).zip(&slots) {
+            let r = slot.offset - base..slot.offset - base + slot.numel;
+            p.value = Tensor::from_f32(&backend, &full[r], slot.dims.clone(), DType::F32)?;
+        }
+        Ok(())
+    }
+
+    fn gather_if_sharded(&mut self, g: usize) -> Result<()> {
+        if self.dp.zero != 3 {
+            return Ok(());
+        }
+        let tracer = self.tracer.clone();
+        let _s = tracer.span(format!("all-gather bucket {g}"));
+        let chunk = self.shards[g]
+            .param
+            .as_ref()
+            .ok_or_else(|| Error::invalid("dp", "stage 3 lost a parameter shard"))?
+            .to_vec_f32()?;
+        let full = self.comm.all_gather(&chunk)?;
+        self.write_params(g, &full)
+    }
+
+    fn free_if_sharded(&mut self, g: usize) -> Result<()> {
+        match self.dp.zero {
+            3 => self.free_params(g),
+            _ => Ok(()),
+        }
+    }
+
+    /// Drops bucket `g`'s full parameter values (stage 3 between uses).
+    fn free_params(&mut self, g: usize) -> Result<()> {
+        let r = self.groups[g].params.clone();
+        let backend = self.backend.clone();
+        for p in self
+            .model
+            .params_mut()
+            .into_iter()
+            .skip(r.start)
+            .take(r.len())
+        {
+            p.value = Tensor::zeros(&backend, [0], DType::F32)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the gradients of parameters `r` (stages 2-3, once reduced).
+    fn free_grads(&mut self, r: std::ops::Range<usize>) -> Result<()> {
+        let backend = self.backend.clone();
+        for p in self
+            .model
+            .params_mut()
+            .into_iter()
+            .skip(r.start)
+            .take(r.len())
+        {
+            p.grad = Tensor::zeros(&backend, [0], DType::F32)?;
+        }
+        Ok(())
+    }
+
+    /// Zero gradients for parameters `r` where they were dropped.
+    fn ensure_grads(&mut self, r: std::ops::Range<usize>) -> Result<()> {
+        let backend = self.backend.clone();
+        let slots = self.layout.params[r.clone()].to_vec();
+        let ps = self.model.params_mut();
+        for (p, slot) in ps.into_iter().skip(r.start).zip(&slots) {
+            if p.grad.elem_count() != slot.numel {
+                p.grad = Tensor::zeros(&backend, slot.dims.clone(), DType::F32)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stage 3: gathers every parameter (for evaluation or sampling); a no-op otherwise.
+    pub fn gather_all(&mut self) -> Result<()> {
+        for g in 0..self.groups.len() {
+            self.gather_if_sharded(g)?;
+        }
+        Ok(())
+    }
+
+    /// Stage 3: frees what [`DataParallel::gather_all`] gathered; a no-op otherwise.
+    pub fn free_all(&mut self) -> Result<()> {
+        for g in 0..self.groups.len() {
+            self.free_if_sharded(g)?;
+        }
+        Ok(())
+    }
+
+    /// Mean loss over `val` (every rank evaluates every batch on the whole model).
+    pub fn evaluate(&mut self, val: &[Batch]) -> Result<f32> {
+        self.gather_all()?;
+        let mut sum = 0.0f64;
+        for b in val {
+            let (ids, targets) = upload(&self.backend, b)?;
+            let mean = self.model.forward_loss(&ids, &targets)?.mean_all()?;
+            sum += f64::from(mean.to_vec_f32()?[0]);
+            self.model.clear_saved();
+        }
+        self.free_all()?;
+        Ok(match val.len() {
+            0 => 0.0,
+            n => (sum / n as f64) as f32,
+        })
+    }
+}
+
+/// Makes every rank's parameters rank 0's (DDP's start: the replicas begin equal).
+fn broadcast_params<B: Backend>(comm: &Communicator, model: &mut Gpt<B>) -> Result<()> {
+    for p in model.params_mut() {
+        let mut host = p.value.to_vec_f32()?;
+        comm.broadcast(&mut host, 0)?;
+        p.value = Tensor::from_f32(
+            p.value.backend(),
+            &host,
+            p.value.shape().clone(),
+            DType::F32,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,43 @@
+//! # brrr-dp
+//!
+//! Data parallelism: every rank holds a replica of the GPT (or, with ZeRO, a shard of
+//! its states), trains on its rows of the global batch, and the ranks agree on the
+//! gradients through a [`brrr_collectives::Communicator`].
+//!
+//! - [`DataParallel`] with [`DpConfig::zero`] = 0 is DDP (Li et al., "PyTorch
+//!   Distributed: Experiences on Accelerating Data Parallel Training", VLDB 2020):
+//!   parameters broadcast from rank 0; gradients grouped in [`Bucket`]s in reverse
+//!   parameter order ([`assign_buckets`], 25 MiB with a 1 MiB first bucket); each bucket's
+//!   all-reduce starts on the communicator's thread as soon as the backward has finished
+//!   its gradients, while the backward goes on; gradient accumulation communicates only
+//!   on the last micro-batch (`no_sync`).
+//! - Stages 1-3 are ZeRO (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+//!   Training Trillion Parameter Models", SC 2020): every bucket is a flat buffer padded to
+//!   a multiple of the world size and rank `r` owns chunk `r` ([`shard_range`]). Stage 1
+//!   keeps only its chunk of AdamW's moments: gradients are reduce-scattered to their
+//!   owner, who updates its chunk with the backend's fused AdamW kernel, then the
+//!   parameters are all-gathered. Stage 2 also frees each bucket's full gradients once
+//!   reduced. Stage 3 (FSDP) keeps only its chunk of the parameters too: each part of
+//!   the model (embeddings, every block, the final LayerNorm) is one bucket, gathered
+//!   before its forward and its backward and freed after.
+//! - [`DataParallel::save_shard`] / [`DataParallel::load_shard`]: sharded checkpoints.
+//! - [`estimate_model_states`]: what `brrr-perf` predicts each rank holds.
+
+mod bucket;
+mod ckpt;
+mod config;
+mod engine;
+mod layout;
+mod memory;
+mod overlap;
+
+pub use bucket::{
+    Bucket, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES, assign_buckets, chunk_len,
+    flat_offsets, padded_len, shard_range,
+};
+pub use ckpt::{ShardHeader, shard_path};
+pub use config::DpConfig;
+pub use engine::{DataParallel, StepReport};
+pub use layout::{FlatLayout, ParamSlot, Pieces, Segment, segments};
+pub use memory::{estimate_model_states, padded_elems};
+pub use overlap::hidden_fraction;

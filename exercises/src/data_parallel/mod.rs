@@ -1,0 +1,5 @@
+//! Chapter "Data parallelism: DDP, buckets and ZeRO" (`book/src/data-parallel.md`).
+
+pub mod bucket_assignment;
+pub mod shard_range;
+pub mod zero_memory;
