@@ -556,13 +556,73 @@ async function dataLoading(browser) {
   await page.close();
 }
 
+async function tensorParallel(browser) {
+  console.log('tensor-parallel');
+  const page = await open(browser, '/tensor-parallel');
+  await page.waitForSelector('[data-testid="sent-forward"]', { timeout: 60000 });
+  const chapter = await page.$eval('[data-testid="chapter-link"]', (el) => el.getAttribute('href'));
+  check(chapter === 'book/tensor-parallel.html', `links the book chapter (${chapter})`);
+  // brrr train's default model (C = 128) over t ranks, micro-batch B·T = 16·128: two
+  // all-reduces of B·T·C elements per block and pass, each sending 2(t−1)/t of them.
+  const btc = 16 * 128 * 128;
+  for (const t of [2, 4]) {
+    await setSize(page, 'tp', t);
+    const want = 2 * (2 * (t - 1) / t) * btc;
+    const fwd = await waitValue(page, 'sent-forward', (v) => close(v, want, 1e-9));
+    check(close(fwd, want, 1e-9), `tp ${t}: 2 all-reduces of B·T·C send ${want} elements per block forward (got ${fwd})`);
+    const bwd = await value(page, 'sent-backward');
+    check(close(bwd, want, 1e-9), `tp ${t}: and the same backward (got ${bwd})`);
+    // A rank holds 1/t of the four matrices (12C² weights) plus replicated LayerNorms
+    // and row-parallel biases.
+    const mine = await value(page, 'params-rank');
+    const c = 128;
+    check(mine >= 12 * c * c / t && mine < 12 * c * c / t + 13 * c, `tp ${t}: a rank holds 12C²/t weights plus small replicated ones (got ${mine})`);
+  }
+  const pieces = await page.$$eval('[data-testid="tp-pieces"] tbody tr', (els) => els.length);
+  check(pieces >= 4, `the table lists the block's matrices (${pieces} rows)`);
+  await setSize(page, 'tp', 2);
+  await shot(page, 'tensor-parallel');
+  await page.close();
+}
+
+async function pipelinePage(browser) {
+  console.log('pipeline');
+  const page = await open(browser, '/pipeline');
+  await page.waitForSelector('[data-testid="pp-bubble"]', { timeout: 60000 });
+  const chapter = await page.$eval('[data-testid="chapter-link"]', (el) => el.getAttribute('href'));
+  check(chapter === 'book/pipeline-parallel.html', `links the book chapter (${chapter})`);
+  // 1F1B with p = 4, m = 8: bubble (p−1)/(m+p−1), stage r holds p − r micro-batches.
+  const [p, m] = [4, 8];
+  const bubble = await value(page, 'pp-bubble');
+  check(close(bubble, (p - 1) / (m + p - 1), 1e-9), `1F1B bubble (p−1)/(m+p−1) = ${((p - 1) / (m + p - 1)).toFixed(4)} (got ${bubble})`);
+  const inFlight = [];
+  for (let r = 0; r < p; r++) inFlight.push(parseInt(await text(page, `pp-in-flight-${r}`), 10));
+  check(inFlight.join(',') === '4,3,2,1', `1F1B: stage r holds p − r micro-batches (got ${inFlight})`);
+  await page.select('[data-testid="pp-schedule"]', 'gpipe');
+  const g = await waitValue(page, 'pp-bubble', (v) => close(v, (p - 1) / (m + p - 1), 1e-9));
+  check(close(g, (p - 1) / (m + p - 1), 1e-9), `GPipe has the same bubble (got ${g})`);
+  const g0 = parseInt(await text(page, 'pp-in-flight-0'), 10);
+  check(g0 === m, `GPipe: stage 0 holds all m = ${m} micro-batches (got ${g0})`);
+  await page.select('[data-testid="pp-schedule"]', 'zb-h1');
+  // F = B = W = 1: 1F1B idles (p−1)·3 per stage, ZB-H1 a third of that (Qi et al. 2024).
+  const zbIdle = (p - 1) * 3 / 3;
+  const zbWant = zbIdle / (3 * m + zbIdle);
+  const zb = await waitValue(page, 'pp-bubble', (v) => close(v, zbWant, 1e-6));
+  check(close(zb, zbWant, 1e-6), `ZB-H1 idles a third of 1F1B's time: bubble ${zbWant.toFixed(4)} (got ${zb})`);
+  await page.select('[data-testid="pp-schedule"]', '1f1b');
+  await page.waitForSelector('[data-testid="pp-timeline"] svg', { timeout: 10000 });
+  await shot(page, 'pipeline');
+  await page.close();
+}
+
 (async () => {
   fs.mkdirSync(shots, { recursive: true });
   const browser = await puppeteer.launch({ executablePath: CHROME, headless: true, args: FLAGS });
   try {
     const only = process.env.BRRR_E2E_ONLY;
     for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing], ['collectives', collectives],
-      ['mixed-precision', mixedPrecision], ['data-loading', dataLoading]]) {
+      ['mixed-precision', mixedPrecision], ['data-loading', dataLoading],
+      ['tensor-parallel', tensorParallel], ['pipeline', pipelinePage]]) {
       if (only && !only.split(',').includes(name)) {
         console.log(`${name}: SKIPPED (BRRR_E2E_ONLY=${only})`);
         continue;

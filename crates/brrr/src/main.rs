@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train a small GPT on the shipped corpus (or --corpus FILE).
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Generate text from a trained run.
     Sample(SampleArgs),
     /// Benchmarks that print tables.
