@@ -172,6 +172,8 @@ fn bar(row: &StageRow) -> Vec<Segment> {
         ("optimizer states", s.optimizer_states, "#4f9a5b"),
     ]
     .into_iter()
+    // f32 training keeps no master copy: no empty entry in the legend.
+    .filter(|part| part.1 > 0.0)
     .map(|(label, value, color)| Segment {
         label: label.to_string(),
         value,
@@ -187,6 +189,9 @@ fn zero_table(input: &DpInput, v: &DpView) -> Html {
         "2: + gradients",
         "3 (FSDP): + weights",
     ];
+    // Every bar on the scale of DDP's (the capacity line marks it), so that the stages
+    // compare by length.
+    let ddp = v.stages.first().map_or(0.0, |r| r.states.total());
     let rows = v.stages.iter().map(|row| {
         let k = row.stage;
         let total = row.states.total();
@@ -199,7 +204,7 @@ fn zero_table(input: &DpInput, v: &DpView) -> Html {
                     { ", sends per step " }
                     <strong data-testid={format!("dp-sent-{k}")} data-value={row.sent.to_string()}>{ table::bytes(row.sent) }</strong>
                 </p>
-                <StackedBar id={format!("dp-bar-{k}")} segments={bar(row)} capacity={None::<(f64, String)>} />
+                <StackedBar id={format!("dp-bar-{k}")} segments={bar(row)} capacity={Some((ddp, "ZeRO 0 (DDP)".to_string()))} />
             </div>
         }
     });
