@@ -615,13 +615,61 @@ async function pipelinePage(browser) {
   await page.close();
 }
 
+async function dataParallel(browser) {
+  console.log('data-parallel');
+  const page = await open(browser, '/data-parallel');
+  await page.waitForSelector('[data-testid="dp-exposed"]', { timeout: 60000 });
+  const chapter = await page.$eval('[data-testid="chapter-link"]', (a) => a.getAttribute('href'));
+  check(chapter === 'book/data-parallel.html', `links the book chapter (${chapter})`);
+  // GPT-2 small: Ψ = L(12C² + 13C) + VC + TC + 2C.
+  const [L, C, T, V] = [12, 768, 1024, 50257];
+  const psi = L * (12 * C * C + 13 * C) + V * C + T * C + 2 * C;
+  check(await value(page, 'dp-params') === psi, `Ψ = L(12C² + 13C) + VC + TC + 2C = ${psi}`);
+  // Backward: the tied head costs V/(12C) of a block, then L blocks of 2 ms.
+  const layer = 2e-3;
+  const backward = layer * V / (12 * C) + L * layer;
+  check(close(await value(page, 'dp-backward'), backward, 1e-6), `backward = t(V/(12C) + L) = ${backward}`);
+  // Every f32 gradient is all-reduced once on a ring of 8 at 50 GB/s, α = 5 µs:
+  // Σ 2(n−1)α + 2(n−1)/n · S/β = buckets · 2(n−1)α + 2(n−1)/n · 4Ψ/β.
+  let n = 8;
+  const buckets = await value(page, 'dp-buckets');
+  const comm = buckets * 2 * (n - 1) * 5e-6 + 2 * (n - 1) / n * 4 * psi / 50e9;
+  check(close(await value(page, 'dp-comm'), comm, 1e-6), `all-reduce time = ${comm} s over ${buckets} buckets`);
+  const hidden = await value(page, 'dp-hidden');
+  check(hidden > 0 && hidden < 1, `part of the communication is hidden (${hidden})`);
+  check(await value(page, 'dp-exposed') > 0, 'the last bucket (the embeddings) is exposed');
+  check((await page.$$('[data-testid="dp-timeline"] rect')).length === L + 1 + buckets, 'one block per backward part and per bucket');
+  // ZeRO (f32 with AdamW, as brrr-dp): 16Ψ, 8Ψ + 8Ψ/n, 4Ψ + 12Ψ/n, 16Ψ/n per rank.
+  const mem = [16 * psi, 8 * psi + 8 * psi / n, 4 * psi + 12 * psi / n, 16 * psi / n];
+  for (let k = 0; k < 4; k++) {
+    check(close(await value(page, `dp-mem-${k}`), mem[k]), `ZeRO ${k}: ${mem[k]} bytes per rank`);
+  }
+  check(close(await value(page, 'dp-sent-0'), 2 * (n - 1) / n * 4 * psi), 'ZeRO 0 sends 2(n−1)/n · 4Ψ bytes');
+  check(close(await value(page, 'dp-sent-3'), 3 * (n - 1) / n * 4 * psi), 'ZeRO 3 sends 3(n−1)/n · 4Ψ bytes');
+  // A faster link hides more.
+  await setSize(page, 'dp-link', 400);
+  const faster = await waitValue(page, 'dp-hidden', (v) => v > hidden);
+  check(faster > hidden, `a 400 GB/s link hides more (${faster} > ${hidden})`);
+  await setSize(page, 'dp-link', 50);
+  await waitValue(page, 'dp-hidden', (v) => close(v, hidden));
+  // Four ranks: ZeRO 3 holds 16Ψ/4.
+  n = 4;
+  await setSize(page, 'dp-ranks', n);
+  const m3 = await waitValue(page, 'dp-mem-3', (v) => close(v, 16 * psi / n));
+  check(close(m3, 16 * psi / n), `four ranks: ZeRO 3 holds 16Ψ/4 (${m3})`);
+  await setSize(page, 'dp-ranks', 8);
+  await waitValue(page, 'dp-mem-3', (v) => close(v, 2 * psi));
+  await shot(page, 'data-parallel');
+  await page.close();
+}
+
 (async () => {
   fs.mkdirSync(shots, { recursive: true });
   const browser = await puppeteer.launch({ executablePath: CHROME, headless: true, args: FLAGS });
   try {
     const only = process.env.BRRR_E2E_ONLY;
     for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing], ['collectives', collectives],
-      ['mixed-precision', mixedPrecision], ['data-loading', dataLoading],
+      ['mixed-precision', mixedPrecision], ['data-loading', dataLoading], ['data-parallel', dataParallel],
       ['tensor-parallel', tensorParallel], ['pipeline', pipelinePage]]) {
       if (only && !only.split(',').includes(name)) {
         console.log(`${name}: SKIPPED (BRRR_E2E_ONLY=${only})`);

@@ -24,9 +24,16 @@
 //! - [`estimate_model_states`]: what `brrr-perf` predicts each rank holds.
 
 mod bucket;
+// The engine, its checkpoints and its flat layout run a model on a backend and write files
+// (brrr-train's atomic writes and brrr-tensor's host copies are native-only); the bucket
+// assignment, the memory estimate and the overlap measure are pure, so the web page uses
+// them on wasm32.
+#[cfg(not(target_arch = "wasm32"))]
 mod ckpt;
 mod config;
+#[cfg(not(target_arch = "wasm32"))]
 mod engine;
+#[cfg(not(target_arch = "wasm32"))]
 mod layout;
 mod memory;
 mod overlap;
@@ -35,9 +42,12 @@ pub use bucket::{
     Bucket, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES, assign_buckets, chunk_len,
     flat_offsets, padded_len, shard_range,
 };
+#[cfg(not(target_arch = "wasm32"))]
 pub use ckpt::{ShardHeader, shard_path};
 pub use config::DpConfig;
+#[cfg(not(target_arch = "wasm32"))]
 pub use engine::{DataParallel, StepReport};
+#[cfg(not(target_arch = "wasm32"))]
 pub use layout::{FlatLayout, ParamSlot, Pieces, Segment, segments};
 pub use memory::{estimate_model_states, padded_elems};
 pub use overlap::hidden_fraction;

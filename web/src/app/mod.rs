@@ -55,6 +55,9 @@ pub enum Route {
     /// [`PageId::Pipeline`].
     #[at("/pipeline")]
     Pipeline,
+    /// [`PageId::DataParallel`].
+    #[at("/data-parallel")]
+    DataParallel,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -76,6 +79,7 @@ impl Route {
             PageId::DataLoading => Route::DataLoading,
             PageId::TensorParallel => Route::TensorParallel,
             PageId::Pipeline => Route::Pipeline,
+            PageId::DataParallel => Route::DataParallel,
         }
     }
 }
@@ -95,6 +99,7 @@ pub fn render(route: Route) -> Html {
         Route::DataLoading => html! { <pages::data_loading::DataLoadingPage /> },
         Route::TensorParallel => html! { <pages::tensor_parallel::TensorParallelPage /> },
         Route::Pipeline => html! { <pages::pipeline::PipelinePage /> },
+        Route::DataParallel => html! { <pages::data_parallel::DataParallelPage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

@@ -5,6 +5,7 @@ pub mod chart;
 pub mod checkpointing;
 pub mod collectives;
 pub mod data_loading;
+pub mod data_parallel;
 pub mod input;
 pub mod kernels;
 pub mod memory;

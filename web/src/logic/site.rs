@@ -27,6 +27,8 @@ pub enum PageId {
     TensorParallel,
     /// Pipeline schedules from brrr-pp: timeline, bubble and memory.
     Pipeline,
+    /// Data parallelism (brrr-dp): bucket all-reduces under the backward, ZeRO memory.
+    DataParallel,
 }
 
 /// What the site says about a page.
@@ -47,7 +49,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 11] = [
+pub const PAGES: [PageInfo; 12] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -160,6 +162,16 @@ pub const PAGES: [PageInfo; 11] = [
         chapter: "pipeline-parallel.html",
         crates: &["brrr_pp"],
     },
+    PageInfo {
+        id: PageId::DataParallel,
+        path: "/data-parallel",
+        title: "Data parallelism",
+        blurb: "A model, a bucket size, ranks and link speed: the backward and each bucket's \
+                ring all-reduce on a timeline, the communication left exposed, and what one \
+                rank holds and sends under ZeRO stages 0 to 3.",
+        chapter: "data-parallel.html",
+        crates: &["brrr_dp", "brrr_perf"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -202,6 +214,7 @@ mod tests {
             PageId::DataLoading,
             PageId::TensorParallel,
             PageId::Pipeline,
+            PageId::DataParallel,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

@@ -3,6 +3,7 @@
 pub mod checkpointing;
 pub mod collectives;
 pub mod data_loading;
+pub mod data_parallel;
 pub mod kernels;
 pub mod landing;
 pub mod memory;
