@@ -446,6 +446,9 @@ pub struct Summary {
     pub mfu: Option<f64>,
     /// The peak MFU is measured against, or why there is none.
     pub peak: std::result::Result<MfuPeak, String>,
+    /// Where the checkpoint is, inside `out_dir` (one file, or a data-parallel run's
+    /// shards).
+    pub checkpoint: String,
 }
 
 impl fmt::Display for Summary {
@@ -490,8 +493,9 @@ impl fmt::Display for Summary {
         }
         writeln!(
             f,
-            "wrote:             {}/{{config.toml, metrics.csv, loss.svg, checkpoint.safetensors}}",
-            self.out_dir.display()
+            "wrote:             {}/{{config.toml, metrics.csv, loss.svg, {}}}",
+            self.out_dir.display(),
+            self.checkpoint
         )
     }
 }
@@ -889,6 +893,7 @@ fn finished_summary(dir: &Path, state: &TrainState) -> Summary {
         tokens_per_s: 0.0,
         mfu: None,
         peak: Err("nothing was trained".into()),
+        checkpoint: CHECKPOINT_FILE.into(),
     }
 }
 
@@ -1016,6 +1021,7 @@ impl CliObserver {
             tokens_per_s: tps,
             mfu,
             peak,
+            checkpoint: CHECKPOINT_FILE.into(),
         }
     }
 }

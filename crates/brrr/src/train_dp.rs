@@ -27,9 +27,14 @@ use std::sync::Arc;
 /// The checkpoint shards' directory inside a run directory.
 pub const SHARD_DIR: &str = "dp";
 
-/// Whether the flags ask for data parallelism.
+/// Whether the flags ask for data parallelism, or a launcher started several processes
+/// (`mpirun -np 4 brrr train` is four data-parallel ranks, as `torchrun` users expect,
+/// rather than four single-device runs writing the same directory).
 pub fn wants_dp(args: &TrainArgs) -> bool {
-    args.dp.is_some() || args.zero.is_some() || args.bucket_mb.is_some()
+    args.dp.is_some()
+        || args.zero.is_some()
+        || args.bucket_mb.is_some()
+        || LaunchEnv::from_env().is_ok_and(|e| e.launcher != Launcher::Single && e.world_size > 1)
 }
 
 /// The data-parallel layout the flags describe (`world` ranks).
@@ -320,6 +325,7 @@ fn summary(job: &Job, r: RankResult) -> Summary {
         tokens_per_s: r.tokens_per_s,
         mfu: None,
         peak: Err("not measured for data-parallel runs".into()),
+        checkpoint: format!("{SHARD_DIR}/dp-rank*-of{}.bin", job.dp.world),
     }
 }
 

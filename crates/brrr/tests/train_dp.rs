@@ -111,3 +111,70 @@ fn unsupported_combinations_are_refused() {
         .to_string();
     assert!(e.contains("--batch-size"), "{e}");
 }
+
+/// Plain `brrr train` started by a launcher on 2 processes is 2 data-parallel ranks
+/// (as `torchrun` users expect), not 2 single-device runs writing the same directory:
+/// it matches `--dp 2` in one process and reports its sharded checkpoint.
+#[test]
+fn a_launched_plain_train_is_data_parallel() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    train::run(&dp(args(d, "threads", 3), 2, 0)).unwrap();
+    let c = corpus(d);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_brrr"))
+        .args([
+            "launch",
+            "--transport",
+            "socket",
+            "--nproc",
+            "2",
+            "--",
+            "train",
+        ])
+        .args([
+            "--steps",
+            "3",
+            "--batch-size",
+            "4",
+            "--seq-len",
+            "16",
+            "--grad-accum",
+            "2",
+        ])
+        .args([
+            "--seed",
+            "7",
+            "--lr",
+            "3e-3",
+            "--warmup-steps",
+            "2",
+            "--eval-every",
+            "3",
+        ])
+        .args([
+            "--eval-batches",
+            "2",
+            "--preset",
+            "tiny",
+            "--n-layer",
+            "2",
+            "--n-head",
+            "2",
+        ])
+        .args(["--n-embd", "32", "--block-size", "16"])
+        .arg("--corpus")
+        .arg(&c)
+        .arg("--out")
+        .arg(d.join("launched"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("dp/dp-rank*-of2.bin"), "{stdout}");
+    assert!(d.join("launched/dp/dp-rank1-of2.bin").exists());
+    assert_eq!(losses(&d.join("threads")), losses(&d.join("launched")));
+}
