@@ -106,6 +106,10 @@ fn compare(rng: &mut impl Rng) -> Outcome {
             return Err(format!("{rows} positions, {} losses", got.len()));
         }
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            // Small losses are compared absolutely: f32 logits leave ~1e-6 of rounding.
+            if (g - w).abs() < 1e-5 {
+                continue;
+            }
             close(
                 &format!("position {i} of {rows}, V = {v} over {n} ranks"),
                 *g,
