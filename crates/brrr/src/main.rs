@@ -188,7 +188,12 @@ fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
             false => say(format_args!("{}", text.trim_end())),
         };
     }
-    print!("{}", train::run(args)?);
+    let summary = train::run(args)?;
+    // Under a launcher every rank returns the same summary; rank 0 speaks for the run.
+    let rank = brrr_collectives::env::LaunchEnv::from_env().map_or(0, |env| env.rank);
+    if rank == 0 {
+        print!("{summary}");
+    }
     Ok(())
 }
 

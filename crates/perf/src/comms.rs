@@ -28,7 +28,9 @@ use crate::error::{PerfError, Result, at_least_one, positive};
 use crate::specs::GpuSpec;
 use serde::Serialize;
 
-/// A collective operation.
+/// A collective operation, as the cost model sees it. `brrr_collectives` has its own
+/// enum for the runtime: the estimators stay free of runtime crates (and the runtime of
+/// plotting ones), and the CLI maps one onto the other where it compares them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Collective {
