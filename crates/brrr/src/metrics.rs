@@ -88,6 +88,23 @@ impl fmt::Display for Row {
 }
 
 impl Row {
+    /// The row of a step the training library reported, with the validation loss if the
+    /// step evaluated. Tokens/s is the step's own (`NaN` when it was not timed).
+    pub fn from_stats(s: &brrr_train::StepStats, val_loss: Option<f32>) -> Row {
+        Row {
+            step: s.step,
+            loss: s.loss,
+            val_loss,
+            lr: s.lr as f32,
+            grad_norm: s.grad_norm as f32,
+            tokens_per_s: s.tokens as f64 / s.seconds.unwrap_or(f64::NAN),
+            peak_bytes: Some(s.peak_bytes),
+            activation_bytes: Some(s.activation_peak_bytes),
+            loss_scale: s.loss_scale,
+            skipped: s.skipped,
+        }
+    }
+
     /// Parses one CSV line; `what` (file and line) goes into errors.
     fn parse(line: &str, what: &dyn fmt::Display) -> Result<Row> {
         let fields: Vec<&str> = line.split(',').collect();

@@ -1045,18 +1045,7 @@ impl Observer for CliObserver {
             self.timed_tokens += s.tokens;
             self.timed_secs += secs;
         }
-        self.metrics.append(&Row {
-            step: s.step,
-            loss: s.loss,
-            val_loss,
-            lr: s.lr as f32,
-            grad_norm: s.grad_norm as f32,
-            tokens_per_s,
-            peak_bytes: Some(s.peak_bytes),
-            activation_bytes: Some(s.activation_peak_bytes),
-            loss_scale: s.loss_scale,
-            skipped: s.skipped,
-        })?;
+        self.metrics.append(&Row::from_stats(s, val_loss))?;
         self.last_loss = Some(s.loss);
         self.skipped += u64::from(s.skipped);
         self.last_val = val_loss.or(self.last_val);

@@ -251,18 +251,7 @@ impl RunWriter {
     ) -> Result<()> {
         let secs = s.seconds.unwrap_or(f64::NAN);
         let tokens_per_s = s.tokens as f64 / secs;
-        self.metrics.append(&Row {
-            step: s.step,
-            loss: s.loss,
-            val_loss,
-            lr: s.lr as f32,
-            grad_norm: s.grad_norm as f32,
-            tokens_per_s,
-            peak_bytes: Some(s.peak_bytes),
-            activation_bytes: Some(s.activation_peak_bytes),
-            loss_scale: s.loss_scale,
-            skipped: s.skipped,
-        })?;
+        self.metrics.append(&Row::from_stats(s, val_loss))?;
         if let (Some(v), false) = (val_loss, quiet) {
             println!(
                 "step {:>6}  loss {:.4}  val {v:.4}  lr {:.2e}  |g| {:.3}  {tokens_per_s:.0} tok/s",
