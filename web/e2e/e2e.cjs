@@ -670,8 +670,7 @@ async function dataParallel(browser) {
     const only = process.env.BRRR_E2E_ONLY;
     for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing], ['collectives', collectives],
       ['mixed-precision', mixedPrecision], ['data-loading', dataLoading], ['data-parallel', dataParallel],
-      // Written against the pages' formulas but not yet run: enable with BRRR_E2E_NEW=1.
-      ...(process.env.BRRR_E2E_NEW ? [['tensor-parallel', tensorParallel], ['pipeline', pipelinePage]] : [])]) {
+      ['tensor-parallel', tensorParallel], ['pipeline', pipelinePage]]) {
       if (only && !only.split(',').includes(name)) {
         console.log(`${name}: SKIPPED (BRRR_E2E_ONLY=${only})`);
         continue;
