@@ -660,6 +660,15 @@ async function dataParallel(browser) {
   await setSize(page, 'dp-ranks', 8);
   await waitValue(page, 'dp-mem-3', (v) => close(v, 2 * psi));
   await shot(page, 'data-parallel');
+  // GPT-3 175B: 1.7e11 parameters overflow wasm32's usize offsets, so the page keeps the
+  // memory table and says why there is no timeline (it used to show only an error).
+  await page.select('[data-testid="dp-preset"]', 'gpt3-175b');
+  const big = await waitValue(page, 'dp-params', (v) => v > 1e11);
+  check(big > 1.7e11, `GPT-3 175B: Ψ = ${big}`);
+  const why = await page.$eval('[data-testid="banner-info"]', (e) => e.textContent);
+  check(why.includes('32-bit usize'), `no timeline, and why (${why.slice(0, 60)}…)`);
+  check(close(await value(page, 'dp-mem-3'), 16 * big / 8), 'its ZeRO-3 memory is still shown: 16Ψ/8');
+  check((await page.$$('[data-testid="banner-error"]')).length === 0, 'no error banner');
   await page.close();
 }
 

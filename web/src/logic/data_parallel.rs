@@ -214,8 +214,10 @@ pub struct StageRow {
 pub struct DpView {
     /// Parameters Ψ.
     pub params: f64,
-    /// The backward and the all-reduces.
-    pub timeline: Timeline,
+    /// The backward and the all-reduces, or why they cannot be drawn: on 32-bit wasm the
+    /// flat buffer's offsets (`usize`) stop at 4.29 G elements, so larger models get the
+    /// memory table without the timeline.
+    pub timeline: Result<Timeline, String>,
     /// Stages 0–3.
     pub stages: Vec<StageRow>,
 }
@@ -229,7 +231,10 @@ pub fn view(input: &DpInput) -> Result<DpView, String> {
             input.ranks
         ));
     }
-    let timeline = timeline(input, &cfg)?;
+    let timeline = match flat_buffer_overflow(&cfg)? {
+        Some(why) => Err(why),
+        None => Ok(timeline(input, &cfg)?),
+    };
     let params = cfg.params();
     let stages = (0..=3)
         .map(|stage| stage_row(input, params, stage))
@@ -239,6 +244,23 @@ pub fn view(input: &DpInput) -> Result<DpView, String> {
         timeline,
         stages,
     })
+}
+
+/// Why the model's parameters do not fit one flat buffer on this platform (brrr-dp's
+/// offsets are `usize`, 32 bits on wasm32), or `None` when they do.
+fn flat_buffer_overflow(cfg: &TransformerConfig) -> Result<Option<String>, String> {
+    let fits = parameters(cfg)?
+        .iter()
+        .try_fold(0usize, |a, p| a.checked_add(p.0))
+        .is_some();
+    Ok((!fits).then(|| {
+        format!(
+            "its {:.3e} parameters do not fit in one flat buffer indexed by this platform's \
+             {}-bit usize (brrr-dp's offsets); the memory table below holds all the same",
+            cfg.params(),
+            usize::BITS
+        )
+    }))
 }
 
 /// One stage's memory and traffic.
@@ -369,7 +391,7 @@ mod tests {
     fn buckets_follow_the_backward_and_queue() {
         let input = DpInput::default();
         let v = view(&input).unwrap();
-        let t = &v.timeline;
+        let t = v.timeline.as_ref().unwrap();
         // First bucket: ln_f and the last block's small tail reach 1 MiB; ready with h.11.
         assert!(t.comms.len() > 3);
         assert!(close(t.comms[0].ready, t.parts[1].end), "{:?}", t.comms[0]);
@@ -399,13 +421,14 @@ mod tests {
 
     #[test]
     fn a_fast_link_hides_all_but_the_last_bucket() {
-        let slow = view(&DpInput::default()).unwrap().timeline;
+        let slow = view(&DpInput::default()).unwrap().timeline.unwrap();
         let fast = view(&DpInput {
             link_gbs: 5000,
             ..DpInput::default()
         })
         .unwrap()
-        .timeline;
+        .timeline
+        .unwrap();
         assert!(fast.hidden > slow.hidden);
         assert!(fast.exposed < slow.exposed);
         // One rank: nothing to send.
@@ -414,7 +437,8 @@ mod tests {
             ..DpInput::default()
         })
         .unwrap()
-        .timeline;
+        .timeline
+        .unwrap();
         assert_eq!(one.comm_total, 0.0);
         assert_eq!(one.exposed, 0.0);
     }

@@ -7,7 +7,7 @@ use crate::app::components::{
 };
 use crate::app::util::edit;
 use crate::logic::data_parallel::{
-    DpInput, DpView, MAX_LAYERS, MAX_RANKS, StageRow, preset_options, view,
+    DpInput, DpView, MAX_LAYERS, MAX_RANKS, StageRow, Timeline, preset_options, view,
 };
 use crate::logic::site::PageId;
 use brrr_perf::table;
@@ -76,7 +76,18 @@ fn ms(s: f64) -> String {
 }
 
 fn results(input: &DpInput, v: &DpView) -> Html {
-    let t = &v.timeline;
+    let Ok(t) = &v.timeline else {
+        let why = v.timeline.as_ref().err().cloned().unwrap_or_default();
+        return html! {
+            <>
+                <div class="stats">
+                    <Stat label="Parameters Ψ" text={table::count(v.params)} value={v.params} id="dp-params" />
+                </div>
+                <Banner kind={BannerKind::Info}>{ format!("No bucket timeline for this model: {why}") }</Banner>
+                { zero_table(input, v) }
+            </>
+        };
+    };
     html! {
         <>
             <div class="stats">
@@ -90,7 +101,7 @@ fn results(input: &DpInput, v: &DpView) -> Html {
                 <Stat label="Hidden" text={table::percent(t.hidden)} value={t.hidden} id="dp-hidden" strong=true
                     note="share of communication time inside the backward" />
             </div>
-            { timeline(v) }
+            { timeline(t) }
             { zero_table(input, v) }
         </>
     }
@@ -111,8 +122,7 @@ fn lane_rect(x0: f64, x1: f64, y: f64, fill: &str, tip: String, label: &str) -> 
     }
 }
 
-fn timeline(v: &DpView) -> Html {
-    let t = &v.timeline;
+fn timeline(t: &Timeline) -> Html {
     let inner = WIDTH - LEFT - 8.0;
     let span = t.end.max(1e-12);
     let x = |s: f64| LEFT + s / span * inner;
