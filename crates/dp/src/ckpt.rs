@@ -13,7 +13,7 @@ use brrr_train::{ParamState, TrainState};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-const MAGIC: &[u8; 8] = b"BRRRDP1\n";
+pub(crate) const MAGIC: &[u8; 8] = b"BRRRDP1\n";
 
 /// What a shard file says about itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

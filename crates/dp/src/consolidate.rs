@@ -79,6 +79,31 @@ pub fn read_shard(path: &Path) -> Result<(ShardHeader, [Vec<f32>; 3])> {
     parse(path, &bytes)
 }
 
+/// Reads only the header of a shard file (its magic, length and JSON), not its arrays.
+pub fn read_shard_header(path: &Path) -> Result<ShardHeader> {
+    use std::io::Read;
+    let bad = |m: String| Error::file(path, m);
+    let mut f =
+        std::fs::File::open(path).map_err(|e| bad(format!("cannot open the shard: {e}")))?;
+    let size = f.metadata().map_err(|e| bad(e.to_string()))?.len();
+    let mut head = [0u8; 16];
+    f.read_exact(&mut head)
+        .map_err(|_| bad("not a brrr data-parallel shard (bad magic)".into()))?;
+    if &head[..8] != crate::ckpt::MAGIC {
+        return Err(bad("not a brrr data-parallel shard (bad magic)".into()));
+    }
+    let hlen = u64::from_le_bytes([
+        head[8], head[9], head[10], head[11], head[12], head[13], head[14], head[15],
+    ]);
+    if hlen > size - 16 {
+        return Err(bad("header runs past the end of the file".into()));
+    }
+    let mut json = vec![0u8; hlen as usize];
+    f.read_exact(&mut json)
+        .map_err(|e| bad(format!("cannot read the header: {e}")))?;
+    serde_json::from_slice(&json).map_err(|e| bad(format!("bad header: {e}")))
+}
+
 /// Errors unless `h` (from `path`, expected to be rank `rank`) belongs with `first`
 /// (rank 0's header): same run, same step, same layout.
 fn check_belongs(path: &Path, h: &ShardHeader, rank: usize, first: &ShardHeader) -> Result<()> {

@@ -51,7 +51,9 @@ pub use bucket::{
 pub use ckpt::{ShardHeader, shard_path};
 pub use config::DpConfig;
 #[cfg(not(target_arch = "wasm32"))]
-pub use consolidate::{consolidate, read_shard, shard_worlds, write_consolidated};
+pub use consolidate::{
+    consolidate, read_shard, read_shard_header, shard_worlds, write_consolidated,
+};
 #[cfg(not(target_arch = "wasm32"))]
 pub use engine::{DataParallel, StepReport};
 #[cfg(not(target_arch = "wasm32"))]
