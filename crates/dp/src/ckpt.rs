@@ -178,12 +178,10 @@ impl<B: Backend> DataParallel<B> {
                 name: s.name.clone(),
                 shape: s.dims.clone(),
                 value: brrr_backend::HostData::F32(p),
-                moments: (h.adamw_step > 0).then(|| {
-                    (
-                        brrr_backend::HostData::F32(m),
-                        brrr_backend::HostData::F32(v),
-                    )
-                }),
+                moments: (h.adamw_step > 0).then_some((
+                    brrr_backend::HostData::F32(m),
+                    brrr_backend::HostData::F32(v),
+                )),
             })
             .collect();
         Ok(TrainState {

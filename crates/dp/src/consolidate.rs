@@ -308,7 +308,7 @@ pub fn consolidate<B: Backend>(
             shape: slot.dims.clone(),
             value: HostData::F32(value),
             // A run that never updated has no moments (as a one-device checkpoint).
-            moments: (header.adamw_step > 0).then(|| (HostData::F32(m), HostData::F32(v))),
+            moments: (header.adamw_step > 0).then_some((HostData::F32(m), HostData::F32(v))),
         })
         .collect();
     Ok(TrainState {
