@@ -19,7 +19,11 @@
 //!   parameters are all-gathered. Stage 2 also frees each bucket's full gradients once
 //!   reduced. Stage 3 (FSDP) keeps only its chunk of the parameters too: each part of
 //!   the model (embeddings, every block, the final LayerNorm) is one bucket, gathered
-//!   before its forward and its backward and freed after.
+//!   before its forward and its backward and freed after. The next unit's all-gather is
+//!   prefetched: it runs on the communicator's thread while the current unit computes
+//!   ([`DataParallel::set_prefetch`]), so at most two blocks' parameters are gathered at
+//!   once and the peak grows by one block's parameters; the results are bitwise those
+//!   without prefetching.
 //! - [`DataParallel::save_shard`] / [`DataParallel::load_shard`]: sharded checkpoints;
 //!   [`consolidate`] turns a run's shards into one single-device [`brrr_train::TrainState`]
 //!   ([`write_consolidated`] writes it, atomically), which `brrr sample` and a one-device
