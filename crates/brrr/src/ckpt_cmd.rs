@@ -98,7 +98,11 @@ pub fn run_consolidate(args: &ConsolidateArgs) -> Result<ConsolidateReport> {
     let world = args
         .dp
         .map_or_else(|| brrr_dp::shard_worlds(&dir), |n| Ok(vec![n]))?;
-    let header = read_shard_header(&shard_path(&dir, 0, world[0]))?;
+    let world = world
+        .first()
+        .copied()
+        .ok_or_else(|| Error::file(&dir, "holds no data-parallel shards"))?;
+    let header = read_shard_header(&shard_path(&dir, 0, world))?;
     write_consolidated(&state, &out, args.force)?;
     Ok(ConsolidateReport {
         out,
