@@ -264,5 +264,11 @@ pub fn all() -> Vec<Exercise> {
             task: "one rank's model-state bytes at each ZeRO stage",
             check: data_parallel::zero_memory::check,
         },
+        Exercise {
+            chapter: DATA_PARALLEL,
+            module: "data_parallel::consolidate",
+            task: "each parameter's values from every rank's padded chunk of a bucket",
+            check: data_parallel::consolidate::check,
+        },
     ]
 }

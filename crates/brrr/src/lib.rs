@@ -25,6 +25,7 @@ pub mod atomic;
 pub mod bench;
 pub mod bench_collectives;
 pub mod ckpt;
+pub mod ckpt_cmd;
 pub mod data;
 pub mod launch;
 pub mod metrics;

@@ -49,6 +49,9 @@ enum Command {
     /// Pipeline parallelism: plan and draw a schedule, compare schedules measured.
     #[command(subcommand)]
     Pipeline(PipelineCommand),
+    /// Checkpoints: consolidate a data-parallel run's shards into one file.
+    #[command(subcommand)]
+    Ckpt(brrr::ckpt_cmd::CkptCommand),
 }
 
 #[derive(Subcommand)]
@@ -135,6 +138,7 @@ fn main() -> ExitCode {
             _ => perf_cmd::run_estimate(&args).map_err(other),
         },
         Command::Launch(args) => brrr::launch::run(&args),
+        Command::Ckpt(cmd) => brrr::ckpt_cmd::run(&cmd).and_then(|t| say(format_args!("{t}"))),
         Command::Bench(BenchCommand::Collectives(args)) => brrr::bench_collectives::run(&args)
             .and_then(|text| match text.is_empty() {
                 true => Ok(()),

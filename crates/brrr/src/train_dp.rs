@@ -314,6 +314,13 @@ fn summary(job: &Job, r: RankResult) -> Summary {
             r.report.peak_bytes,
             100.0 * r.mean_hidden
         );
+        if job.dp.zero == 3 {
+            eprintln!(
+                "ZeRO-3 all-gathers (rank 0, last step): {:.0}% of their time hidden behind \
+                 compute by prefetching the next block",
+                100.0 * r.report.gather_hidden_fraction()
+            );
+        }
     }
     Summary {
         out_dir: job.out_dir.clone(),

@@ -9,10 +9,11 @@
 use crate::engine::DataParallel;
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
+use brrr_train::{ParamState, TrainState};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-const MAGIC: &[u8; 8] = b"BRRRDP1\n";
+pub(crate) const MAGIC: &[u8; 8] = b"BRRRDP1\n";
 
 /// What a shard file says about itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +147,54 @@ impl<B: Backend> DataParallel<B> {
         self.data.set_position(&h.data_position)
     }
 
+    /// The whole run's state as one device would hold it, put together from every
+    /// rank's chunks with all-gathers (a collective: every rank calls it, and every rank
+    /// gets the same state). What [`crate::consolidate`] must reproduce from the files.
+    pub fn gather_state(&self) -> Result<TrainState> {
+        let chunks = self.state_chunks()?;
+        let n = self.layout.params.len();
+        let mut full: Vec<[Vec<f32>; 3]> = vec![Default::default(); n];
+        let mut at = 0;
+        for g in 0..self.groups.len() {
+            let bucket = &self.groups[g];
+            let c = crate::bucket::chunk_len(bucket.len(), self.dp.world);
+            for (k, array) in chunks.iter().enumerate() {
+                let whole = self.comm.all_gather(&array[at..at + c])?;
+                for i in bucket.params.clone() {
+                    let s = &self.layout.params[i];
+                    let r = s.offset - bucket.elems.start..s.offset - bucket.elems.start + s.numel;
+                    full[i][k] = whole[r].to_vec();
+                }
+            }
+            at += c;
+        }
+        let h = self.header(0);
+        let params = self
+            .layout
+            .params
+            .iter()
+            .zip(full)
+            .map(|(s, [p, m, v])| ParamState {
+                name: s.name.clone(),
+                shape: s.dims.clone(),
+                value: brrr_backend::HostData::F32(p),
+                moments: (h.adamw_step > 0).then_some((
+                    brrr_backend::HostData::F32(m),
+                    brrr_backend::HostData::F32(v),
+                )),
+            })
+            .collect();
+        Ok(TrainState {
+            config: self.config.clone(),
+            step: h.step,
+            adamw_step: h.adamw_step,
+            data_position: h.data_position,
+            data_fingerprint: h.data_fingerprint,
+            params,
+            loss_scaler: None,
+        })
+    }
+
     fn restore_chunks(&mut self, arrays: &[Vec<f32>; 3]) -> Result<()> {
         let n_params = self.layout.params.len();
         let mut moments: Vec<Option<(Tensor<B>, Tensor<B>)>> =
@@ -195,7 +244,7 @@ impl<B: Backend> DataParallel<B> {
     }
 }
 
-fn parse(path: &Path, bytes: &[u8]) -> Result<(ShardHeader, [Vec<f32>; 3])> {
+pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<(ShardHeader, [Vec<f32>; 3])> {
     let bad = |m: &str| Error::file(path, m.to_string());
     if bytes.len() < 16 || &bytes[..8] != MAGIC {
         return Err(bad("not a brrr data-parallel shard (bad magic)"));

@@ -34,6 +34,26 @@ pub struct StepReport {
     pub backward_span: (f64, f64),
     /// The fraction of the bucket collectives' time spent while the backward ran.
     pub hidden_fraction: f64,
+    /// Stage 3: seconds the parameter all-gathers took on the communicator's thread
+    /// (forward and backward, every micro-batch).
+    pub gather_seconds: f64,
+    /// Stage 3: of those, seconds the compute waited for them (each gather's wait,
+    /// capped at its duration): the part prefetching did not hide.
+    pub gather_exposed_seconds: f64,
+    /// Stage 3: the most blocks whose gathered parameters were on the device at once
+    /// during the forward and backward (2 with prefetching, 1 without).
+    pub max_blocks_gathered: usize,
+}
+
+impl StepReport {
+    /// Stage 3: the fraction of the all-gathers' time hidden behind compute,
+    /// `1 - exposed / total` (0 when nothing was gathered).
+    pub fn gather_hidden_fraction(&self) -> f64 {
+        match self.gather_seconds > 0.0 {
+            true => (1.0 - self.gather_exposed_seconds / self.gather_seconds).clamp(0.0, 1.0),
+            false => 0.0,
+        }
+    }
 }
 
 /// A rank's shard of one bucket (ZeRO stages 1-3).
@@ -49,6 +69,11 @@ pub(crate) struct GroupShard<B: Backend> {
 
 /// A bucket collective in flight: its bucket and its result with (start, end) times.
 type Pending = (usize, Handle<(Vec<f32>, f64, f64)>);
+
+/// Stage 3: a bucket's all-gather in flight on the communicator's thread: its bucket,
+/// and the gathered parameters already uploaded to the device (one tensor per
+/// parameter) with the gather's (start, end) times.
+type Gathering<B> = (usize, Handle<(Result<Vec<Tensor<B>>>, f64, f64)>);
 
 /// One rank of a data-parallel run (DDP, or ZeRO stage 1, 2 or 3).
 pub struct DataParallel<B: Backend> {
@@ -74,6 +99,10 @@ pub struct DataParallel<B: Backend> {
     pub(crate) tracer: Arc<Tracer>,
     pub(crate) origin: Instant,
     pub(crate) report: StepReport,
+    /// Stage 3: start each block's all-gather while the previous one computes.
+    pub(crate) prefetch: bool,
+    /// Stage 3: which buckets' full parameters are on the device now.
+    pub(crate) gathered: Vec<bool>,
 }
 
 impl<B: Backend> DataParallel<B> {
@@ -135,6 +164,8 @@ impl<B: Backend> DataParallel<B> {
             tracer: Arc::new(Tracer::disabled()),
             origin: Instant::now(),
             report: StepReport::default(),
+            prefetch: true,
+            gathered: Vec::new(),
         };
         me.make_shards()?;
         me.comm.reset_stats();
@@ -188,6 +219,13 @@ impl<B: Backend> DataParallel<B> {
     /// communicator's thread, the optimizer) into `tracer`.
     pub fn set_tracer(&mut self, tracer: Arc<Tracer>) {
         self.tracer = tracer;
+    }
+
+    /// Stage 3: whether the next block's all-gather runs while a block computes (on by
+    /// default). Prefetching hides the gathers behind compute at the cost of a second
+    /// block's parameters on the device; the results are the same bit for bit.
+    pub fn set_prefetch(&mut self, on: bool) {
+        self.prefetch = on;
     }
 
     /// The model (at stage 3 its parameters are empty between uses: see
@@ -347,17 +385,44 @@ impl<B: Backend> DataParallel<B> {
     ) -> Result<Tensor<B>> {
         let tracer = self.tracer.clone();
         let _s = tracer.span("forward");
-        let (embed_g, head_g) = (self.groups.len() - 1, 0);
-        self.gather_if_sharded(embed_g)?;
-        let mut x = self.model.embed_mb(mb, ids)?;
-        for l in 0..self.pieces.blocks.len() {
-            let g = self.block_group(l);
-            self.gather_if_sharded(g)?;
-            x = self.model.h[l].forward(mb, &x)?;
-            self.free_if_sharded(g)?;
+        if mb.0 == 0 {
+            self.report.gather_seconds = 0.0;
+            self.report.gather_exposed_seconds = 0.0;
+            self.report.max_blocks_gathered = 0;
         }
-        self.gather_if_sharded(head_g)?;
-        let losses = self.model.head_loss_mb(mb, &x, targets)?;
+        let (embed_g, head_g) = (self.groups.len() - 1, 0);
+        // The units in forward order: embeddings, blocks 0..L, head. While one computes,
+        // the next one's all-gather is in flight (with prefetching).
+        let n_blocks = self.pieces.blocks.len();
+        let order: Vec<usize> = std::iter::once(embed_g)
+            .chain((0..n_blocks).map(|l| self.block_group(l)))
+            .chain(std::iter::once(head_g))
+            .collect();
+        let first = self.start_gather(order[0])?;
+        self.land_gather(first)?;
+        let mut next = self.prefetch_start(order[1])?;
+        let mut x = {
+            let _s = tracer.span("forward embed");
+            self.model.embed_mb(mb, ids)?
+        };
+        // The embeddings stay: the head's projection is the tied wte.
+        next = self.late_start(next, order[1])?;
+        for l in 0..n_blocks {
+            let g = order[1 + l];
+            self.land_gather(next.take())?;
+            next = self.prefetch_start(order[2 + l])?;
+            x = {
+                let _s = tracer.span(format!("forward h.{l}"));
+                self.model.h[l].forward(mb, &x)?
+            };
+            self.free_if_sharded(g)?;
+            next = self.late_start(next, order[2 + l])?;
+        }
+        self.land_gather(next.take())?;
+        let losses = {
+            let _s = tracer.span("forward head");
+            self.model.head_loss_mb(mb, &x, targets)?
+        };
         self.free_if_sharded(head_g)?;
         self.free_if_sharded(embed_g)?;
         Ok(losses)
@@ -374,9 +439,17 @@ impl<B: Backend> DataParallel<B> {
     ) -> Result<(f64, f64)> {
         let start = self.now();
         let (embed_g, head_g) = (self.groups.len() - 1, 0);
-        // The head needs ln_f and the tied wte.
-        self.gather_if_sharded(embed_g)?;
-        self.gather_if_sharded(head_g)?;
+        let n_blocks = self.pieces.blocks.len();
+        // The head needs ln_f and the tied wte; the last block's gather follows them
+        // and runs while the head's backward computes.
+        let (e, h) = (self.start_gather(embed_g)?, self.start_gather(head_g)?);
+        let last = n_blocks.checked_sub(1).map(|l| self.block_group(l));
+        let mut next = match last {
+            Some(g) => self.prefetch_start(g)?,
+            None => None,
+        };
+        self.land_gather(e)?;
+        self.land_gather(h)?;
         let (head, embed) = (self.pieces.head.clone(), self.pieces.embed.clone());
         self.ensure_grads(head.clone())?;
         self.ensure_grads(embed.clone())?;
@@ -386,18 +459,28 @@ impl<B: Backend> DataParallel<B> {
         };
         self.free_if_sharded(head_g)?;
         self.free_if_sharded(embed_g)?;
+        if let Some(g) = last {
+            next = self.late_start(next, g)?;
+        }
         if let Some((p, l)) = &mut launch {
             self.launch_ready(head.start, p, l)?;
         }
-        for l in (0..self.pieces.blocks.len()).rev() {
+        for l in (0..n_blocks).rev() {
             let g = self.block_group(l);
-            self.gather_if_sharded(g)?;
+            self.land_gather(next.take())?;
+            let prev = l.checked_sub(1).map(|k| self.block_group(k));
+            if let Some(p) = prev {
+                next = self.prefetch_start(p)?;
+            }
             self.ensure_grads(self.pieces.blocks[l].clone())?;
             dx = {
                 let _s = self.tracer.span(format!("backward h.{l}"));
                 self.model.h[l].backward(mb, &dx)?
             };
             self.free_if_sharded(g)?;
+            if let Some(p) = prev {
+                next = self.late_start(next, p)?;
+            }
             if let Some((p, done)) = &mut launch {
                 self.launch_ready(self.pieces.blocks[l].start, p, done)?;
             }
@@ -636,19 +719,101 @@ impl<B: Backend> DataParallel<B> {
         Ok(())
     }
 
+    /// Stage 3: gathers bucket `g`'s parameters and waits for them (a no-op otherwise).
     fn gather_if_sharded(&mut self, g: usize) -> Result<()> {
+        let h = self.start_gather(g)?;
+        self.land_gather(h)
+    }
+
+    /// Stage 3: starts bucket `g`'s all-gather on the communicator's thread, which also
+    /// uploads the gathered parameters to the device; `None` at other stages. Every rank
+    /// starts the same gathers in the same order (among the bucket reduce-scatters,
+    /// which share the thread's queue), so the collectives match up.
+    fn start_gather(&mut self, g: usize) -> Result<Option<Gathering<B>>> {
         if self.dp.zero != 3 {
-            return Ok(());
+            return Ok(None);
         }
-        let tracer = self.tracer.clone();
-        let _s = tracer.span(format!("all-gather bucket {g}"));
         let chunk = self.shards[g]
             .param
             .as_ref()
             .ok_or_else(|| Error::invalid("dp", "stage 3 lost a parameter shard"))?
             .to_vec_f32()?;
-        let full = self.comm.all_gather(&chunk)?;
-        self.write_params(g, &full)
+        // From here until it is freed, the bucket's full parameters may be on the device
+        // (the communicator's thread uploads them as soon as they arrive).
+        if self.gathered.len() != self.groups.len() {
+            self.gathered = vec![false; self.groups.len()];
+        }
+        self.gathered[g] = true;
+        // Blocks are buckets 1..=L (0 is the head, the last the embeddings).
+        let blocks = (1..=self.pieces.blocks.len())
+            .filter(|&b| self.gathered[b])
+            .count();
+        self.report.max_blocks_gathered = self.report.max_blocks_gathered.max(blocks);
+        let bucket = self.groups[g].clone();
+        let slots = self.layout.params[bucket.params.clone()].to_vec();
+        let (backend, tracer, origin) = (self.backend.clone(), self.tracer.clone(), self.origin);
+        let h = self.comm.start(move |c| {
+            let _s = tracer.span(format!("all-gather bucket {g}"));
+            let t0 = origin.elapsed().as_secs_f64();
+            let full = c.all_gather(&chunk)?;
+            let base = bucket.elems.start;
+            let upload = slots
+                .iter()
+                .map(|s| {
+                    let r = s.offset - base..s.offset - base + s.numel;
+                    Tensor::from_f32(&backend, &full[r], s.dims.clone(), DType::F32)
+                })
+                .collect::<Result<Vec<_>>>();
+            Ok((upload, t0, origin.elapsed().as_secs_f64()))
+        })?;
+        Ok(Some((g, h)))
+    }
+
+    /// With prefetching, starts bucket `g`'s gather now, before the current unit
+    /// computes: the next unit's parameters arrive while it does (two blocks gathered
+    /// at once at most: the computing one and the next).
+    fn prefetch_start(&mut self, g: usize) -> Result<Option<Gathering<B>>> {
+        match self.prefetch {
+            true => self.start_gather(g),
+            false => Ok(None),
+        }
+    }
+
+    /// Without prefetching, starts bucket `g`'s gather only now that the current unit
+    /// is done (one block gathered at a time); with it, keeps `started`, the gather
+    /// [`Self::prefetch_start`] began.
+    fn late_start(
+        &mut self,
+        started: Option<Gathering<B>>,
+        g: usize,
+    ) -> Result<Option<Gathering<B>>> {
+        match self.prefetch {
+            true => Ok(started),
+            false => self.start_gather(g),
+        }
+    }
+
+    /// Waits for a gather and puts its parameters into the model; counts the time the
+    /// wait exposed and how many blocks are gathered now.
+    fn land_gather(&mut self, gathering: Option<Gathering<B>>) -> Result<()> {
+        let Some((g, h)) = gathering else {
+            return Ok(());
+        };
+        let waited = {
+            let _s = self.tracer.span(format!("wait all-gather bucket {g}"));
+            let t = Instant::now();
+            let out = h.wait();
+            (out, t.elapsed().as_secs_f64())
+        };
+        let ((tensors, t0, t1), waited) = (waited.0?, waited.1);
+        let r = self.groups[g].params.clone();
+        let ps = self.model.params_mut();
+        for (p, t) in ps.into_iter().skip(r.start).take(r.len()).zip(tensors?) {
+            p.value = t;
+        }
+        self.report.gather_seconds += t1 - t0;
+        self.report.gather_exposed_seconds += waited.min(t1 - t0);
+        Ok(())
     }
 
     fn free_if_sharded(&mut self, g: usize) -> Result<()> {
@@ -660,6 +825,9 @@ impl<B: Backend> DataParallel<B> {
 
     /// Drops bucket `g`'s full parameter values (stage 3 between uses).
     fn free_params(&mut self, g: usize) -> Result<()> {
+        if let Some(x) = self.gathered.get_mut(g) {
+            *x = false;
+        }
         let r = self.groups[g].params.clone();
         let backend = self.backend.clone();
         for p in self
@@ -704,9 +872,18 @@ impl<B: Backend> DataParallel<B> {
 
     /// Stage 3: gathers every parameter (for evaluation or sampling); a no-op otherwise.
     pub fn gather_all(&mut self) -> Result<()> {
+        // Gathering everything for evaluation is not part of a step's peak of blocks.
+        let (max, secs, exposed) = (
+            self.report.max_blocks_gathered,
+            self.report.gather_seconds,
+            self.report.gather_exposed_seconds,
+        );
         for g in 0..self.groups.len() {
             self.gather_if_sharded(g)?;
         }
+        self.report.max_blocks_gathered = max;
+        self.report.gather_seconds = secs;
+        self.report.gather_exposed_seconds = exposed;
         Ok(())
     }
 

@@ -19,8 +19,15 @@
 //!   parameters are all-gathered. Stage 2 also frees each bucket's full gradients once
 //!   reduced. Stage 3 (FSDP) keeps only its chunk of the parameters too: each part of
 //!   the model (embeddings, every block, the final LayerNorm) is one bucket, gathered
-//!   before its forward and its backward and freed after.
-//! - [`DataParallel::save_shard`] / [`DataParallel::load_shard`]: sharded checkpoints.
+//!   before its forward and its backward and freed after. The next unit's all-gather is
+//!   prefetched: it runs on the communicator's thread while the current unit computes
+//!   ([`DataParallel::set_prefetch`]), so at most two blocks' parameters are gathered at
+//!   once and the peak grows by one block's parameters; the results are bitwise those
+//!   without prefetching.
+//! - [`DataParallel::save_shard`] / [`DataParallel::load_shard`]: sharded checkpoints;
+//!   [`consolidate`] turns a run's shards into one single-device [`brrr_train::TrainState`]
+//!   ([`write_consolidated`] writes it, atomically), which `brrr sample` and a one-device
+//!   `brrr train --resume` read.
 //! - [`estimate_model_states`]: what `brrr-perf` predicts each rank holds.
 
 mod bucket;
@@ -31,6 +38,8 @@ mod bucket;
 #[cfg(not(target_arch = "wasm32"))]
 mod ckpt;
 mod config;
+#[cfg(not(target_arch = "wasm32"))]
+mod consolidate;
 #[cfg(not(target_arch = "wasm32"))]
 mod engine;
 #[cfg(not(target_arch = "wasm32"))]
@@ -45,6 +54,10 @@ pub use bucket::{
 #[cfg(not(target_arch = "wasm32"))]
 pub use ckpt::{ShardHeader, shard_path};
 pub use config::DpConfig;
+#[cfg(not(target_arch = "wasm32"))]
+pub use consolidate::{
+    consolidate, read_shard, read_shard_header, shard_worlds, write_consolidated,
+};
 #[cfg(not(target_arch = "wasm32"))]
 pub use engine::{DataParallel, StepReport};
 #[cfg(not(target_arch = "wasm32"))]
