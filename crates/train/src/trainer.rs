@@ -173,6 +173,12 @@ impl<B: Backend> Trainer<B> {
         self.tracer = Arc::new(tracer);
     }
 
+    /// [`Trainer::set_tracer`] with a tracer shared with others, e.g. a profiling backend
+    /// that records its op spans into the same trace, nested inside the phases.
+    pub fn set_shared_tracer(&mut self, tracer: Arc<Tracer>) {
+        self.tracer = tracer;
+    }
+
     /// The tracer given to [`Trainer::set_tracer`] (a disabled one by default).
     pub fn tracer(&self) -> &Tracer {
         &self.tracer

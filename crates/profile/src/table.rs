@@ -1,0 +1,249 @@
+//! Totals per op kind and the table of them, in the manner of PyTorch's
+//! `prof.key_averages().table()`: calls, time, share of the wall time, achieved rates, and
+//! the regime each kind runs in against a roofline.
+
+use crate::cost::OpCall;
+use brrr_perf::roofline::{OpCost, Regime, Roofline};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Running totals of one op kind.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpStats {
+    /// Calls recorded.
+    pub calls: u64,
+    /// Their summed time, microseconds.
+    pub total_us: f64,
+    /// Their summed FLOPs.
+    pub flops: u64,
+    /// Their summed minimum bytes.
+    pub bytes: u64,
+    /// Whether the kind is a matrix product.
+    pub matmul: bool,
+}
+
+impl OpStats {
+    /// Adds one call that took `dur_us`.
+    pub fn add(&mut self, call: &OpCall, dur_us: f64) {
+        self.calls += 1;
+        self.total_us += dur_us;
+        self.flops = self.flops.saturating_add(call.flops);
+        self.bytes = self.bytes.saturating_add(call.bytes);
+        self.matmul |= call.matmul;
+    }
+}
+
+/// The totals per op kind of a profiled run ([`crate::ProfiledBackend::profile`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Profile {
+    totals: BTreeMap<&'static str, OpStats>,
+}
+
+/// One row of the table: an op kind judged against a roofline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpRow {
+    /// The op kind.
+    pub kind: &'static str,
+    /// Its totals.
+    pub stats: OpStats,
+    /// Its share of the wall time the table is relative to (0..1).
+    pub share: f64,
+    /// Achieved FLOP/s: total FLOPs over total time.
+    pub flops_per_s: f64,
+    /// Achieved bytes/s (minimum bytes, so a lower bound on real traffic).
+    pub bytes_per_s: f64,
+    /// The regime by brrr-perf's classifier (`Roofline::classify`), or `None` where the
+    /// kind moved no bytes or took no measurable time.
+    pub regime: Option<Regime>,
+}
+
+impl Profile {
+    /// A profile from totals per kind.
+    pub fn from_totals(totals: BTreeMap<&'static str, OpStats>) -> Self {
+        Profile { totals }
+    }
+
+    /// The totals of one kind, if it was called.
+    pub fn get(&self, kind: &str) -> Option<&OpStats> {
+        self.totals.get(kind)
+    }
+
+    /// Every kind with its totals, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &OpStats)> {
+        self.totals.iter().map(|(k, v)| (*k, v))
+    }
+
+    /// Calls over all kinds.
+    pub fn total_calls(&self) -> u64 {
+        self.totals.values().map(|s| s.calls).sum()
+    }
+
+    /// Time over all kinds, microseconds.
+    pub fn total_us(&self) -> f64 {
+        self.totals.values().map(|s| s.total_us).sum()
+    }
+
+    /// The rows of the table, longest total time first. `wall_us` is what the shares are
+    /// relative to (the steps' wall time); `roofline` the ceilings the regimes are judged
+    /// against.
+    pub fn rows(&self, wall_us: f64, roofline: Option<&Roofline>) -> Vec<OpRow> {
+        let mut rows: Vec<OpRow> = self
+            .iter()
+            .map(|(kind, s)| {
+                let secs = s.total_us * 1e-6;
+                let rate = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };
+                let regime = roofline.and_then(|r| {
+                    let op = OpCost::new(kind, s.flops as f64, s.bytes as f64, s.matmul).ok()?;
+                    r.classify(&op, secs).ok().map(|c| c.regime)
+                });
+                OpRow {
+                    kind,
+                    stats: s.clone(),
+                    share: if wall_us > 0.0 {
+                        s.total_us / wall_us
+                    } else {
+                        0.0
+                    },
+                    flops_per_s: rate(s.flops),
+                    bytes_per_s: rate(s.bytes),
+                    regime,
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.stats
+                .total_us
+                .total_cmp(&a.stats.total_us)
+                .then(a.kind.cmp(b.kind))
+        });
+        rows
+    }
+
+    /// The table as text: one row per kind, then the ops' sum, the time outside ops and
+    /// the wall time. `wall_us` and `roofline` as in [`Profile::rows`]; `wall_label` names
+    /// what the wall time covers (e.g. `"10 steps"`).
+    pub fn table(&self, wall_us: f64, wall_label: &str, roofline: Option<&Roofline>) -> String {
+        let mut out = String::new();
+        let rule = "-".repeat(100);
+        let _ = writeln!(
+            out,
+            "{:<24} {:>8} {:>11} {:>10} {:>7} {:>10} {:>9}  {}",
+            "op", "calls", "total ms", "avg us", "% wall", "GFLOP/s", "GB/s", "regime"
+        );
+        let _ = writeln!(out, "{rule}");
+        for r in self.rows(wall_us, roofline) {
+            let avg = r.stats.total_us / r.stats.calls.max(1) as f64;
+            let gflops = if r.stats.flops > 0 {
+                format!("{:.2}", r.flops_per_s / 1e9)
+            } else {
+                "-".into()
+            };
+            let gbs = if r.stats.bytes > 0 {
+                format!("{:.2}", r.bytes_per_s / 1e9)
+            } else {
+                "-".into()
+            };
+            let regime = r.regime.map_or("-".to_string(), |g| g.to_string());
+            let _ = writeln!(
+                out,
+                "{:<24} {:>8} {:>11.3} {:>10.2} {:>6.1}% {:>10} {:>9}  {}",
+                r.kind,
+                r.stats.calls,
+                r.stats.total_us / 1e3,
+                avg,
+                r.share * 100.0,
+                gflops,
+                gbs,
+                regime
+            );
+        }
+        let ops = self.total_us();
+        let pct = |us: f64| {
+            if wall_us > 0.0 {
+                100.0 * us / wall_us
+            } else {
+                0.0
+            }
+        };
+        let _ = writeln!(out, "{rule}");
+        let _ = writeln!(
+            out,
+            "{:<24} {:>8} {:>11.3} {:>10} {:>6.1}%",
+            "ops",
+            self.total_calls(),
+            ops / 1e3,
+            "",
+            pct(ops)
+        );
+        let outside = (wall_us - ops).max(0.0);
+        let _ = writeln!(
+            out,
+            "{:<24} {:>8} {:>11.3} {:>10} {:>6.1}%",
+            "outside ops",
+            "",
+            outside / 1e3,
+            "",
+            pct(outside)
+        );
+        let _ = writeln!(
+            out,
+            "{:<24} {:>8} {:>11.3}",
+            format!("wall ({wall_label})"),
+            "",
+            wall_us / 1e3
+        );
+        if let Some(r) = roofline {
+            let _ = writeln!(
+                out,
+                "regimes against {}: {:.1} GFLOP/s, {:.1} GB/s (ridge {:.1} FLOP/byte)",
+                r.label,
+                r.peak_flops / 1e9,
+                r.bandwidth / 1e9,
+                r.ridge()
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brrr_backend::DType;
+
+    fn call(kind: &'static str, flops: u64, bytes: u64) -> OpCall {
+        OpCall {
+            kind,
+            dtype: DType::F32,
+            shape: String::new(),
+            flops,
+            bytes,
+            matmul: kind == "gemm",
+        }
+    }
+
+    #[test]
+    fn rows_rate_share_and_regime() {
+        let mut totals = BTreeMap::new();
+        let mut g = OpStats::default();
+        // 1 GFLOP in 10 ms = 100 GFLOP/s against a 100 GFLOP/s peak: compute-bound.
+        g.add(&call("gemm", 1_000_000_000, 1000), 10_000.0);
+        totals.insert("gemm", g);
+        let mut a = OpStats::default();
+        // 1 MB in 1 ms = 1 GB/s against 10 GB/s: overhead-bound.
+        a.add(&call("binary", 1000, 1_000_000), 1_000.0);
+        totals.insert("binary", a);
+        let p = Profile::from_totals(totals);
+        let roof = Roofline::new("test", 100e9, 10e9).unwrap();
+        let rows = p.rows(20_000.0, Some(&roof));
+        assert_eq!(rows[0].kind, "gemm");
+        assert!((rows[0].flops_per_s - 100e9).abs() < 1.0);
+        assert!((rows[0].share - 0.5).abs() < 1e-12);
+        assert_eq!(rows[0].regime, Some(Regime::Compute));
+        assert_eq!(rows[1].regime, Some(Regime::Overhead));
+        let t = p.table(20_000.0, "1 step", Some(&roof));
+        assert!(t.contains("outside ops"), "{t}");
+        assert!(t.contains("compute-bound"), "{t}");
+        assert_eq!(p.total_calls(), 2);
+    }
+}
