@@ -93,7 +93,12 @@ impl<B: Backend> ProfiledBackend<B> {
     /// The totals per op kind recorded so far (by this handle and all its clones).
     pub fn profile(&self) -> Profile {
         let totals = self.shared.totals.lock().unwrap_or_else(|e| e.into_inner());
-        Profile::from_totals(totals.clone())
+        Profile::from_totals(
+            totals
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        )
     }
 
     /// Forgets the totals recorded so far (spans already in the tracer stay), e.g. after

@@ -36,14 +36,14 @@ impl OpStats {
 /// The totals per op kind of a profiled run ([`crate::ProfiledBackend::profile`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Profile {
-    totals: BTreeMap<&'static str, OpStats>,
+    totals: BTreeMap<String, OpStats>,
 }
 
 /// One row of the table: an op kind judged against a roofline.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpRow {
     /// The op kind.
-    pub kind: &'static str,
+    pub kind: String,
     /// Its totals.
     pub stats: OpStats,
     /// Its share of the wall time the table is relative to (0..1).
@@ -59,8 +59,53 @@ pub struct OpRow {
 
 impl Profile {
     /// A profile from totals per kind.
-    pub fn from_totals(totals: BTreeMap<&'static str, OpStats>) -> Self {
+    pub fn from_totals(totals: BTreeMap<String, OpStats>) -> Self {
         Profile { totals }
+    }
+
+    /// The op spans of a Chrome trace written by [`crate::ProfiledBackend`] (category `op`,
+    /// `args` with `flops` and `bytes`) that lie inside the spans named `window` (e.g. the
+    /// trainer's `step`), skipping the first `skip` windows (warm-up: the first step
+    /// allocates and faults in its memory). Returns the totals and the windows' summed
+    /// duration in microseconds, what the shares are relative to. `gemm` counts as a
+    /// matrix product.
+    pub fn from_chrome_trace(trace: &serde_json::Value, window: &str, skip: usize) -> (Self, f64) {
+        let events = trace["traceEvents"].as_array().map_or(&[][..], |v| &v[..]);
+        let span = |e: &serde_json::Value| Some((e["ts"].as_f64()?, e["dur"].as_f64()?));
+        let mut windows: Vec<(f64, f64)> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["name"] == window)
+            .filter_map(span)
+            .collect();
+        windows.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let windows = windows.split_off(skip.min(windows.len()));
+        // Windows do not overlap (steps run one after another): the only candidate is the
+        // last one starting at or before `ts`.
+        let inside = |ts: f64| {
+            let i = windows.partition_point(|(s, _)| *s <= ts);
+            i > 0 && ts <= windows[i - 1].0 + windows[i - 1].1
+        };
+        let mut totals: BTreeMap<String, OpStats> = BTreeMap::new();
+        for e in events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "op") {
+            let (Some((ts, dur)), Some(kind)) = (span(e), e["name"].as_str()) else {
+                continue;
+            };
+            if !inside(ts) {
+                continue;
+            }
+            let s = totals.entry(kind.to_string()).or_default();
+            s.calls += 1;
+            s.total_us += dur;
+            s.flops = s
+                .flops
+                .saturating_add(e["args"]["flops"].as_u64().unwrap_or(0));
+            s.bytes = s
+                .bytes
+                .saturating_add(e["args"]["bytes"].as_u64().unwrap_or(0));
+            s.matmul |= kind == "gemm";
+        }
+        let wall = windows.iter().map(|(_, d)| d).sum();
+        (Profile { totals }, wall)
     }
 
     /// The totals of one kind, if it was called.
@@ -69,8 +114,8 @@ impl Profile {
     }
 
     /// Every kind with its totals, in name order.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &OpStats)> {
-        self.totals.iter().map(|(k, v)| (*k, v))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &OpStats)> {
+        self.totals.iter().map(|(k, v)| (k.as_str(), v))
     }
 
     /// Calls over all kinds.
@@ -97,7 +142,7 @@ impl Profile {
                     r.classify(&op, secs).ok().map(|c| c.regime)
                 });
                 OpRow {
-                    kind,
+                    kind: kind.to_string(),
                     stats: s.clone(),
                     share: if wall_us > 0.0 {
                         s.total_us / wall_us
@@ -114,7 +159,7 @@ impl Profile {
             b.stats
                 .total_us
                 .total_cmp(&a.stats.total_us)
-                .then(a.kind.cmp(b.kind))
+                .then(a.kind.cmp(&b.kind))
         });
         rows
     }
@@ -228,11 +273,11 @@ mod tests {
         let mut g = OpStats::default();
         // 1 GFLOP in 10 ms = 100 GFLOP/s against a 100 GFLOP/s peak: compute-bound.
         g.add(&call("gemm", 1_000_000_000, 1000), 10_000.0);
-        totals.insert("gemm", g);
+        totals.insert("gemm".to_string(), g);
         let mut a = OpStats::default();
         // 1 MB in 1 ms = 1 GB/s against 10 GB/s: overhead-bound.
         a.add(&call("binary", 1000, 1_000_000), 1_000.0);
-        totals.insert("binary", a);
+        totals.insert("binary".to_string(), a);
         let p = Profile::from_totals(totals);
         let roof = Roofline::new("test", 100e9, 10e9).unwrap();
         let rows = p.rows(20_000.0, Some(&roof));

@@ -184,3 +184,34 @@ fn results_are_bitwise_those_of_the_plain_backend() {
     assert_eq!(weights(&plain), weights(&profiled));
     assert!(profiled_backend.profile().total_calls() > 0);
 }
+
+/// The table from the trace, restricted to the steps after the first, agrees with the
+/// backend's own totals over the same steps.
+#[test]
+fn the_trace_gives_the_same_totals_inside_the_steps() {
+    let cfg = config();
+    let tracer = Arc::new(Tracer::new());
+    let backend = ProfiledBackend::with_tracer(CpuBackend::new(), tracer.clone()).unwrap();
+    let mut t = trainer(&backend, &cfg);
+    t.set_shared_tracer(tracer.clone());
+    t.step_blocking().unwrap();
+    backend.reset();
+    t.step_blocking().unwrap();
+    t.step_blocking().unwrap();
+    let direct = backend.profile();
+    let (from_trace, wall_us) =
+        brrr_profile::Profile::from_chrome_trace(&tracer.to_chrome_value(), "step", 1);
+    assert_eq!(direct.total_calls(), from_trace.total_calls());
+    for (kind, s) in direct.iter() {
+        let o = from_trace.get(kind).unwrap();
+        assert_eq!(
+            (s.calls, s.flops, s.bytes),
+            (o.calls, o.flops, o.bytes),
+            "{kind}"
+        );
+    }
+    assert!(wall_us >= from_trace.total_us() && from_trace.total_us() > 0.0);
+    let roof = brrr_perf::roofline::Roofline::new("test", 100e9, 10e9).unwrap();
+    let table = from_trace.table(wall_us, "2 steps", Some(&roof));
+    assert!(table.contains("gemm") && table.contains("adamw"), "{table}");
+}
