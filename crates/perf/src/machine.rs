@@ -370,7 +370,7 @@ impl fmt::Display for MeasuredFmaPeak {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "measured {} FMA loop: {:.1} GFLOP/s on 1 thread, {:.1} GFLOP/s on {} threads",
+            "measured {} loop: {:.1} GFLOP/s on 1 thread, {:.1} GFLOP/s on {} threads",
             self.isa,
             self.single_thread_flops / 1e9,
             self.all_threads_flops / 1e9,
