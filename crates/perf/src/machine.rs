@@ -432,9 +432,12 @@ mod fma_kernels {
     }
 }
 
+/// A timed FMA loop: `iters` iterations of [`FMA_CHAINS`] vector FMAs.
+type FmaLoop = fn(u64) -> f32;
+
 /// The FMA loop this CPU can run: `(isa, lanes, loop)`, or `None` where there is no vector
 /// FMA kernel for the platform (x86 without AVX2+FMA, wasm32, others).
-fn fma_kernel() -> Option<(&'static str, u32, fn(u64) -> f32)> {
+fn fma_kernel() -> Option<(&'static str, u32, FmaLoop)> {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
@@ -528,17 +531,19 @@ pub fn measure_cpu_fma_peak_with_clock(
 }
 
 /// Runs `kernel(iters)` on `threads` threads at once (the calling thread when 1).
-fn run_fma_threads(kernel: fn(u64) -> f32, iters: u64, threads: usize) {
-    if threads <= 1 {
-        std::hint::black_box(kernel(std::hint::black_box(iters)));
+fn run_fma_threads(kernel: FmaLoop, iters: u64, threads: usize) {
+    #[cfg(not(target_arch = "wasm32"))]
+    if threads > 1 {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(move || std::hint::black_box(kernel(std::hint::black_box(iters))));
+            }
+        });
         return;
     }
-    #[cfg(not(target_arch = "wasm32"))]
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(move || std::hint::black_box(kernel(std::hint::black_box(iters))));
-        }
-    });
+    // wasm32 has no threads: one loop stands for all.
+    let _ = threads;
+    std::hint::black_box(kernel(std::hint::black_box(iters)));
 }
 
 /// The FP32 peak "% of peak" and MFU on the CPU divide by: the measured all-thread FMA

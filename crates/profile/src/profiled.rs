@@ -178,24 +178,18 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
         self.inner.same_device(&other.inner)
     }
 
-    fn copy_to_device(
-        &self,
-        src: &Self::Buffer,
-        dst: &Self,
-    ) -> impl Future<Output = Result<Self::Buffer>> {
-        async move {
-            let t0 = self.now();
-            let out = self.inner.copy_to_device(src, &dst.inner).await?;
-            let dur = (self.now() - t0).max(0.0);
-            let call = OpCall::memory(
-                "copy_to_device",
-                self.dt(src),
-                format!("n={}", self.n(src)),
-                self.bytes(src).saturating_mul(2),
-            );
-            self.record(t0, dur, call);
-            Ok(out)
-        }
+    async fn copy_to_device(&self, src: &Self::Buffer, dst: &Self) -> Result<Self::Buffer> {
+        let t0 = self.now();
+        let out = self.inner.copy_to_device(src, &dst.inner).await?;
+        let dur = (self.now() - t0).max(0.0);
+        let call = OpCall::memory(
+            "copy_to_device",
+            self.dt(src),
+            format!("n={}", self.n(src)),
+            self.bytes(src).saturating_mul(2),
+        );
+        self.record(t0, dur, call);
+        Ok(out)
     }
 
     fn supports(&self, dtype: DType) -> bool {
@@ -248,16 +242,14 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
         })
     }
 
-    fn read(&self, buf: &Self::Buffer) -> impl Future<Output = Result<HostData>> {
-        async move {
-            let t0 = self.now();
-            let out = self.inner.read(buf).await?;
-            let dur = (self.now() - t0).max(0.0);
-            let (dtype, n) = (self.dt(buf), self.n(buf));
-            let call = OpCall::memory("read", dtype, format!("n={n}"), bytes_of(dtype, n));
-            self.record(t0, dur, call);
-            Ok(out)
-        }
+    async fn read(&self, buf: &Self::Buffer) -> Result<HostData> {
+        let t0 = self.now();
+        let out = self.inner.read(buf).await?;
+        let dur = (self.now() - t0).max(0.0);
+        let (dtype, n) = (self.dt(buf), self.n(buf));
+        let call = OpCall::memory("read", dtype, format!("n={n}"), bytes_of(dtype, n));
+        self.record(t0, dur, call);
+        Ok(out)
     }
 
     fn synchronize(&self) -> impl Future<Output = Result<()>> {

@@ -172,8 +172,8 @@ impl Profile {
         let rule = "-".repeat(100);
         let _ = writeln!(
             out,
-            "{:<24} {:>8} {:>11} {:>10} {:>7} {:>10} {:>9}  {}",
-            "op", "calls", "total ms", "avg us", "% wall", "GFLOP/s", "GB/s", "regime"
+            "{:<24} {:>8} {:>11} {:>10} {:>7} {:>10} {:>9}  regime",
+            "op", "calls", "total ms", "avg us", "% wall", "GFLOP/s", "GB/s"
         );
         let _ = writeln!(out, "{rule}");
         for r in self.rows(wall_us, roofline) {
