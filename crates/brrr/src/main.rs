@@ -307,7 +307,11 @@ fn bench_gemm_cpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
     say(format_args!(
         "nominal peak: {}{}",
         peak.nominal,
-        if peak.measured { "" } else { " (used: nothing measured)" }
+        if peak.measured {
+            ""
+        } else {
+            " (used: nothing measured)"
+        }
     ))?;
     say(format_args!(""))?;
     say(format_args!(

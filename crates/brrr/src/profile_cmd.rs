@@ -99,7 +99,11 @@ pub fn roofline_for(info: &BackendInfo) -> (Option<Roofline>, Option<String>) {
         let peak = brrr_perf::machine::cpu_fp32_peak_measured();
         let bandwidth = brrr_perf::machine::measure_cpu_bandwidth();
         let mut line = match &peak.measurement {
-            Some(m) => format!("fp32 peak: {m}"),
+            Some(m) => format!(
+                "fp32 peak: {m}\n            (one thread's rate implies {:.2} GHz with {} FMA units per core)",
+                m.implied_clock_ghz(peak.nominal.fma_units_per_core),
+                peak.nominal.fma_units_per_core
+            ),
             None => "fp32 peak: no FMA loop could be timed here".to_string(),
         };
         let _ = write!(

@@ -1,4 +1,5 @@
-//! "This machine": the CPU's theoretical FP32 peak and a quick memory-bandwidth probe.
+//! "This machine": the CPU's theoretical FP32 peak, its measured FMA throughput
+//! ([`measure_cpu_fma_peak`], [`cpu_fp32_peak_measured`]) and a quick memory-bandwidth probe.
 //!
 //! The peak is the textbook product
 //!
@@ -565,7 +566,7 @@ impl CpuPeakChoice {
     pub fn describe(&self) -> String {
         match &self.measurement {
             Some(m) if self.measured => format!(
-                "fp32 peak of this CPU measured by an {} FMA loop on {} threads (brrr_perf::machine)",
+                "fp32 peak of this CPU measured by a vector FMA loop ({}) on {} threads (brrr_perf::machine)",
                 m.isa, m.threads
             ),
             _ => "fp32 peak of this CPU at its nominal clock, the fallback: no FMA loop could be timed (brrr_perf::machine)".into(),
@@ -574,8 +575,14 @@ impl CpuPeakChoice {
 }
 
 /// Measures the CPU's FMA throughput and picks it over the nominal peak (see
-/// [`CpuPeakChoice`]).
+/// [`CpuPeakChoice`]). Measured once per process (about a quarter of a second, on the
+/// first call), so that every figure of a run divides by the same peak.
 pub fn cpu_fp32_peak_measured() -> CpuPeakChoice {
+    static PEAK: std::sync::OnceLock<CpuPeakChoice> = std::sync::OnceLock::new();
+    PEAK.get_or_init(measure_peak_choice).clone()
+}
+
+fn measure_peak_choice() -> CpuPeakChoice {
     let nominal = cpu_fp32_peak();
     let measurement = measure_cpu_fma_peak();
     match measurement {
