@@ -88,8 +88,15 @@ pub fn report(trace: &serde_json::Value, info: &BackendInfo, synchronized: bool)
     let _ = writeln!(out);
     let label = format!("{} step(s)", steps - skip);
     out.push_str(&profile.table(wall_us, &label, roofline.as_ref()));
+    // As PyTorch's `group_by_input_shape`: which of the model's products is the slow one.
+    let (by_shape, _) = Profile::from_chrome_trace_by_shape(trace, "step", skip);
+    let _ = writeln!(out, "\nthe {TOP_SHAPES} longest by op and shape:\n");
+    out.push_str(&by_shape.top_table(TOP_SHAPES, wall_us, roofline.as_ref()));
     out
 }
+
+/// Rows of the by-shape table.
+const TOP_SHAPES: usize = 10;
 
 /// The roofline the regimes are judged against, and a line describing the CPU's peak:
 /// on the CPU its measured FMA peak (nominal as the fallback) and STREAM-triad

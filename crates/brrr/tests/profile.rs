@@ -73,9 +73,13 @@ fn profile_prints_the_table_and_traces_ops_inside_phases() {
         "gemm",
         "adamw",
         "% wall",
+        "longest by op and shape",
     ] {
         assert!(text.contains(needle), "no {needle:?} in:\n{text}");
     }
+    // The by-shape table names products as `gemm BATCHxMxNxK tt dtype`.
+    let by_shape = |l: &str| l.starts_with("gemm ") && l.contains('x') && l.contains(" f32 ");
+    assert!(text.lines().any(by_shape), "{text}");
     assert!(text.contains("regimes against this CPU"), "{text}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();

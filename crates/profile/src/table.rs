@@ -66,10 +66,34 @@ impl Profile {
     /// The op spans of a Chrome trace written by [`crate::ProfiledBackend`] (category `op`,
     /// `args` with `flops` and `bytes`) that lie inside the spans named `window` (e.g. the
     /// trainer's `step`), skipping the first `skip` windows (warm-up: the first step
-    /// allocates and faults in its memory). Returns the totals and the windows' summed
-    /// duration in microseconds, what the shares are relative to. `gemm` counts as a
-    /// matrix product.
+    /// allocates and faults in its memory). Returns the totals per op kind and the
+    /// windows' summed duration in microseconds, what the shares are relative to. `gemm`
+    /// counts as a matrix product.
     pub fn from_chrome_trace(trace: &serde_json::Value, window: &str, skip: usize) -> (Self, f64) {
+        Self::from_trace_grouped(trace, window, skip, |kind, _| kind.to_string())
+    }
+
+    /// [`Profile::from_chrome_trace`] with one entry per op kind *and shape* (`gemm
+    /// 1x2048x384x128 nn`), as PyTorch's `key_averages(group_by_input_shape=True)`: which
+    /// GEMM of the model is the slow one.
+    pub fn from_chrome_trace_by_shape(
+        trace: &serde_json::Value,
+        window: &str,
+        skip: usize,
+    ) -> (Self, f64) {
+        Self::from_trace_grouped(trace, window, skip, |kind, args| {
+            let shape = args["shape"].as_str().unwrap_or("?");
+            let dtype = args["dtype"].as_str().unwrap_or("?");
+            format!("{kind} {shape} {dtype}")
+        })
+    }
+
+    fn from_trace_grouped(
+        trace: &serde_json::Value,
+        window: &str,
+        skip: usize,
+        key: impl Fn(&str, &serde_json::Value) -> String,
+    ) -> (Self, f64) {
         let events = trace["traceEvents"].as_array().map_or(&[][..], |v| &v[..]);
         let span = |e: &serde_json::Value| Some((e["ts"].as_f64()?, e["dur"].as_f64()?));
         let mut windows: Vec<(f64, f64)> = events
@@ -93,15 +117,12 @@ impl Profile {
             if !inside(ts) {
                 continue;
             }
-            let s = totals.entry(kind.to_string()).or_default();
+            let args = &e["args"];
+            let s = totals.entry(key(kind, args)).or_default();
             s.calls += 1;
             s.total_us += dur;
-            s.flops = s
-                .flops
-                .saturating_add(e["args"]["flops"].as_u64().unwrap_or(0));
-            s.bytes = s
-                .bytes
-                .saturating_add(e["args"]["bytes"].as_u64().unwrap_or(0));
+            s.flops = s.flops.saturating_add(args["flops"].as_u64().unwrap_or(0));
+            s.bytes = s.bytes.saturating_add(args["bytes"].as_u64().unwrap_or(0));
             s.matmul |= kind == "gemm";
         }
         let wall = windows.iter().map(|(_, d)| d).sum();
@@ -168,39 +189,11 @@ impl Profile {
     /// the wall time. `wall_us` and `roofline` as in [`Profile::rows`]; `wall_label` names
     /// what the wall time covers (e.g. `"10 steps"`).
     pub fn table(&self, wall_us: f64, wall_label: &str, roofline: Option<&Roofline>) -> String {
-        let mut out = String::new();
-        let rule = "-".repeat(100);
-        let _ = writeln!(
-            out,
-            "{:<24} {:>8} {:>11} {:>10} {:>7} {:>10} {:>9}  regime",
-            "op", "calls", "total ms", "avg us", "% wall", "GFLOP/s", "GB/s"
-        );
-        let _ = writeln!(out, "{rule}");
-        for r in self.rows(wall_us, roofline) {
-            let avg = r.stats.total_us / r.stats.calls.max(1) as f64;
-            let gflops = if r.stats.flops > 0 {
-                format!("{:.2}", r.flops_per_s / 1e9)
-            } else {
-                "-".into()
-            };
-            let gbs = if r.stats.bytes > 0 {
-                format!("{:.2}", r.bytes_per_s / 1e9)
-            } else {
-                "-".into()
-            };
-            let regime = r.regime.map_or("-".to_string(), |g| g.to_string());
-            let _ = writeln!(
-                out,
-                "{:<24} {:>8} {:>11.3} {:>10.2} {:>6.1}% {:>10} {:>9}  {}",
-                r.kind,
-                r.stats.calls,
-                r.stats.total_us / 1e3,
-                avg,
-                r.share * 100.0,
-                gflops,
-                gbs,
-                regime
-            );
+        let rows = self.rows(wall_us, roofline);
+        let width = name_width(&rows);
+        let mut out = header(width);
+        for r in &rows {
+            write_row(&mut out, r, width);
         }
         let ops = self.total_us();
         let pct = |us: f64| {
@@ -210,10 +203,10 @@ impl Profile {
                 0.0
             }
         };
-        let _ = writeln!(out, "{rule}");
+        let _ = writeln!(out, "{}", "-".repeat(width + 76));
         let _ = writeln!(
             out,
-            "{:<24} {:>8} {:>11.3} {:>10} {:>6.1}%",
+            "{:<width$} {:>8} {:>11.3} {:>10} {:>6.1}%",
             "ops",
             self.total_calls(),
             ops / 1e3,
@@ -223,7 +216,7 @@ impl Profile {
         let outside = (wall_us - ops).max(0.0);
         let _ = writeln!(
             out,
-            "{:<24} {:>8} {:>11.3} {:>10} {:>6.1}%",
+            "{:<width$} {:>8} {:>11.3} {:>10} {:>6.1}%",
             "outside ops",
             "",
             outside / 1e3,
@@ -232,7 +225,7 @@ impl Profile {
         );
         let _ = writeln!(
             out,
-            "{:<24} {:>8} {:>11.3}",
+            "{:<width$} {:>8} {:>11.3}",
             format!("wall ({wall_label})"),
             "",
             wall_us / 1e3
@@ -249,6 +242,60 @@ impl Profile {
         }
         out
     }
+
+    /// The `n` entries with the longest total time, as the rows of [`Profile::table`]
+    /// without its sums (for a profile by shape, whose entries are many).
+    pub fn top_table(&self, n: usize, wall_us: f64, roofline: Option<&Roofline>) -> String {
+        let mut rows = self.rows(wall_us, roofline);
+        rows.truncate(n);
+        let width = name_width(&rows);
+        let mut out = header(width);
+        for r in &rows {
+            write_row(&mut out, r, width);
+        }
+        out
+    }
+}
+
+/// The name column's width: the longest name, at least 24.
+fn name_width(rows: &[OpRow]) -> usize {
+    rows.iter()
+        .map(|r| r.kind.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(24)
+}
+
+fn header(width: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<width$} {:>8} {:>11} {:>10} {:>7} {:>10} {:>9}  regime",
+        "op", "calls", "total ms", "avg us", "% wall", "GFLOP/s", "GB/s"
+    );
+    let _ = writeln!(out, "{}", "-".repeat(width + 76));
+    out
+}
+
+fn write_row(out: &mut String, r: &OpRow, width: usize) {
+    let avg = r.stats.total_us / r.stats.calls.max(1) as f64;
+    let rate = |count: u64, per_s: f64| match count {
+        0 => "-".to_string(),
+        _ => format!("{:.2}", per_s / 1e9),
+    };
+    let regime = r.regime.map_or("-".to_string(), |g| g.to_string());
+    let _ = writeln!(
+        out,
+        "{:<width$} {:>8} {:>11.3} {:>10.2} {:>6.1}% {:>10} {:>9}  {}",
+        r.kind,
+        r.stats.calls,
+        r.stats.total_us / 1e3,
+        avg,
+        r.share * 100.0,
+        rate(r.stats.flops, r.flops_per_s),
+        rate(r.stats.bytes, r.bytes_per_s),
+        regime
+    );
 }
 
 #[cfg(test)]

@@ -215,3 +215,28 @@ fn the_trace_gives_the_same_totals_inside_the_steps() {
     let table = from_trace.table(wall_us, "2 steps", Some(&roof));
     assert!(table.contains("gemm") && table.contains("adamw"), "{table}");
 }
+
+/// Grouped by shape, the GEMMs split into the model's distinct products, whose calls and
+/// FLOPs add up to the per-kind totals.
+#[test]
+fn by_shape_splits_the_gemms_and_adds_up() {
+    let cfg = config();
+    let tracer = Arc::new(Tracer::new());
+    let backend = ProfiledBackend::with_tracer(CpuBackend::new(), tracer.clone()).unwrap();
+    let mut t = trainer(&backend, &cfg);
+    t.set_shared_tracer(tracer.clone());
+    t.step_blocking().unwrap();
+    let trace = tracer.to_chrome_value();
+    let (kinds, _) = brrr_profile::Profile::from_chrome_trace(&trace, "step", 0);
+    let (shapes, wall) = brrr_profile::Profile::from_chrome_trace_by_shape(&trace, "step", 0);
+    let gemms: Vec<_> = shapes
+        .iter()
+        .filter(|(k, _)| k.starts_with("gemm "))
+        .collect();
+    assert!(gemms.len() > 3, "{gemms:?}");
+    let g = kinds.get("gemm").unwrap();
+    assert_eq!(gemms.iter().map(|(_, s)| s.calls).sum::<u64>(), g.calls);
+    assert_eq!(gemms.iter().map(|(_, s)| s.flops).sum::<u64>(), g.flops);
+    let top = shapes.top_table(3, wall, None);
+    assert_eq!(top.lines().count(), 2 + 3, "{top}");
+}
