@@ -91,7 +91,15 @@ pub fn report(trace: &serde_json::Value, info: &BackendInfo, synchronized: bool)
     // As PyTorch's `group_by_input_shape`: which of the model's products is the slow one.
     let (by_shape, _) = Profile::from_chrome_trace_by_shape(trace, "step", skip);
     let _ = writeln!(out, "\nthe {TOP_SHAPES} longest by op and shape:\n");
-    out.push_str(&by_shape.top_table(TOP_SHAPES, wall_us, roofline.as_ref()));
+    out.push_str(&by_shape.top_table(TOP_SHAPES, wall_us, roofline.as_ref(), "op"));
+    // As `record_function` ranges: each phase's wall time, the ops inside it and their
+    // rates (no regime: a phase mixes ops of every kind).
+    let (phases, _) = Profile::phases_from_chrome_trace(trace, "step", skip);
+    let _ = writeln!(
+        out,
+        "\nby phase of the step (rates: of the ops inside it):\n"
+    );
+    out.push_str(&phases.top_table(usize::MAX, wall_us, None, "phase"));
     out
 }
 

@@ -74,6 +74,9 @@ fn profile_prints_the_table_and_traces_ops_inside_phases() {
         "adamw",
         "% wall",
         "longest by op and shape",
+        "by phase of the step",
+        "zero_grad",
+        "backward",
     ] {
         assert!(text.contains(needle), "no {needle:?} in:\n{text}");
     }

@@ -88,6 +88,50 @@ impl Profile {
         })
     }
 
+    /// The phases of the windows (the host spans inside each `window` span after the
+    /// first `skip`, e.g. the trainer's `forward`, `backward`, `clip`, `adamw`), as
+    /// PyTorch's table shows `record_function` ranges: per phase name, its occurrences as
+    /// `calls`, their summed wall time as `total_us`, and the FLOPs and bytes of the op
+    /// spans inside them. Returns them and the windows' summed duration.
+    pub fn phases_from_chrome_trace(
+        trace: &serde_json::Value,
+        window: &str,
+        skip: usize,
+    ) -> (Self, f64) {
+        let events = trace["traceEvents"].as_array().map_or(&[][..], |v| &v[..]);
+        let windows = windows_of(events, window, skip);
+        let inside = |ts: f64| innermost(&windows, ts).is_some();
+        let mut phases: Vec<(f64, f64, &str)> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == "cpu" && e["name"] != window)
+            .filter_map(|e| Some((e["ts"].as_f64()?, e["dur"].as_f64()?, e["name"].as_str()?)))
+            .filter(|(ts, _, _)| inside(*ts))
+            .collect();
+        phases.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut totals: BTreeMap<String, OpStats> = BTreeMap::new();
+        for (_, dur, name) in &phases {
+            let s = totals.entry(name.to_string()).or_default();
+            s.calls += 1;
+            s.total_us += dur;
+        }
+        let spans: Vec<(f64, f64)> = phases.iter().map(|(t, d, _)| (*t, *d)).collect();
+        for e in events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "op") {
+            let Some(ts) = e["ts"].as_f64() else { continue };
+            let Some(i) = innermost(&spans, ts) else {
+                continue;
+            };
+            let s = totals.entry(phases[i].2.to_string()).or_default();
+            s.flops = s
+                .flops
+                .saturating_add(e["args"]["flops"].as_u64().unwrap_or(0));
+            s.bytes = s
+                .bytes
+                .saturating_add(e["args"]["bytes"].as_u64().unwrap_or(0));
+        }
+        let wall = windows.iter().map(|(_, d)| d).sum();
+        (Profile { totals }, wall)
+    }
+
     fn from_trace_grouped(
         trace: &serde_json::Value,
         window: &str,
@@ -96,19 +140,8 @@ impl Profile {
     ) -> (Self, f64) {
         let events = trace["traceEvents"].as_array().map_or(&[][..], |v| &v[..]);
         let span = |e: &serde_json::Value| Some((e["ts"].as_f64()?, e["dur"].as_f64()?));
-        let mut windows: Vec<(f64, f64)> = events
-            .iter()
-            .filter(|e| e["ph"] == "X" && e["name"] == window)
-            .filter_map(span)
-            .collect();
-        windows.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let windows = windows.split_off(skip.min(windows.len()));
-        // Windows do not overlap (steps run one after another): the only candidate is the
-        // last one starting at or before `ts`.
-        let inside = |ts: f64| {
-            let i = windows.partition_point(|(s, _)| *s <= ts);
-            i > 0 && ts <= windows[i - 1].0 + windows[i - 1].1
-        };
+        let windows = windows_of(events, window, skip);
+        let inside = |ts: f64| innermost(&windows, ts).is_some();
         let mut totals: BTreeMap<String, OpStats> = BTreeMap::new();
         for e in events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "op") {
             let (Some((ts, dur)), Some(kind)) = (span(e), e["name"].as_str()) else {
@@ -191,7 +224,7 @@ impl Profile {
     pub fn table(&self, wall_us: f64, wall_label: &str, roofline: Option<&Roofline>) -> String {
         let rows = self.rows(wall_us, roofline);
         let width = name_width(&rows);
-        let mut out = header(width);
+        let mut out = header(width, "op");
         for r in &rows {
             write_row(&mut out, r, width);
         }
@@ -244,17 +277,44 @@ impl Profile {
     }
 
     /// The `n` entries with the longest total time, as the rows of [`Profile::table`]
-    /// without its sums (for a profile by shape, whose entries are many).
-    pub fn top_table(&self, n: usize, wall_us: f64, roofline: Option<&Roofline>) -> String {
+    /// without its sums (for a profile by shape, whose entries are many, or by phase),
+    /// under a first column named `what` (`op`, `phase`).
+    pub fn top_table(
+        &self,
+        n: usize,
+        wall_us: f64,
+        roofline: Option<&Roofline>,
+        what: &str,
+    ) -> String {
         let mut rows = self.rows(wall_us, roofline);
         rows.truncate(n);
         let width = name_width(&rows);
-        let mut out = header(width);
+        let mut out = header(width, what);
         for r in &rows {
             write_row(&mut out, r, width);
         }
         out
     }
+}
+
+/// The `(ts, dur)` of the complete events named `window`, in time order, without the
+/// first `skip`.
+fn windows_of(events: &[serde_json::Value], window: &str, skip: usize) -> Vec<(f64, f64)> {
+    let mut windows: Vec<(f64, f64)> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] == window)
+        .filter_map(|e| Some((e["ts"].as_f64()?, e["dur"].as_f64()?)))
+        .collect();
+    windows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    windows.split_off(skip.min(windows.len()))
+}
+
+/// The index of the span of `spans` (sorted by start, not overlapping: steps and the
+/// phases of a step run one after another) that contains `ts`: the only candidate is the
+/// last one starting at or before it.
+fn innermost(spans: &[(f64, f64)], ts: f64) -> Option<usize> {
+    let i = spans.partition_point(|(s, _)| *s <= ts);
+    (i > 0 && ts <= spans[i - 1].0 + spans[i - 1].1).then(|| i - 1)
 }
 
 /// The name column's width: the longest name, at least 24.
@@ -266,12 +326,12 @@ fn name_width(rows: &[OpRow]) -> usize {
         .max(24)
 }
 
-fn header(width: usize) -> String {
+fn header(width: usize, what: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<width$} {:>8} {:>11} {:>10} {:>7} {:>10} {:>9}  regime",
-        "op", "calls", "total ms", "avg us", "% wall", "GFLOP/s", "GB/s"
+        "{what:<width$} {:>8} {:>11} {:>10} {:>7} {:>10} {:>9}  regime",
+        "calls", "total ms", "avg us", "% wall", "GFLOP/s", "GB/s"
     );
     let _ = writeln!(out, "{}", "-".repeat(width + 76));
     out

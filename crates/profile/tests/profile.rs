@@ -237,6 +237,42 @@ fn by_shape_splits_the_gemms_and_adds_up() {
     let g = kinds.get("gemm").unwrap();
     assert_eq!(gemms.iter().map(|(_, s)| s.calls).sum::<u64>(), g.calls);
     assert_eq!(gemms.iter().map(|(_, s)| s.flops).sum::<u64>(), g.flops);
-    let top = shapes.top_table(3, wall, None);
+    let top = shapes.top_table(3, wall, None, "op");
     assert_eq!(top.lines().count(), 2 + 3, "{top}");
+}
+
+/// Per phase: every op of the steps lies in one of the trainer's phases, and the phases'
+/// wall time fits in the steps'.
+#[test]
+fn every_op_of_a_step_falls_in_a_phase() {
+    let cfg = config();
+    let tracer = Arc::new(Tracer::new());
+    let backend = ProfiledBackend::with_tracer(CpuBackend::new(), tracer.clone()).unwrap();
+    let mut t = trainer(&backend, &cfg);
+    t.set_shared_tracer(tracer.clone());
+    t.step_blocking().unwrap();
+    t.step_blocking().unwrap();
+    let trace = tracer.to_chrome_value();
+    let (kinds, wall) = brrr_profile::Profile::from_chrome_trace(&trace, "step", 1);
+    let (phases, wall2) = brrr_profile::Profile::phases_from_chrome_trace(&trace, "step", 1);
+    assert_eq!(wall, wall2);
+    // Every op's FLOPs and bytes are attributed to a phase.
+    let sum = |p: &brrr_profile::Profile| {
+        p.iter()
+            .fold((0, 0), |(f, b), (_, s)| (f + s.flops, b + s.bytes))
+    };
+    assert_eq!(sum(&phases), sum(&kinds));
+    assert_eq!(phases.get("forward").unwrap().calls, 1);
+    for phase in [
+        "zero_grad",
+        "forward",
+        "backward",
+        "clip",
+        "adamw",
+        "read back",
+    ] {
+        assert!(phases.get(phase).is_some(), "no {phase}");
+    }
+    assert!(phases.get("forward").unwrap().flops > 0);
+    assert!(phases.total_us() <= wall, "{} > {wall}", phases.total_us());
 }
