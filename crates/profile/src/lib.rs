@@ -32,7 +32,12 @@
 //! # }
 //! ```
 //!
-//! The `brrr` CLI uses it for `brrr train --profile`.
+//! When the ops' spans share a tracer with the code around them (the trainer's
+//! `forward`, `backward`, `adamw`, ... spans: `brrr_train::Trainer::set_shared_tracer`),
+//! the trace itself can be cut up: [`Profile::from_chrome_trace`] totals the ops inside
+//! chosen spans (the steps after a warm-up), [`Profile::from_chrome_trace_by_shape`] per
+//! op and shape, and [`Profile::phases_from_chrome_trace`] per phase. The `brrr` CLI prints
+//! all three for `brrr train --profile`.
 
 #![warn(missing_docs)]
 
