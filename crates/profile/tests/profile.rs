@@ -171,7 +171,29 @@ fn a_disabled_tracer_is_refused() {
 
 #[test]
 fn results_are_bitwise_those_of_the_plain_backend() {
-    let cfg = config();
+    let p = bitwise_same(config());
+    assert!(p.get("adamw").is_some() && p.get("adamw_master").is_none());
+}
+
+/// Mixed precision goes through the other optimizer kernel, casts and the loss scaler's
+/// kernels: those are forwarded unchanged too.
+#[test]
+fn fp16_results_are_bitwise_those_of_the_plain_backend() {
+    let mut cfg = config();
+    cfg.amp = brrr_amp::AmpConfig::new(brrr_amp::AmpMode::Fp16);
+    let p = bitwise_same(cfg);
+    for kind in [
+        "adamw_master",
+        "cast",
+        "unscale_check_finite",
+        "update_loss_scale",
+    ] {
+        assert!(p.get(kind).is_some_and(|s| s.calls > 0), "no {kind}");
+    }
+}
+
+/// Trains `cfg` on the plain and the profiled CPU backend; returns the profile.
+fn bitwise_same(cfg: TrainConfig) -> brrr_profile::Profile {
     let mut plain = trainer(&CpuBackend::new(), &cfg);
     let profiled_backend = ProfiledBackend::new(CpuBackend::new());
     let mut profiled = trainer(&profiled_backend, &cfg);
@@ -183,6 +205,7 @@ fn results_are_bitwise_those_of_the_plain_backend() {
     }
     assert_eq!(weights(&plain), weights(&profiled));
     assert!(profiled_backend.profile().total_calls() > 0);
+    profiled_backend.profile()
 }
 
 /// The table from the trace, restricted to the steps after the first, agrees with the
