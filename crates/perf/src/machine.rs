@@ -436,6 +436,10 @@ mod fma_kernels {
 /// A timed FMA loop: `iters` iterations of [`FMA_CHAINS`] vector FMAs.
 type FmaLoop = fn(u64) -> f32;
 
+// Checked with rustc 1.95 (`--emit asm`) at opt-level 1 (the dev profile) and 3: the
+// AVX2 loop's body is 12 `vfmadd213ps` on ymm registers and a counter, no loads or stores,
+// and it ran at 3.1–3.2 GHz × 8 lanes × 2 × 2 pipes on an AMD EPYC (2.45 GHz nominal).
+
 /// The FMA loop this CPU can run: `(isa, lanes, loop)`, or `None` where there is no vector
 /// FMA kernel for the platform (x86 without AVX2+FMA, wasm32, others).
 fn fma_kernel() -> Option<(&'static str, u32, FmaLoop)> {
