@@ -251,6 +251,20 @@ mod tests {
     }
 
     #[test]
+    fn row_kernels_count_per_element_and_per_row() {
+        let s = softmax("softmax", 3, 10, DType::F32, DType::F32);
+        assert_eq!((s.flops, s.bytes), (5 * 30, 2 * 4 * 30));
+        // bf16 activations, f32 γ/β: x and y in 2 bytes, γ and β in 4, mean and rstd f32.
+        let l = layernorm(3, 10, DType::BF16, DType::F32);
+        assert_eq!(l.flops, 8 * 30);
+        assert_eq!(l.bytes, 2 * 2 * 30 + 2 * 4 * 10 + 2 * 4 * 3);
+        let ce = cross_entropy(4, 256, DType::F32, DType::F32);
+        assert_eq!(ce.flops, 4 * 4 * 256);
+        assert_eq!(ce.bytes, 4 * 4 * 256 + 4 * 4 + 4 * 4);
+        assert_eq!(ce.shape, "rows=4 vocab=256");
+    }
+
+    #[test]
     fn broadcast_dimensions_are_read_once() {
         let full = Layout::contiguous(vec![4, 8]);
         assert_eq!(distinct_elements(&full), 32);
