@@ -36,7 +36,9 @@ struct Shared {
 /// whole execution, but the device can no longer overlap one op with the next launch,
 /// so a profiled step is somewhat slower than a plain one. On the CPU backend ops are
 /// synchronous and the wait costs nothing. On wasm32 nothing may block, so there the
-/// times are launch times (see [`ProfiledBackend::synchronizes_each_op`]).
+/// times are launch times (see [`ProfiledBackend::synchronizes_each_op`]). An error that
+/// the synchronisation reports (an asynchronous device fault) is returned by the op it
+/// followed, which is where it is most useful.
 #[derive(Clone, Debug)]
 pub struct ProfiledBackend<B: Backend> {
     inner: B,
