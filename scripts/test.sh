@@ -176,7 +176,7 @@ step "mpi (scripts/test-mpi.sh)" bash scripts/test-mpi.sh
 # nextest does not run doctests.
 step "doctests" cargo test --workspace --doc
 step "wasm32 build" cargo build --target wasm32-unknown-unknown \
-    -p brrr-backend -p brrr-cpu -p brrr-tensor -p brrr-nn -p brrr-perf
+    -p brrr-backend -p brrr-cpu -p brrr-tensor -p brrr-nn -p brrr-perf -p brrr-profile
 step "wgpu (scripts/test-wgpu.sh)" wgpu
 # The book (mdbook build, test, links, generated pages) and the exercises both ways.
 step "book (scripts/test-book.sh)" bash scripts/test-book.sh

@@ -30,6 +30,7 @@ pub mod data;
 pub mod launch;
 pub mod metrics;
 pub mod numerics;
+pub mod profile_cmd;
 pub mod recompute;
 pub mod sample;
 pub mod train;

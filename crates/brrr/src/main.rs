@@ -304,12 +304,24 @@ fn run_bench_overhead(_: &BenchOverheadArgs) -> brrr_backend::Result<()> {
 
 fn bench_gemm_cpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
     let backend = brrr_cpu::CpuBackend::new();
-    let peak = brrr_perf::machine::cpu_fp32_peak();
+    // "% peak" against the measured FMA throughput; the nominal clock's peak as fallback.
+    let peak = brrr_perf::machine::cpu_fp32_peak_measured();
     say(format_args!(
         "backend: cpu ({})",
         brrr_backend::Backend::info(&backend).device
     ))?;
-    say(format_args!("fp32 peak: {peak}"))?;
+    if let Some(m) = &peak.measurement {
+        say(format_args!("fp32 peak: {m}"))?;
+    }
+    say(format_args!(
+        "nominal peak: {}{}",
+        peak.nominal,
+        if peak.measured {
+            ""
+        } else {
+            " (used: nothing measured)"
+        }
+    ))?;
     say(format_args!(""))?;
     say(format_args!(
         "{:>6}  {:>10}  {:>9}  {:>7}",

@@ -165,6 +165,11 @@ pub struct TrainArgs {
     /// Write a Chrome trace (open it in Perfetto) of every step's phases to this file.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Time every op (synchronising after each) and print a table per op kind at the
+    /// end: calls, time, share of the steps, GFLOP/s, GB/s and regime (brrr-profile).
+    /// With --trace the trace holds the op spans too.
+    #[arg(long, conflicts_with_all = ["tp", "dp", "pp", "schedule", "micro_batches"])]
+    pub profile: bool,
     /// Activation recomputation: none, every:K (keep every K-th block's input), sqrt
     /// (√n groups, Chen et al. 2016), selective (recompute attention's scores only,
     /// Korthikanti et al. 2022) or budget:BYTES (the least recomputation within BYTES
@@ -513,10 +518,11 @@ pub struct MfuPeak {
 /// rule PyTorch's defaults give the reference run in `bench/torch_reference.py`.
 pub fn mfu_peak(info: &brrr_backend::BackendInfo) -> std::result::Result<MfuPeak, String> {
     if info.name == "cpu" {
-        let p = brrr_perf::machine::cpu_fp32_peak();
+        // The FMA throughput measured now; the nominal clock's peak where none can be.
+        let p = brrr_perf::machine::cpu_fp32_peak_measured();
         return Ok(MfuPeak {
             flops: p.flops,
-            what: "fp32 peak of this CPU at its nominal clock (brrr_perf::machine)".into(),
+            what: p.describe(),
         });
     }
     // `BackendInfo::device` is "NAME (details)"; only the name identifies the GPU.
@@ -541,6 +547,9 @@ pub fn run(args: &TrainArgs) -> Result<Summary> {
     }
     if crate::train_dp::wants_dp(args) {
         return crate::train_dp::run(args);
+    }
+    if args.profile {
+        return crate::profile_cmd::run(args);
     }
     match args.backend {
         BackendKind::Cpu => run_with(CpuBackend::new(), args),
@@ -583,6 +592,20 @@ struct Plan {
 
 /// `brrr train` on backend `B`: checks everything, then trains.
 pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
+    let tracer = args
+        .trace
+        .is_some()
+        .then(|| std::sync::Arc::new(Tracer::new()));
+    run_with_tracer(backend, args, tracer)
+}
+
+/// [`run_with`], recording the phases into `tracer` when given (shared with a profiling
+/// backend that records its op spans there); written to `--trace` when that is given.
+pub fn run_with_tracer<B: Backend>(
+    backend: B,
+    args: &TrainArgs,
+    tracer: Option<std::sync::Arc<Tracer>>,
+) -> Result<Summary> {
     let is_cpu = backend.info().name == "cpu";
     let Some(plan) = plan(args, is_cpu)? else {
         let dir = args.resume.clone().unwrap_or_default();
@@ -590,8 +613,8 @@ pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
         return Ok(finished_summary(&dir, &state));
     };
     let mut trainer = make_trainer(&backend, &plan)?;
-    if args.trace.is_some() {
-        trainer.set_tracer(Tracer::new());
+    if let Some(tracer) = tracer {
+        trainer.set_shared_tracer(tracer);
     }
     prepare_out_dir(&plan)?;
     let mut obs = CliObserver::new(&plan, args.quiet)?;

@@ -8,7 +8,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`specs`] | GPU spec table (V100 … B200, L4, RTX 4090) and "this machine" |
-//! | [`machine`] | the CPU's theoretical FP32 peak and a bandwidth probe |
+//! | [`machine`] | the CPU's theoretical FP32 peak, its measured FMA throughput, and a bandwidth probe |
 //! | [`roofline`] | arithmetic intensity of ops, predicted time and regime, measured-time classifier, tile/wave quantization |
 //! | [`memory`] | parameters, model states under ZeRO, activations (Korthikanti et al.), per-GPU breakdown |
 //! | [`flops`] | 6ND, attention term, Megatron's formula, time-to-train, MFU/HFU, tokens/s ↔ FLOP/s |

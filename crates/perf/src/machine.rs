@@ -1,4 +1,5 @@
-//! "This machine": the CPU's theoretical FP32 peak and a quick memory-bandwidth probe.
+//! "This machine": the CPU's theoretical FP32 peak, its measured FMA throughput
+//! ([`measure_cpu_fma_peak`], [`cpu_fp32_peak_measured`]) and a quick memory-bandwidth probe.
 //!
 //! The peak is the textbook product
 //!
@@ -333,6 +334,277 @@ fn triad(a: &mut [f64], b: &[f64], c: &[f64], s: f64, chunk: usize, threads: usi
     kernel(a, b, c);
 }
 
+/// The CPU's FP32 FMA throughput, *measured*: a timed loop of independent vector FMA
+/// chains on one thread and on every thread at once.
+///
+/// The nominal peak ([`cpu_fp32_peak`]) multiplies a clock read from the OS, which in a VM is
+/// often the base clock and everywhere ignores turbo and the lower clock of wide vector
+/// units (AVX-512 "licences"). The measured figure is what the FMA units sustain now,
+/// clock effects included, so "% of peak" against it says how close a kernel is to what this
+/// machine can actually do. It is only as good as the machine is quiet: other processes on
+/// the cores lower it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MeasuredFmaPeak {
+    /// The instruction set the loop used (`AVX-512F`, `AVX2+FMA`, `NEON`).
+    pub isa: &'static str,
+    /// f32 lanes per FMA instruction.
+    pub lanes: u32,
+    /// FLOP/s of the loop on one thread (an FMA counts 2 per lane).
+    pub single_thread_flops: f64,
+    /// FLOP/s of the loop on all `threads` threads at once.
+    pub all_threads_flops: f64,
+    /// Threads run for `all_threads_flops` (`std::thread::available_parallelism`).
+    pub threads: usize,
+}
+
+impl MeasuredFmaPeak {
+    /// The clock the single-thread figure implies with `fma_units` FMA pipes per core:
+    /// `flops / (lanes × 2 × fma_units)`. The check that the loop ran as vector FMAs: it
+    /// should be near the core's real clock (a scalar or non-fused loop would imply a
+    /// fraction of it).
+    pub fn implied_clock_ghz(&self, fma_units: u32) -> f64 {
+        self.single_thread_flops / (f64::from(self.lanes) * 2.0 * f64::from(fma_units.max(1)) * 1e9)
+    }
+}
+
+impl fmt::Display for MeasuredFmaPeak {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "measured {} loop: {:.1} GFLOP/s on 1 thread, {:.1} GFLOP/s on {} threads",
+            self.isa,
+            self.single_thread_flops / 1e9,
+            self.all_threads_flops / 1e9,
+            self.threads
+        )
+    }
+}
+
+/// Independent accumulator chains in the FMA loop. An FMA has a latency of 4 cycles and two
+/// pipes issue one each per cycle (Intel Skylake-SP and later, AMD Zen 2–5; Agner Fog,
+/// "Instruction tables"), so at least 8 chains must be in flight to keep both pipes busy;
+/// 12 leaves headroom and still fits the 16 ymm registers of AVX2 with the two constants.
+const FMA_CHAINS: usize = 12;
+
+/// FLOPs of one iteration of the FMA loop: chains × lanes × 2.
+fn flops_per_iteration(lanes: u32) -> f64 {
+    (FMA_CHAINS as f64) * f64::from(lanes) * 2.0
+}
+
+#[cfg(target_arch = "x86_64")]
+mod fma_kernels {
+    use super::FMA_CHAINS;
+    use std::arch::x86_64::*;
+
+    /// `acc = acc · 0.999999 + 1e-7` on `FMA_CHAINS` zmm registers, `iters` times: the values
+    /// stay near 1 (no overflow, no denormals, so no slow paths).
+    #[target_feature(enable = "avx512f")]
+    pub fn avx512(iters: u64) -> f32 {
+        let (mul, add) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+        let mut acc = [_mm512_set1_ps(1.0); FMA_CHAINS];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm512_fmadd_ps(*a, mul, add);
+            }
+        }
+        let sum = acc
+            .iter()
+            .fold(_mm512_setzero_ps(), |s, a| _mm512_add_ps(s, *a));
+        _mm512_reduce_add_ps(sum)
+    }
+
+    /// As [`avx512`] on ymm registers with AVX2's FMA3.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn avx2(iters: u64) -> f32 {
+        let (mul, add) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+        let mut acc = [_mm256_set1_ps(1.0); FMA_CHAINS];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm256_fmadd_ps(*a, mul, add);
+            }
+        }
+        let sum = acc
+            .iter()
+            .fold(_mm256_setzero_ps(), |s, a| _mm256_add_ps(s, *a));
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` is 8 f32 = 32 bytes, the size of one unaligned 256-bit store.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+        lanes.iter().sum()
+    }
+}
+
+/// A timed FMA loop: `iters` iterations of [`FMA_CHAINS`] vector FMAs.
+type FmaLoop = fn(u64) -> f32;
+
+// Checked with rustc 1.95 (`--emit asm`) at opt-level 1 (the dev profile) and 3: the
+// AVX2 loop's body is 12 `vfmadd213ps` on ymm registers and a counter, no loads or stores,
+// and it ran at 3.1–3.2 GHz × 8 lanes × 2 × 2 pipes on an AMD EPYC (2.45 GHz nominal).
+
+/// The FMA loop this CPU can run: `(isa, lanes, loop)`, or `None` where there is no vector
+/// FMA kernel for the platform (x86 without AVX2+FMA, wasm32, others).
+fn fma_kernel() -> Option<(&'static str, u32, FmaLoop)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected at run time just above.
+            return Some(("AVX-512F", 16, |n| unsafe { fma_kernels::avx512(n) }));
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: AVX2 and FMA were detected at run time just above.
+            return Some(("AVX2+FMA", 8, |n| unsafe { fma_kernels::avx2(n) }));
+        }
+        None
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // NEON (with its fused vfmaq_f32) is mandatory on AArch64.
+        return Some(("NEON", 4, neon_fma));
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        None
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+fn neon_fma(iters: u64) -> f32 {
+    use std::arch::aarch64::*;
+    // SAFETY: NEON is part of the AArch64 base ISA, so these intrinsics are always available.
+    unsafe {
+        let (mul, add) = (vdupq_n_f32(0.999_999), vdupq_n_f32(1e-7));
+        let mut acc = [vdupq_n_f32(1.0); FMA_CHAINS];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = vfmaq_f32(add, *a, mul);
+            }
+        }
+        acc.iter().map(|a| vaddvq_f32(*a)).sum()
+    }
+}
+
+/// Measures [`MeasuredFmaPeak`] on this CPU (about a quarter of a second), or `None` where no
+/// vector FMA loop exists for the platform (then use the nominal [`cpu_fp32_peak`]) or the
+/// clock did not advance.
+pub fn measure_cpu_fma_peak() -> Option<MeasuredFmaPeak> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let t0 = std::time::Instant::now();
+        measure_cpu_fma_peak_with_clock(0.02, move || t0.elapsed().as_secs_f64())
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        None
+    }
+}
+
+/// [`measure_cpu_fma_peak`] with a caller's clock (`now()` in seconds) and the shortest
+/// timed run `min_seconds`: the iteration count doubles until one thread's loop takes that
+/// long, then each figure is the best of three runs.
+pub fn measure_cpu_fma_peak_with_clock(
+    min_seconds: f64,
+    now: impl Fn() -> f64 + Sync,
+) -> Option<MeasuredFmaPeak> {
+    let (isa, lanes, kernel) = fma_kernel()?;
+    let time = |iters: u64, threads: usize| {
+        let start = now();
+        run_fma_threads(kernel, iters, threads);
+        now() - start
+    };
+    let mut iters = 1u64 << 12;
+    while time(iters, 1) < min_seconds {
+        iters = iters.checked_mul(2)?;
+    }
+    let threads = available_threads();
+    let best = |threads: usize| {
+        (0..3)
+            .map(|_| time(iters, threads))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (one, all) = (best(1), best(threads));
+    if !(one > 0.0 && all > 0.0) {
+        return None;
+    }
+    let flops = iters as f64 * flops_per_iteration(lanes);
+    Some(MeasuredFmaPeak {
+        isa,
+        lanes,
+        single_thread_flops: flops / one,
+        all_threads_flops: flops * threads as f64 / all,
+        threads,
+    })
+}
+
+/// Runs `kernel(iters)` on `threads` threads at once (the calling thread when 1).
+fn run_fma_threads(kernel: FmaLoop, iters: u64, threads: usize) {
+    #[cfg(not(target_arch = "wasm32"))]
+    if threads > 1 {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(move || std::hint::black_box(kernel(std::hint::black_box(iters))));
+            }
+        });
+        return;
+    }
+    // wasm32 has no threads: one loop stands for all.
+    let _ = threads;
+    std::hint::black_box(kernel(std::hint::black_box(iters)));
+}
+
+/// The FP32 peak "% of peak" and MFU on the CPU divide by: the measured all-thread FMA
+/// throughput where it could be measured, else the nominal [`cpu_fp32_peak`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CpuPeakChoice {
+    /// FLOP/s.
+    pub flops: f64,
+    /// Whether `flops` was measured (else it is the nominal figure, the fallback).
+    pub measured: bool,
+    /// The nominal peak, always computed, for comparison.
+    pub nominal: CpuPeak,
+    /// The measurement, where one was made.
+    pub measurement: Option<MeasuredFmaPeak>,
+}
+
+impl CpuPeakChoice {
+    /// What the figure is, for a reader: "measured ..." or "nominal ... (fallback)".
+    pub fn describe(&self) -> String {
+        match &self.measurement {
+            Some(m) if self.measured => format!(
+                "fp32 peak of this CPU measured by a vector FMA loop ({}) on {} threads (brrr_perf::machine)",
+                m.isa, m.threads
+            ),
+            _ => "fp32 peak of this CPU at its nominal clock, the fallback: no FMA loop could be timed (brrr_perf::machine)".into(),
+        }
+    }
+}
+
+/// Measures the CPU's FMA throughput and picks it over the nominal peak (see
+/// [`CpuPeakChoice`]). Measured once per process (about a quarter of a second, on the
+/// first call), so that every figure of a run divides by the same peak.
+pub fn cpu_fp32_peak_measured() -> CpuPeakChoice {
+    static PEAK: std::sync::OnceLock<CpuPeakChoice> = std::sync::OnceLock::new();
+    PEAK.get_or_init(measure_peak_choice).clone()
+}
+
+fn measure_peak_choice() -> CpuPeakChoice {
+    let nominal = cpu_fp32_peak();
+    let measurement = measure_cpu_fma_peak();
+    match measurement {
+        Some(m) if m.all_threads_flops.is_finite() && m.all_threads_flops > 0.0 => CpuPeakChoice {
+            flops: m.all_threads_flops,
+            measured: true,
+            nominal,
+            measurement: Some(m),
+        },
+        other => CpuPeakChoice {
+            flops: nominal.flops,
+            measured: false,
+            nominal,
+            measurement: other,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +626,33 @@ mod tests {
         assert!([1, 4, 8, 16].contains(&p.simd_f32_lanes));
         assert!(p.clock_ghz > 0.1 && p.clock_ghz < 10.0, "{p}");
         assert!(p.flops > 0.0);
+    }
+
+    /// The measured FMA throughput is positive and within a sane factor of the nominal peak
+    /// (a loop compiled to scalar or non-fused code would fall far below; a shared, busy
+    /// machine lowers it too, hence the wide margin).
+    #[test]
+    fn measured_fma_peak_is_near_the_nominal_one() {
+        let Some(m) = measure_cpu_fma_peak() else {
+            eprintln!("SKIPPED measured_fma_peak_is_near_the_nominal_one: no FMA loop here");
+            return;
+        };
+        let nominal = cpu_fp32_peak();
+        let per_core_nominal = nominal.flops / nominal.cores as f64;
+        let ratio = m.single_thread_flops / per_core_nominal;
+        assert!(
+            m.single_thread_flops > 0.0 && m.all_threads_flops > 0.0,
+            "{m}"
+        );
+        assert!(
+            (0.1..4.0).contains(&ratio),
+            "{m} vs {nominal}: ratio {ratio}"
+        );
+        let clock = m.implied_clock_ghz(nominal.fma_units_per_core);
+        assert!(clock > 0.2 && clock < 8.0, "{m}: implied {clock} GHz");
+        eprintln!("{m}; implied clock {clock:.2} GHz; nominal: {nominal}");
+        let choice = cpu_fp32_peak_measured();
+        assert!(choice.flops > 0.0 && choice.describe().contains("measured"));
     }
 
     #[test]

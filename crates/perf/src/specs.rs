@@ -699,11 +699,28 @@ impl GpuSpec {
 /// from [`crate::machine::cpu_fp32_peak`] and its bandwidth measured by
 /// [`crate::machine::measure_cpu_bandwidth`] (about a second). On wasm32 the bandwidth is NaN;
 /// build it with [`this_machine_from`] and a bandwidth measured with the browser's clock.
+///
+/// The FP32 peak is the *measured* FMA throughput of all threads
+/// ([`crate::machine::cpu_fp32_peak_measured`]) where it can be measured, and the nominal
+/// clock's peak otherwise (the fallback); the source says which.
 pub fn this_machine() -> GpuSpec {
-    this_machine_from(
-        &crate::machine::cpu_fp32_peak(),
-        crate::machine::measure_cpu_bandwidth(),
-    )
+    let peak = crate::machine::cpu_fp32_peak_measured();
+    let mut spec = this_machine_from(&peak.nominal, crate::machine::measure_cpu_bandwidth());
+    if let (true, Some(m)) = (peak.measured, &peak.measurement) {
+        for p in &mut spec.peaks {
+            // FP64: half the FP32 rate (half as many lanes per register).
+            p.flops = if p.dtype == F64 {
+                peak.flops / 2.0
+            } else {
+                peak.flops
+            };
+        }
+        spec.source = format!(
+            "{m}; nominal (not used): {}; STREAM-style triad bandwidth",
+            peak.nominal
+        );
+    }
+    spec
 }
 
 /// Builds the "this machine" spec from a CPU peak and a measured bandwidth (bytes/s).

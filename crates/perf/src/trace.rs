@@ -46,6 +46,8 @@ enum Event {
         tid: u32,
         ts: f64,
         dur: f64,
+        /// Chrome's `args`: shown in Perfetto's details pane when the span is selected.
+        args: Option<Value>,
     },
     Instant {
         name: Cow<'static, str>,
@@ -179,6 +181,20 @@ impl Tracer {
         }
     }
 
+    /// [`Tracer::record_cpu_span`] with Chrome's `args` (an object of details, e.g. an op's
+    /// shape and FLOPs), which Perfetto shows when the span is selected. Category `op`.
+    pub fn record_cpu_span_with_args(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        start_us: f64,
+        dur_us: f64,
+        args: Value,
+    ) {
+        if self.enabled {
+            self.push_host_with_args(name.into(), "op", start_us, dur_us.max(0.0), Some(args));
+        }
+    }
+
     /// Records a span timed on a device (e.g. between two CUDA events, or a WebGPU timestamp
     /// query) on the device track `track` (a stream or queue name). `start_us` must be on this
     /// tracer's clock: convert with an offset taken from [`Tracer::now_us`] at a sync point.
@@ -207,6 +223,7 @@ impl Tracer {
             tid,
             ts: start_us,
             dur: dur_us.max(0.0),
+            args: None,
         });
     }
 
@@ -312,8 +329,12 @@ impl Tracer {
         }
         for e in &st.events {
             out.push(match e {
-                Event::Complete { name, cat, pid, tid, ts, dur } => {
-                    json!({"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts, "dur": dur})
+                Event::Complete { name, cat, pid, tid, ts, dur, args } => {
+                    let mut v = json!({"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts, "dur": dur});
+                    if let Some(args) = args {
+                        v["args"] = args.clone();
+                    }
+                    v
                 }
                 Event::Instant { name, pid, tid, ts } => {
                     json!({"name": name, "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": ts})
@@ -340,6 +361,17 @@ impl Tracer {
     }
 
     fn push_host(&self, name: Cow<'static, str>, cat: &'static str, ts: f64, dur: f64) {
+        self.push_host_with_args(name, cat, ts, dur, None);
+    }
+
+    fn push_host_with_args(
+        &self,
+        name: Cow<'static, str>,
+        cat: &'static str,
+        ts: f64,
+        dur: f64,
+        args: Option<Value>,
+    ) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let tid = host_tid(&mut st);
         st.events.push(Event::Complete {
@@ -349,6 +381,7 @@ impl Tracer {
             tid,
             ts,
             dur,
+            args,
         });
     }
 }
@@ -455,6 +488,25 @@ mod tests {
         );
         assert_eq!(tracer.summary()[0], ("step".to_string(), 50.0, 1));
         assert_eq!(tracer.summary()[2], ("gemm".to_string(), 10.0, 2));
+    }
+
+    #[test]
+    fn spans_carry_args() {
+        let (_t, clock) = fake_clock();
+        let tracer = Tracer::with_clock(clock);
+        tracer.record_cpu_span_with_args("gemm", 1.0, 2.0, json!({"flops": 16}));
+        tracer.record_cpu_span("plain", 3.0, 1.0);
+        let v = tracer.to_chrome_value();
+        let x: Vec<_> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .cloned()
+            .collect();
+        assert_eq!(x[0]["args"]["flops"], 16);
+        assert_eq!(x[0]["cat"], "op");
+        assert!(x[1].get("args").is_none());
     }
 
     #[test]

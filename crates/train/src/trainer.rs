@@ -168,9 +168,15 @@ impl<B: Backend> Trainer<B> {
     }
 
     /// Records each step's phases (`step`, `data`, `forward`, `backward`, `clip`,
-    /// `adamw`, `read back`, `evaluate`, `checkpoint`) into `tracer`.
+    /// `adamw`, `read back`, `evaluate`, `checkpoint`, `zero_grad`) into `tracer`.
     pub fn set_tracer(&mut self, tracer: Tracer) {
         self.tracer = Arc::new(tracer);
+    }
+
+    /// [`Trainer::set_tracer`] with a tracer shared with others, e.g. a profiling backend
+    /// that records its op spans into the same trace, nested inside the phases.
+    pub fn set_shared_tracer(&mut self, tracer: Arc<Tracer>) {
+        self.tracer = tracer;
     }
 
     /// The tracer given to [`Trainer::set_tracer`] (a disabled one by default).
@@ -232,7 +238,7 @@ impl<B: Backend> Trainer<B> {
         #[cfg(not(target_arch = "wasm32"))]
         let t0 = std::time::Instant::now();
         let lr = self.config.schedule().lr(self.step);
-        self.model.zero_grad()?;
+        tracer.in_span("zero_grad", || self.model.zero_grad())?;
         self.backend.reset_peak_memory();
         let start_bytes = self.backend.memory_stats().bytes_in_use;
         if let Some(r) = &mut self.recompute {
