@@ -80,6 +80,40 @@ fn dp_run_matches_one_device_and_writes_a_run_directory() {
     }
 }
 
+/// `--dp 2 --amp fp16` (and bf16) writes one device's `--amp` losses within 2e-4 nats
+/// (`crates/dp/tests/amp.rs` says why), and the same loss-scale and skipped columns.
+#[test]
+fn dp_amp_run_matches_one_device_amp() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    for (amp, name) in [(AmpArg::Fp16, "fp16"), (AmpArg::Bf16, "bf16")] {
+        let with_amp = |mut a: TrainArgs| {
+            a.amp = Some(amp);
+            a
+        };
+        train::run(&with_amp(args(d, &format!("one-{name}"), 4))).unwrap();
+        train::run(&with_amp(dp(args(d, &format!("dp-{name}"), 4), 2, 2))).unwrap();
+        let rows = |r: &str| read_rows(d.join(r).join("metrics.csv")).unwrap();
+        let (a, b) = (rows(&format!("one-{name}")), rows(&format!("dp-{name}")));
+        assert_eq!(a.len(), 4);
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x.loss - y.loss).abs() <= 2e-4,
+                "{name}: {} vs {}",
+                x.loss,
+                y.loss
+            );
+            assert_eq!(
+                (x.loss_scale, x.skipped),
+                (y.loss_scale, y.skipped),
+                "{name}"
+            );
+        }
+        let want_scale = if name == "fp16" { 65536.0 } else { 1.0 };
+        assert_eq!(b[0].loss_scale, want_scale, "{name}");
+    }
+}
+
 #[test]
 fn dp_resume_continues_bit_for_bit() {
     let tmp = tempfile::tempdir().unwrap();
@@ -104,8 +138,15 @@ fn unsupported_combinations_are_refused() {
     let d = tmp.path();
     let mut a = dp(args(d, "amp", 2), 2, 1);
     a.amp = Some(AmpArg::Bf16);
-    let e = train::run(&a).unwrap_err().to_string();
-    assert!(e.contains("--amp"), "{e}");
+    train::run(&a).unwrap();
+    let resume = TrainArgs {
+        resume: Some(d.join("amp")),
+        steps: Some(4),
+        quiet: true,
+        ..dp(TrainArgs::default(), 2, 1)
+    };
+    let e = train::run(&resume).unwrap_err().to_string();
+    assert!(e.contains("--resume") && e.contains("--amp bf16"), "{e}");
     let e = train::run(&dp(args(d, "odd", 2), 3, 0))
         .unwrap_err()
         .to_string();
