@@ -445,7 +445,10 @@ pub trait BatchSource {
     /// [`BatchSource::next_batch`] does: a data-parallel rank asks for its own rows, and
     /// the ranks' rows together are the batch one device would train on. The default
     /// draws the whole batch and keeps the rows; a source that can produce only the
-    /// rows asked for ([`Batcher`]) overrides it.
+    /// rows asked for ([`Batcher`]) overrides it. `brrr-data`'s sources keep the
+    /// default: its `Prefetcher` draws whole batches ahead on another thread (asking it
+    /// for rows would need the rows before the batch is drawn), and its `ShardLoader`
+    /// is sharded by rank already, in an order of its own.
     fn next_rows(&mut self, rows: std::ops::Range<usize>) -> Result<Batch> {
         self.next_batch()?.rows(rows)
     }
