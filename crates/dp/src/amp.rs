@@ -6,7 +6,10 @@
 //!   `Backend::adamw_master` as one device does.
 //! - Stages 1-3 keep the f32 master of a bucket only in its owner's shard (stages 1-2 in
 //!   [`crate::engine::GroupShard::master`], stage 3 in its parameter chunk); the model
-//!   holds the 16-bit copies, rewritten from the all-gathered masters.
+//!   holds the 16-bit copies, rewritten from the all-gathered masters. Those gathers
+//!   (and stage 3's gathers before each use) move f32 values, since the communicator
+//!   carries f32; FSDP's `MixedPrecision(param_dtype=bf16)` gathers the 16-bit copies,
+//!   half the bytes, and gets the same rounded values.
 //! - Gradients are reduced in f32. They already are f32 on every rank: the backward
 //!   accumulates each 16-bit partial gradient into an f32 gradient beside the master
 //!   (`Param::accumulate_grad`), and a 16-bit reduction would round every rank's

@@ -156,3 +156,31 @@ fn an_overflow_on_one_rank_skips_the_step_on_every_rank() {
         }
     }
 }
+
+/// Stage 0 replicates the f32 masters; stages 1-3 keep them only in the shards: the
+/// model's parameters are bf16 copies without a master, and the model states on the
+/// device shrink with the stage.
+#[test]
+fn masters_live_only_in_the_owners_shard() {
+    let c = amp_config(AmpMode::Bf16, 65536.0);
+    for zero in 0..=3u8 {
+        let ranks = run_in_process(2, |comm| {
+            let b = CpuBackend::new();
+            let mut e = DataParallel::new(&b, c.clone(), with_world(zero, 2), comm, batcher(&c))?;
+            e.step()?;
+            e.gather_all()?;
+            let ps = e.model().params();
+            let masters = ps.iter().filter(|p| p.master.is_some()).count();
+            let bf16 = ps
+                .iter()
+                .all(|p| p.value.dtype() == brrr_backend::DType::BF16);
+            Ok((masters, bf16, ps.len()))
+        });
+        for r in ranks {
+            let (masters, bf16, n) = r.unwrap();
+            assert!(bf16, "zero {zero}: the compute copies are not bf16");
+            let want = if zero == 0 { n } else { 0 };
+            assert_eq!(masters, want, "zero {zero}: masters in the model");
+        }
+    }
+}
