@@ -1,4 +1,5 @@
-//! `brrr train --dp N --zero S [--bucket-mb X]`: data-parallel training with `brrr-dp`.
+//! `brrr train --dp N --zero S [--bucket-mb X]`: data-parallel training with `brrr-dp`,
+//! on a text corpus or `--data` shards (with `--doc-mask`), in f32 or with `--amp`.
 //!
 //! By default the `N` ranks are threads of this process, each with its own CPU backend
 //! instance. Under a launcher (`brrr launch`, `mpirun`, `srun`, `torchrun`) each process
@@ -20,7 +21,7 @@ use brrr_collectives::{Communicator, run_in_process};
 use brrr_cpu::CpuBackend;
 use brrr_dp::{DataParallel, DpConfig, StepReport};
 use brrr_perf::trace::Tracer;
-use brrr_train::{Batch, Batcher, StepStats, TrainConfig, val_batches};
+use brrr_train::{Batch, BatchSource, Batcher, StepStats, TrainConfig, val_batches};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -58,12 +59,19 @@ fn dp_config(args: &TrainArgs, world: usize) -> Result<DpConfig> {
 struct Job {
     cfg: TrainConfig,
     dp: DpConfig,
-    corpus: Corpus,
+    /// The text corpus, or (`--data`) the shards.
+    source: Source,
     out_dir: PathBuf,
     resume: Option<PathBuf>,
     stop_at: u64,
     trace: Option<PathBuf>,
     quiet: bool,
+}
+
+/// Where the batches come from.
+enum Source {
+    Corpus(Corpus),
+    Shards(brrr_data::prepare::DataDir),
 }
 
 /// What rank 0 reports at the end.
@@ -82,12 +90,6 @@ pub fn run(args: &TrainArgs) -> Result<Summary> {
         return Err(Error::invalid(
             "train",
             "--dp runs on the CPU backend (one instance per rank) for now",
-        ));
-    }
-    if args.data.is_some() {
-        return Err(Error::invalid(
-            "train",
-            "--dp trains on a text corpus for now, not on --data shards",
         ));
     }
     let env = LaunchEnv::from_env()?;
@@ -151,10 +153,12 @@ fn job(args: &TrainArgs, dp: DpConfig) -> Result<Job> {
             ),
         ));
     }
-    let corpus = if cfg.corpus == SYNTHETIC {
-        synthetic_corpus(cfg.seed)?
+    let source = if !cfg.data.is_empty() {
+        Source::Shards(brrr_data::prepare::open_data_dir(Path::new(&cfg.data))?)
+    } else if cfg.corpus == SYNTHETIC {
+        Source::Corpus(synthetic_corpus(cfg.seed)?)
     } else {
-        Corpus::load(&cfg.corpus)?
+        Source::Corpus(Corpus::load(&cfg.corpus)?)
     };
     let out_dir = args
         .out
@@ -165,7 +169,7 @@ fn job(args: &TrainArgs, dp: DpConfig) -> Result<Job> {
         stop_at: args.stop_after.unwrap_or(cfg.steps).min(cfg.steps),
         cfg,
         dp,
-        corpus,
+        source,
         out_dir,
         resume: args.resume.clone(),
         trace: args.trace.clone(),
@@ -261,16 +265,27 @@ fn build_rank(
 ) -> Result<(DataParallel<CpuBackend>, Vec<Batch>, Arc<Tracer>)> {
     let cfg = &job.cfg;
     let backend = CpuBackend::new();
-    // Every rank's batcher starts at the same seed and stream; each copies only its own
-    // rows out of the corpus (`DataParallel` asks for them by `BatchSource::next_rows`).
-    let data = Batcher::for_corpus(&job.corpus, cfg.batch_size, cfg.seq_len, cfg.seed)?;
-    let val = val_batches(
-        job.corpus.val(),
-        cfg.batch_size,
-        cfg.seq_len,
-        cfg.eval_batches,
-    )?;
-    let mut e = DataParallel::new(&backend, cfg.clone(), job.dp.clone(), comm, Box::new(data))?;
+    let (data, val): (Box<dyn BatchSource>, _) = match &job.source {
+        // Every rank's batcher starts at the same seed and stream; each copies only its
+        // own rows out of the corpus (`DataParallel` asks by `BatchSource::next_rows`).
+        Source::Corpus(corpus) => (
+            Box::new(Batcher::for_corpus(
+                corpus,
+                cfg.batch_size,
+                cfg.seq_len,
+                cfg.seed,
+            )?),
+            val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)?,
+        ),
+        // One device's loader (rank 0 of 1) on every rank, so the global batches are
+        // one device's; it reads whole batches and each rank keeps its rows (the
+        // default `next_rows`), with their document mask under `--doc-mask`.
+        Source::Shards(dir) => {
+            let (loader, val) = crate::train::shard_source(cfg, dir)?;
+            (loader, val)
+        }
+    };
+    let mut e = DataParallel::new(&backend, cfg.clone(), job.dp.clone(), comm, data)?;
     let tracer = Arc::new(match (&job.trace, lead) {
         (Some(_), true) => Tracer::new(),
         _ => Tracer::disabled(),
@@ -388,7 +403,10 @@ fn summary(job: &Job, r: RankResult) -> Summary {
         already_finished: false,
         final_loss: r.final_loss,
         final_val_loss: r.final_val,
-        unigram_entropy: unigram_entropy_nats(job.corpus.tokens()),
+        unigram_entropy: match &job.source {
+            Source::Corpus(c) => unigram_entropy_nats(c.tokens()),
+            Source::Shards(_) => f64::NAN,
+        },
         tokens_per_s: r.tokens_per_s,
         mfu: None,
         peak: Err("not measured for data-parallel runs".into()),

@@ -219,3 +219,79 @@ fn a_launched_plain_train_is_data_parallel() {
     assert!(d.join("launched/dp/dp-rank1-of2.bin").exists());
     assert_eq!(losses(&d.join("threads")), losses(&d.join("launched")));
 }
+
+/// Byte-token shards of a text and 40 short JSON-lines documents (`brrr data prepare`).
+fn shards(dir: &Path) -> PathBuf {
+    let text = "It was the best of times, it was the worst of times. ".repeat(60);
+    std::fs::write(dir.join("a.txt"), &text).unwrap();
+    let lines: String = (0..40)
+        .map(|i| format!("{{\"text\": \"document {i}: it was the epoch of belief\"}}\n"))
+        .collect();
+    std::fs::write(dir.join("b.jsonl"), lines).unwrap();
+    let out = dir.join("shards");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_brrr"))
+        .args([
+            "data",
+            "prepare",
+            "--quiet",
+            "--shard-tokens",
+            "1500",
+            "--out",
+        ])
+        .arg(&out)
+        .arg(dir.join("a.txt"))
+        .arg(dir.join("b.jsonl"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    out
+}
+
+/// `--data` shards with `--doc-mask`: `--dp 2` at stages 0 and 3 writes one device's
+/// losses and validation losses within 1e-5 nats (f32 reduction order only), and the
+/// mask matters (the unmasked losses differ).
+#[test]
+fn dp_on_shards_with_document_masks_matches_one_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let data = shards(d);
+    let on_shards = |out: &str, mask: bool| TrainArgs {
+        data: Some(data.clone()),
+        corpus: None,
+        doc_mask: mask,
+        ..args(d, out, 4)
+    };
+    train::run(&on_shards("one", true)).unwrap();
+    train::run(&on_shards("plain", false)).unwrap();
+    let rows = |r: &str| read_rows(d.join(r).join("metrics.csv")).unwrap();
+    let one = rows("one");
+    assert_eq!(one.len(), 4);
+    assert!(
+        one.iter().zip(rows("plain")).any(|(a, b)| a.loss != b.loss),
+        "the mask changed nothing"
+    );
+    assert!(
+        one.iter().any(|r| r.val_loss.is_some()),
+        "no validation row"
+    );
+    for zero in [0, 3] {
+        let out = format!("dp{zero}");
+        train::run(&dp(on_shards(&out, true), 2, zero)).unwrap();
+        for (a, b) in one.iter().zip(rows(&out)) {
+            assert!(
+                (a.loss - b.loss).abs() <= 1e-5,
+                "zero {zero}: {} vs {}",
+                a.loss,
+                b.loss
+            );
+            match (a.val_loss, b.val_loss) {
+                (Some(x), Some(y)) => assert!((x - y).abs() <= 1e-5, "zero {zero}: val"),
+                (x, y) => assert_eq!(x.is_some(), y.is_some(), "zero {zero}: val rows"),
+            }
+        }
+    }
+}

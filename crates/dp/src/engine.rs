@@ -832,13 +832,25 @@ impl<B: Backend> DataParallel<B> {
         Ok(())
     }
 
-    /// Mean loss over `val` (every rank evaluates every batch on the whole model).
+    /// Mean loss over `val` (every rank evaluates every batch on the whole model), with
+    /// each batch's document mask if it has one.
     pub fn evaluate(&mut self, val: &[Batch]) -> Result<f32> {
         self.gather_all()?;
         let mut sum = 0.0f64;
         for b in val {
             let (ids, targets) = upload(&self.backend, b)?;
-            let mean = self.model.forward_loss(&ids, &targets)?.mean_all()?;
+            // As the one-device trainer: a masked batch attends within its documents.
+            let losses = match upload_mask(&self.backend, b)? {
+                None => self.model.forward_loss(&ids, &targets)?,
+                Some((pos, seg)) => self.model.forward_loss_packed_mb(
+                    MicroBatch::default(),
+                    &ids,
+                    &targets,
+                    &pos,
+                    &seg,
+                )?,
+            };
+            let mean = losses.mean_all()?;
             sum += f64::from(mean.to_vec_f32()?[0]);
             self.model.clear_saved();
         }
