@@ -198,6 +198,14 @@ impl<B: Backend> DynamicLossScaler<B> {
         Ok(())
     }
 
+    /// Replaces the overflow flag with `flag` (non-zero: an overflow). Data-parallel
+    /// ranks each unscale their own gradients, all-reduce their flags with MAX and write
+    /// the result back here, so that every rank skips the same steps and updates its
+    /// scale the same way.
+    pub fn set_found_inf(&mut self, flag: f32) -> Result<()> {
+        self.found_inf.fill_(f64::from(flag))
+    }
+
     /// The scale update, on the device: back off on an overflow, grow after
     /// `growth_interval` clean steps. Call once per optimizer step, after the update.
     pub fn update(&mut self) -> Result<()> {

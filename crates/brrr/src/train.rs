@@ -815,7 +815,7 @@ fn make_trainer<B: Backend>(backend: &B, plan: &Plan) -> Result<Trainer<B>> {
 
 /// The training loader over a data directory's shards (one rank of one) and its fixed
 /// validation batches.
-fn shard_source(
+pub(crate) fn shard_source(
     cfg: &TrainConfig,
     dir: &brrr_data::prepare::DataDir,
 ) -> Result<(brrr_data::prefetch::SendSource, Vec<brrr_train::Batch>)> {

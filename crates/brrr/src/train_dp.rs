@@ -1,4 +1,5 @@
-//! `brrr train --dp N --zero S [--bucket-mb X]`: data-parallel training with `brrr-dp`.
+//! `brrr train --dp N --zero S [--bucket-mb X]`: data-parallel training with `brrr-dp`,
+//! on a text corpus or `--data` shards (with `--doc-mask`), in f32 or with `--amp`.
 //!
 //! By default the `N` ranks are threads of this process, each with its own CPU backend
 //! instance. Under a launcher (`brrr launch`, `mpirun`, `srun`, `torchrun`) each process
@@ -20,7 +21,7 @@ use brrr_collectives::{Communicator, run_in_process};
 use brrr_cpu::CpuBackend;
 use brrr_dp::{DataParallel, DpConfig, StepReport};
 use brrr_perf::trace::Tracer;
-use brrr_train::{Batch, Batcher, TrainConfig, val_batches};
+use brrr_train::{Batch, BatchSource, Batcher, StepStats, TrainConfig, val_batches};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -58,12 +59,19 @@ fn dp_config(args: &TrainArgs, world: usize) -> Result<DpConfig> {
 struct Job {
     cfg: TrainConfig,
     dp: DpConfig,
-    corpus: Corpus,
+    /// The text corpus, or (`--data`) the shards.
+    source: Source,
     out_dir: PathBuf,
     resume: Option<PathBuf>,
     stop_at: u64,
     trace: Option<PathBuf>,
     quiet: bool,
+}
+
+/// Where the batches come from.
+enum Source {
+    Corpus(Corpus),
+    Shards(brrr_data::prepare::DataDir),
 }
 
 /// What rank 0 reports at the end.
@@ -82,12 +90,6 @@ pub fn run(args: &TrainArgs) -> Result<Summary> {
         return Err(Error::invalid(
             "train",
             "--dp runs on the CPU backend (one instance per rank) for now",
-        ));
-    }
-    if args.data.is_some() {
-        return Err(Error::invalid(
-            "train",
-            "--dp trains on a text corpus for now, not on --data shards",
         ));
     }
     let env = LaunchEnv::from_env()?;
@@ -138,10 +140,25 @@ fn job(args: &TrainArgs, dp: DpConfig) -> Result<Job> {
         None => config_from_args(args)?,
     };
     dp.validate_for(&cfg)?;
-    let corpus = if cfg.corpus == SYNTHETIC {
-        synthetic_corpus(cfg.seed)?
+    if args.resume.is_some() && cfg.amp.policy().is_some() {
+        // The shards hold the parameters and AdamW's moments, not the f32 masters of
+        // the 16-bit copies nor the loss scale: a resumed run would not continue the
+        // same one.
+        return Err(Error::invalid(
+            "train",
+            format!(
+                "--resume of a data-parallel run with --amp {} is not supported: its \
+                 checkpoint shards do not hold the f32 master weights",
+                cfg.amp.mode.name()
+            ),
+        ));
+    }
+    let source = if !cfg.data.is_empty() {
+        Source::Shards(brrr_data::prepare::open_data_dir(Path::new(&cfg.data))?)
+    } else if cfg.corpus == SYNTHETIC {
+        Source::Corpus(synthetic_corpus(cfg.seed)?)
     } else {
-        Corpus::load(&cfg.corpus)?
+        Source::Corpus(Corpus::load(&cfg.corpus)?)
     };
     let out_dir = args
         .out
@@ -152,7 +169,7 @@ fn job(args: &TrainArgs, dp: DpConfig) -> Result<Job> {
         stop_at: args.stop_after.unwrap_or(cfg.steps).min(cfg.steps),
         cfg,
         dp,
-        corpus,
+        source,
         out_dir,
         resume: args.resume.clone(),
         trace: args.trace.clone(),
@@ -183,25 +200,8 @@ fn prepare_out_dir(job: &Job, force: bool) -> Result<()> {
 
 /// One rank: build, maybe resume, step, evaluate, checkpoint.
 fn rank_main(comm: &Communicator, job: &Job) -> Result<RankResult> {
-    let cfg = &job.cfg;
-    let backend = CpuBackend::new();
-    let data = Batcher::for_corpus(&job.corpus, cfg.batch_size, cfg.seq_len, cfg.seed)?;
-    let val = val_batches(
-        job.corpus.val(),
-        cfg.batch_size,
-        cfg.seq_len,
-        cfg.eval_batches,
-    )?;
-    let mut e = DataParallel::new(&backend, cfg.clone(), job.dp.clone(), comm, Box::new(data))?;
     let lead = comm.rank() == 0;
-    let tracer = Arc::new(match (&job.trace, lead) {
-        (Some(_), true) => Tracer::new(),
-        _ => Tracer::disabled(),
-    });
-    e.set_tracer(tracer.clone());
-    if let Some(dir) = &job.resume {
-        e.load_shard(&dir.join(SHARD_DIR))?;
-    }
+    let (mut e, val, tracer) = build_rank(comm, job, lead)?;
     let start = e.steps_done();
     let mut metrics = match lead {
         true => Some(MetricsWriter::resume(
@@ -211,18 +211,7 @@ fn rank_main(comm: &Communicator, job: &Job) -> Result<RankResult> {
         false => None,
     };
     if lead && !job.quiet {
-        eprintln!(
-            "brrr train: {} parameters, --dp {} --zero {} ({} ranks {}), {} buckets, \
-             {} steps of {} tokens",
-            e.layout().total,
-            job.dp.world,
-            job.dp.zero,
-            job.dp.world,
-            comm.transport(),
-            e.buckets().len(),
-            cfg.steps,
-            cfg.tokens_per_step()
-        );
+        print_banner(&e, job, comm);
     }
     let mut out = RankResult {
         steps_done: start,
@@ -232,42 +221,19 @@ fn rank_main(comm: &Communicator, job: &Job) -> Result<RankResult> {
         report: StepReport::default(),
         mean_hidden: 0.0,
     };
-    let (mut tokens, mut secs, mut hidden, mut timed) = (0usize, 0.0f64, 0.0f64, 0u32);
+    let mut timing = Timing::default();
     while e.steps_done() < job.stop_at {
         let s = e.step()?;
-        let val_loss = match cfg.evaluates_at(s.step) {
+        let val_loss = match job.cfg.evaluates_at(s.step) {
             true => Some(evaluate(&mut e, &val)?),
             false => None,
         };
-        let secs_step = s.seconds.unwrap_or(f64::NAN);
+        // The first step of a run (or of a resumption) warms up: not timed.
         if s.step > start + 1 {
-            tokens += s.tokens;
-            secs += secs_step;
-            hidden += e.report().hidden_fraction;
-            timed += 1;
+            timing.add(&s, e.report().hidden_fraction);
         }
         if let Some(m) = &mut metrics {
-            m.append(&Row {
-                step: s.step,
-                loss: s.loss,
-                val_loss,
-                lr: s.lr as f32,
-                grad_norm: s.grad_norm as f32,
-                tokens_per_s: s.tokens as f64 / secs_step,
-                loss_scale: 1.0,
-                skipped: false,
-                peak_bytes: Some(s.peak_bytes),
-                activation_bytes: Some(s.activation_peak_bytes),
-            })?;
-            if !job.quiet && val_loss.is_some() {
-                eprintln!(
-                    "step {:>6}  loss {:.4}  val {:.4}  |g| {:.3}",
-                    s.step,
-                    s.loss,
-                    val_loss.unwrap_or(f32::NAN),
-                    s.grad_norm
-                );
-            }
+            log_step(m, &s, val_loss, job.quiet)?;
         }
         if val_loss.is_some() || s.step == job.stop_at {
             e.save_shard(&job.out_dir.join(SHARD_DIR))?;
@@ -284,18 +250,134 @@ fn rank_main(comm: &Communicator, job: &Job) -> Result<RankResult> {
             .map_err(|err| Error::file(path, err.to_string()))?;
     }
     out.steps_done = e.steps_done();
-    out.tokens_per_s = if secs > 0.0 {
-        tokens as f64 / secs
-    } else {
-        0.0
-    };
+    out.tokens_per_s = timing.tokens_per_s();
     out.report = e.report().clone();
-    out.mean_hidden = if timed > 0 {
-        hidden / f64::from(timed)
-    } else {
-        0.0
-    };
+    out.mean_hidden = timing.mean_hidden();
     Ok(out)
+}
+
+/// The rank's engine (resumed from the shards with `--resume`), the validation batches,
+/// and the tracer (recording on rank 0 with `--trace`).
+fn build_rank(
+    comm: &Communicator,
+    job: &Job,
+    lead: bool,
+) -> Result<(DataParallel<CpuBackend>, Vec<Batch>, Arc<Tracer>)> {
+    let cfg = &job.cfg;
+    let backend = CpuBackend::new();
+    let (data, val): (Box<dyn BatchSource>, _) = match &job.source {
+        // Every rank's batcher starts at the same seed and stream; each copies only its
+        // own rows out of the corpus (`DataParallel` asks by `BatchSource::next_rows`).
+        Source::Corpus(corpus) => (
+            Box::new(Batcher::for_corpus(
+                corpus,
+                cfg.batch_size,
+                cfg.seq_len,
+                cfg.seed,
+            )?),
+            val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)?,
+        ),
+        // One device's loader (rank 0 of 1) on every rank, so the global batches are
+        // one device's; it reads whole batches and each rank keeps its rows (the
+        // default `next_rows`), with their document mask under `--doc-mask`.
+        Source::Shards(dir) => {
+            let (loader, val) = crate::train::shard_source(cfg, dir)?;
+            (loader, val)
+        }
+    };
+    let mut e = DataParallel::new(&backend, cfg.clone(), job.dp.clone(), comm, data)?;
+    let tracer = Arc::new(match (&job.trace, lead) {
+        (Some(_), true) => Tracer::new(),
+        _ => Tracer::disabled(),
+    });
+    e.set_tracer(tracer.clone());
+    if let Some(dir) = &job.resume {
+        e.load_shard(&dir.join(SHARD_DIR))?;
+    }
+    Ok((e, val, tracer))
+}
+
+/// Rank 0's first line on stderr.
+fn print_banner(e: &DataParallel<CpuBackend>, job: &Job, comm: &Communicator) {
+    let cfg = &job.cfg;
+    eprintln!(
+        "brrr train: {} parameters, --dp {} --zero {} --amp {} ({} ranks {}), {} buckets, \
+         {} steps of {} tokens",
+        e.layout().total,
+        job.dp.world,
+        job.dp.zero,
+        cfg.amp.mode.name(),
+        job.dp.world,
+        comm.transport(),
+        e.buckets().len(),
+        cfg.steps,
+        cfg.tokens_per_step()
+    );
+}
+
+/// Appends step `s` to `metrics.csv` (rank 0) and prints evaluated steps.
+fn log_step(
+    m: &mut MetricsWriter,
+    s: &StepStats,
+    val_loss: Option<f32>,
+    quiet: bool,
+) -> Result<()> {
+    m.append(&Row {
+        step: s.step,
+        loss: s.loss,
+        val_loss,
+        lr: s.lr as f32,
+        grad_norm: s.grad_norm as f32,
+        tokens_per_s: s.tokens as f64 / s.seconds.unwrap_or(f64::NAN),
+        loss_scale: s.loss_scale,
+        skipped: s.skipped,
+        peak_bytes: Some(s.peak_bytes),
+        activation_bytes: Some(s.activation_peak_bytes),
+    })?;
+    if let (false, Some(v)) = (quiet, val_loss) {
+        eprintln!(
+            "step {:>6}  loss {:.4}  val {:.4}  |g| {:.3}  scale {}{}",
+            s.step,
+            s.loss,
+            v,
+            s.grad_norm,
+            s.loss_scale,
+            if s.skipped { "  (skipped)" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+/// Throughput and overlap summed over the timed steps.
+#[derive(Default)]
+struct Timing {
+    tokens: usize,
+    secs: f64,
+    hidden: f64,
+    steps: u32,
+}
+
+impl Timing {
+    fn add(&mut self, s: &StepStats, hidden_fraction: f64) {
+        self.tokens += s.tokens;
+        self.secs += s.seconds.unwrap_or(f64::NAN);
+        self.hidden += hidden_fraction;
+        self.steps += 1;
+    }
+
+    fn tokens_per_s(&self) -> f64 {
+        match self.secs > 0.0 {
+            true => self.tokens as f64 / self.secs,
+            false => 0.0,
+        }
+    }
+
+    fn mean_hidden(&self) -> f64 {
+        match self.steps {
+            0 => 0.0,
+            n => self.hidden / f64::from(n),
+        }
+    }
 }
 
 fn evaluate(e: &mut DataParallel<CpuBackend>, val: &[Batch]) -> Result<f32> {
@@ -328,7 +410,10 @@ fn summary(job: &Job, r: RankResult) -> Summary {
         already_finished: false,
         final_loss: r.final_loss,
         final_val_loss: r.final_val,
-        unigram_entropy: unigram_entropy_nats(job.corpus.tokens()),
+        unigram_entropy: match &job.source {
+            Source::Corpus(c) => unigram_entropy_nats(c.tokens()),
+            Source::Shards(_) => f64::NAN,
+        },
         tokens_per_s: r.tokens_per_s,
         mfu: None,
         peak: Err("not measured for data-parallel runs".into()),

@@ -80,6 +80,40 @@ fn dp_run_matches_one_device_and_writes_a_run_directory() {
     }
 }
 
+/// `--dp 2 --amp fp16` (and bf16) writes one device's `--amp` losses within 2e-4 nats
+/// (`crates/dp/tests/amp.rs` says why), and the same loss-scale and skipped columns.
+#[test]
+fn dp_amp_run_matches_one_device_amp() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    for (amp, name) in [(AmpArg::Fp16, "fp16"), (AmpArg::Bf16, "bf16")] {
+        let with_amp = |mut a: TrainArgs| {
+            a.amp = Some(amp);
+            a
+        };
+        train::run(&with_amp(args(d, &format!("one-{name}"), 4))).unwrap();
+        train::run(&with_amp(dp(args(d, &format!("dp-{name}"), 4), 2, 2))).unwrap();
+        let rows = |r: &str| read_rows(d.join(r).join("metrics.csv")).unwrap();
+        let (a, b) = (rows(&format!("one-{name}")), rows(&format!("dp-{name}")));
+        assert_eq!(a.len(), 4);
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x.loss - y.loss).abs() <= 2e-4,
+                "{name}: {} vs {}",
+                x.loss,
+                y.loss
+            );
+            assert_eq!(
+                (x.loss_scale, x.skipped),
+                (y.loss_scale, y.skipped),
+                "{name}"
+            );
+        }
+        let want_scale = if name == "fp16" { 65536.0 } else { 1.0 };
+        assert_eq!(b[0].loss_scale, want_scale, "{name}");
+    }
+}
+
 #[test]
 fn dp_resume_continues_bit_for_bit() {
     let tmp = tempfile::tempdir().unwrap();
@@ -104,8 +138,15 @@ fn unsupported_combinations_are_refused() {
     let d = tmp.path();
     let mut a = dp(args(d, "amp", 2), 2, 1);
     a.amp = Some(AmpArg::Bf16);
-    let e = train::run(&a).unwrap_err().to_string();
-    assert!(e.contains("--amp"), "{e}");
+    train::run(&a).unwrap();
+    let resume = TrainArgs {
+        resume: Some(d.join("amp")),
+        steps: Some(4),
+        quiet: true,
+        ..dp(TrainArgs::default(), 2, 1)
+    };
+    let e = train::run(&resume).unwrap_err().to_string();
+    assert!(e.contains("--resume") && e.contains("--amp bf16"), "{e}");
     let e = train::run(&dp(args(d, "odd", 2), 3, 0))
         .unwrap_err()
         .to_string();
@@ -178,4 +219,80 @@ fn a_launched_plain_train_is_data_parallel() {
     assert_eq!(stdout.matches("dp/dp-rank*-of2.bin").count(), 1, "{stdout}");
     assert!(d.join("launched/dp/dp-rank1-of2.bin").exists());
     assert_eq!(losses(&d.join("threads")), losses(&d.join("launched")));
+}
+
+/// Byte-token shards of a text and 40 short JSON-lines documents (`brrr data prepare`).
+fn shards(dir: &Path) -> PathBuf {
+    let text = "It was the best of times, it was the worst of times. ".repeat(60);
+    std::fs::write(dir.join("a.txt"), &text).unwrap();
+    let lines: String = (0..40)
+        .map(|i| format!("{{\"text\": \"document {i}: it was the epoch of belief\"}}\n"))
+        .collect();
+    std::fs::write(dir.join("b.jsonl"), lines).unwrap();
+    let out = dir.join("shards");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_brrr"))
+        .args([
+            "data",
+            "prepare",
+            "--quiet",
+            "--shard-tokens",
+            "1500",
+            "--out",
+        ])
+        .arg(&out)
+        .arg(dir.join("a.txt"))
+        .arg(dir.join("b.jsonl"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    out
+}
+
+/// `--data` shards with `--doc-mask`: `--dp 2` at stages 0 and 3 writes one device's
+/// losses and validation losses within 1e-5 nats (f32 reduction order only), and the
+/// mask matters (the unmasked losses differ).
+#[test]
+fn dp_on_shards_with_document_masks_matches_one_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let data = shards(d);
+    let on_shards = |out: &str, mask: bool| TrainArgs {
+        data: Some(data.clone()),
+        corpus: None,
+        doc_mask: mask,
+        ..args(d, out, 4)
+    };
+    train::run(&on_shards("one", true)).unwrap();
+    train::run(&on_shards("plain", false)).unwrap();
+    let rows = |r: &str| read_rows(d.join(r).join("metrics.csv")).unwrap();
+    let one = rows("one");
+    assert_eq!(one.len(), 4);
+    assert!(
+        one.iter().zip(rows("plain")).any(|(a, b)| a.loss != b.loss),
+        "the mask changed nothing"
+    );
+    assert!(
+        one.iter().any(|r| r.val_loss.is_some()),
+        "no validation row"
+    );
+    for zero in [0, 3] {
+        let out = format!("dp{zero}");
+        train::run(&dp(on_shards(&out, true), 2, zero)).unwrap();
+        for (a, b) in one.iter().zip(rows(&out)) {
+            assert!(
+                (a.loss - b.loss).abs() <= 1e-5,
+                "zero {zero}: {} vs {}",
+                a.loss,
+                b.loss
+            );
+            match (a.val_loss, b.val_loss) {
+                (Some(x), Some(y)) => assert!((x - y).abs() <= 1e-5, "zero {zero}: val"),
+                (x, y) => assert_eq!(x.is_some(), y.is_some(), "zero {zero}: val rows"),
+            }
+        }
+    }
 }

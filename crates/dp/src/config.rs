@@ -60,7 +60,8 @@ impl DpConfig {
     }
 
     /// Checks this layout against the run: the global batch must split evenly over the
-    /// ranks, and mixed precision is not supported with data parallelism yet.
+    /// ranks. Mixed precision (`--amp`) runs at every stage; activation recomputation
+    /// (`--checkpoint`) does not yet.
     pub fn validate_for(&self, train: &brrr_train::TrainConfig) -> Result<()> {
         self.validate()?;
         train.validate()?;
@@ -71,12 +72,6 @@ impl DpConfig {
                     "--batch-size {} (the global batch) must be a multiple of --dp {}",
                     train.batch_size, self.world
                 ),
-            ));
-        }
-        if train.amp.policy().is_some() {
-            return Err(Error::invalid(
-                "dp",
-                "--amp with --dp is not supported yet: data-parallel training is f32",
             ));
         }
         if train.checkpoint != brrr_train::config::TrainConfig::default().checkpoint {

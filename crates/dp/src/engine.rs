@@ -6,12 +6,13 @@ use crate::bucket::{Bucket, assign_buckets, chunk_len, padded_len};
 use crate::config::DpConfig;
 use crate::layout::{FlatLayout, Pieces, Segment, segments};
 use crate::overlap::hidden_fraction;
+use brrr_amp::DynamicLossScaler;
 use brrr_backend::{AdamWParams, Backend, DType, Error, Result};
 use brrr_collectives::{CommStats, Communicator, Handle, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param, clip_grad_norm_on_device};
 use brrr_perf::trace::Tracer;
 use brrr_tensor::Tensor;
-use brrr_train::{Batch, BatchSource, StepStats, TrainConfig, upload};
+use brrr_train::{Batch, BatchSource, StepStats, TrainConfig, upload, upload_mask};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
@@ -63,8 +64,22 @@ pub(crate) struct GroupShard<B: Backend> {
     pub(crate) moments: Vec<(Tensor<B>, Tensor<B>)>,
     /// The averaged gradient chunk, after the reduce-scatter.
     pub(crate) grad: Option<Tensor<B>>,
-    /// Stage 3: this rank's chunk of the parameters (the only copy between uses).
+    /// Stage 3: this rank's chunk of the parameters (the only copy between uses; with
+    /// `--amp`, the f32 master of the chunk).
     pub(crate) param: Option<Tensor<B>>,
+    /// With `--amp` at stages 1-2: the f32 master of this rank's chunk, the only f32
+    /// copy of these parameters on this rank (the model holds 16-bit copies).
+    pub(crate) master: Option<Tensor<B>>,
+}
+
+/// What an optimizer update reports.
+pub(crate) struct Update {
+    /// The global gradient norm before clipping (after unscaling).
+    pub(crate) norm: f64,
+    /// The loss scale after the step (1 without scaling).
+    pub(crate) loss_scale: f32,
+    /// Whether an overflow on some rank skipped the step on every rank.
+    pub(crate) skipped: bool,
 }
 
 /// A bucket collective in flight: its bucket and its result with (start, end) times.
@@ -103,6 +118,14 @@ pub struct DataParallel<B: Backend> {
     pub(crate) prefetch: bool,
     /// Stage 3: which buckets' full parameters are on the device now.
     pub(crate) gathered: Vec<bool>,
+    /// `--amp fp16`'s dynamic loss scaler (the one-device trainer's).
+    pub(crate) scaler: Option<DynamicLossScaler<B>>,
+    /// The dtype layers compute with: f32, or `--amp`'s 16-bit format.
+    pub(crate) compute: DType,
+    /// See [`DataParallel::inject_overflow`].
+    pub(crate) inject_inf: bool,
+    /// The current micro-batch's document mask (positions, segment ids), uploaded.
+    pub(crate) mask: Option<(Tensor<B>, Tensor<B>)>,
 }
 
 impl<B: Backend> DataParallel<B> {
@@ -145,6 +168,10 @@ impl<B: Backend> DataParallel<B> {
             weight_decay: config.weight_decay,
             ..AdamWConfig::default()
         });
+        let scaler = match config.amp.scales_loss() {
+            true => Some(DynamicLossScaler::new(backend, config.amp.scaler.clone())?),
+            false => None,
+        };
         let mut me = DataParallel {
             backend: backend.clone(),
             config,
@@ -166,8 +193,13 @@ impl<B: Backend> DataParallel<B> {
             report: StepReport::default(),
             prefetch: true,
             gathered: Vec::new(),
+            scaler,
+            compute: DType::F32,
+            inject_inf: false,
+            mask: None,
         };
         me.make_shards()?;
+        me.adopt_amp()?;
         me.comm.reset_stats();
         Ok(me)
     }
@@ -202,6 +234,7 @@ impl<B: Backend> DataParallel<B> {
                 moments,
                 grad: None,
                 param,
+                master: None,
             });
         }
         if self.dp.zero >= 2 {
@@ -289,14 +322,24 @@ impl<B: Backend> DataParallel<B> {
         let k = self.config.grad_accum;
         let rows = self.config.batch_size / self.dp.world;
         let dloss = 1.0 / ((rows * self.config.seq_len) as f32 * k as f32);
+        // As the one-device trainer: every backward carries the loss scale (fp16).
+        let loss_scale = self.scaler.as_ref().map_or(1.0, |s| s.scale());
+        let dloss = if loss_scale == 1.0 {
+            dloss
+        } else {
+            dloss * loss_scale
+        };
         let mut loss_sum: Option<Tensor<B>> = None;
         let mut pending = Vec::new();
         let mut launched = vec![false; self.groups.len()];
         for mb in 0..k {
-            let batch = self.data.next_batch()?;
-            let (ids, targets) = upload(&self.backend, &self.local_rows(&batch)?)?;
+            let batch = self.local_batch()?;
+            let (ids, targets) = upload(&self.backend, &batch)?;
+            self.mask = upload_mask(&self.backend, &batch)?;
             let mbid = MicroBatch(mb as u32);
-            let mean = self.forward(mbid, &ids, &targets)?.mean_all()?;
+            let losses = self.forward(mbid, &ids, &targets);
+            self.end_mask();
+            let mean = losses?.mean_all()?;
             match &mut loss_sum {
                 None => loss_sum = Some(mean),
                 Some(s) => s.add_(&mean)?,
@@ -306,7 +349,7 @@ impl<B: Backend> DataParallel<B> {
             self.report.backward_span = bw;
         }
         let loss_sum = loss_sum.ok_or_else(|| Error::invalid("dp", "no micro-batch"))?;
-        let grad_norm = {
+        let update = {
             self.finish_buckets(pending)?;
             self.report.comm = self.comm.stats();
             let tracer = self.tracer.clone();
@@ -335,44 +378,74 @@ impl<B: Backend> DataParallel<B> {
         Ok(StepStats {
             step: self.step,
             loss,
-            grad_norm,
+            grad_norm: update.norm,
             lr,
             tokens: self.config.tokens_per_step(),
-            loss_scale: 1.0,
-            skipped: false,
+            loss_scale: update.loss_scale,
+            skipped: update.skipped,
             seconds: Some(t0.elapsed().as_secs_f64()),
             peak_bytes: m.peak_bytes,
             activation_peak_bytes: m.peak_bytes.saturating_sub(m.bytes_in_use),
         })
     }
 
-    /// This rank's rows of a global batch.
-    fn local_rows(&self, batch: &Batch) -> Result<Batch> {
+    /// This rank's rows of the next global batch: rows `rank·b/world ..
+    /// (rank+1)·b/world`, with their document mask if the source gives one. The source
+    /// produces only those rows where it can ([`BatchSource::next_rows`]; a
+    /// [`brrr_train::Batcher`] draws every row's position, to stay where the other ranks'
+    /// generators are, and copies only its own); the union over the ranks is the global
+    /// batch one device trains on.
+    fn local_batch(&mut self) -> Result<Batch> {
         let (b, t) = (self.config.batch_size, self.config.seq_len);
-        if batch.batch != b || batch.seq != t || batch.inputs.len() != b * t {
+        let rows = b / self.dp.world;
+        let mine = self.rank * rows..(self.rank + 1) * rows;
+        let batch = self.data.next_rows(mine.clone())?;
+        if batch.batch != rows || batch.seq != t || batch.inputs.len() != rows * t {
             return Err(Error::shape(
                 "dp",
                 format!(
-                    "the batch source gave {}×{}, the config says {b}×{t}",
+                    "asked the batch source for rows {mine:?} of {b}×{t}, it gave {}×{}",
                     batch.batch, batch.seq
                 ),
             ));
         }
-        if batch.mask.is_some() {
-            return Err(Error::invalid(
+        Ok(batch)
+    }
+
+    /// The token and position embeddings of micro-batch `mb`. With a document mask the
+    /// positions restart at each document and every block's attention gets the segment
+    /// ids (what [`Gpt::forward_loss_packed_mb`] does, part by part); the blocks' saved
+    /// state keeps the segments for their backward.
+    fn embed(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
+        let Some((positions, segments)) = self.mask.clone() else {
+            return self.model.embed_mb(mb, ids);
+        };
+        if positions.dims() != ids.dims() {
+            return Err(Error::shape(
                 "dp",
-                "document masks are not supported with data parallelism yet",
+                format!(
+                    "document positions {} differ from ids {}",
+                    positions.shape(),
+                    ids.shape()
+                ),
             ));
         }
-        let rows = b / self.dp.world;
-        let r = self.rank * rows * t..(self.rank + 1) * rows * t;
-        Ok(Batch {
-            inputs: batch.inputs[r.clone()].to_vec(),
-            targets: batch.targets[r].to_vec(),
-            batch: rows,
-            seq: t,
-            mask: None,
-        })
+        for block in &mut self.model.h {
+            block.attn.segments = Some(segments.clone());
+        }
+        self.model
+            .wte
+            .forward(mb, ids)?
+            .add(&self.model.wpe.forward(mb, &positions)?)
+    }
+
+    /// Clears what [`DataParallel::embed`] set for a masked micro-batch.
+    fn end_mask(&mut self) {
+        if self.mask.take().is_some() {
+            for block in &mut self.model.h {
+                block.attn.segments = None;
+            }
+        }
     }
 
     /// The forward of micro-batch `mb`, part by part (stage 3 gathers each part's
@@ -403,7 +476,7 @@ impl<B: Backend> DataParallel<B> {
         let mut next = self.prefetch_start(order[1])?;
         let mut x = {
             let _s = tracer.span("forward embed");
-            self.model.embed_mb(mb, ids)?
+            self.embed(mb, ids)?
         };
         // The embeddings stay: the head's projection is the tied wte.
         next = self.late_start(next, order[1])?;
@@ -580,18 +653,40 @@ impl<B: Backend> DataParallel<B> {
         Ok(())
     }
 
-    /// Stage 0: clipping and AdamW on the whole model, exactly as the one-device
-    /// [`brrr_train::Trainer`] runs them.
-    fn replicated_update(&mut self, lr: f64) -> Result<f64> {
+    /// Stage 0: unscaling (fp16), clipping and AdamW on the whole model, exactly as the
+    /// one-device [`brrr_train::Trainer`] runs them; the overflow flag is every rank's.
+    fn replicated_update(&mut self, lr: f64) -> Result<Update> {
+        self.unscale_replicated()?;
         let (norm, coef) = clip_grad_norm_on_device(&self.model.params(), self.config.grad_clip)?;
-        self.opt
-            .step_scaled(self.model.params_mut(), lr as f32, 1.0, Some(&coef), None)?;
-        Ok(f64::from(norm.to_vec_f32()?[0]))
+        // The flag skips the update on the device (f32 masters and 16-bit copies alike).
+        let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
+        self.opt.step_scaled(
+            self.model.params_mut(),
+            lr as f32,
+            1.0,
+            Some(&coef),
+            found_inf,
+        )?;
+        let norm = f64::from(norm.to_vec_f32()?[0]);
+        let (loss_scale, skipped) = self.update_scale()?;
+        if skipped {
+            // A skipped step is no AdamW step: its bias-correction count stays (as the
+            // one-device trainer).
+            self.opt.step -= 1;
+        }
+        Ok(Update {
+            norm,
+            loss_scale,
+            skipped,
+        })
     }
 
-    /// Stages 1-3: the global norm from every rank's chunk, AdamW on this rank's chunk
-    /// of every bucket, then (stages 1-2) an all-gather of the updated parameters.
-    fn sharded_update(&mut self, lr: f64) -> Result<f64> {
+    /// Stages 1-3: unscaling (fp16) of this rank's chunks, the global norm from every
+    /// rank's chunk, AdamW on this rank's chunk of every bucket, then (stages 1-2) an
+    /// all-gather of the updated parameters. A step skipped for an overflow (on any
+    /// rank: the flag is all-reduced) changes nothing on any rank.
+    fn sharded_update(&mut self, lr: f64) -> Result<Update> {
+        self.unscale_shards()?;
         let mut ss = 0.0f64;
         let mut grads = Vec::with_capacity(self.groups.len());
         for s in &self.shards {
@@ -612,22 +707,13 @@ impl<B: Backend> DataParallel<B> {
         self.scalars.all_reduce(&mut total, ReduceOp::Sum)?;
         let norm = f64::from(total[0]).sqrt();
         let coef = (self.config.grad_clip / (norm + 1e-6)).min(1.0) as f32;
-        self.adamw_step += 1;
+        let (loss_scale, skipped) = self.update_scale()?;
+        if !skipped {
+            self.adamw_step += 1;
+        }
         for (g, grad) in grads.iter().enumerate() {
-            let mut chunk = match &self.shards[g].param {
-                Some(p) => p.to_vec_f32()?,
-                None => self.group_chunk(g, |p| &p.value)?,
-            };
-            self.update_chunk(g, &mut chunk, grad, lr as f32, coef)?;
-            match self.dp.zero {
-                3 => {
-                    let t = Tensor::from_f32(&self.backend, &chunk, [chunk.len()], DType::F32)?;
-                    self.shards[g].param = Some(t);
-                }
-                _ => {
-                    let full = self.comm.all_gather(&chunk)?;
-                    self.write_params(g, &full)?;
-                }
+            if !skipped {
+                self.update_group(g, grad, lr as f32, coef)?;
             }
             // Stage 1's gradient memory is the full buffer; the averaged chunk is
             // transient. Stages 2-3 keep the chunk: it is their gradient partition.
@@ -635,7 +721,32 @@ impl<B: Backend> DataParallel<B> {
                 self.shards[g].grad = None;
             }
         }
-        Ok(norm)
+        Ok(Update {
+            norm,
+            loss_scale,
+            skipped,
+        })
+    }
+
+    /// AdamW on this rank's chunk of bucket `g` (its f32 master with `--amp`), then the
+    /// new values where they live: stage 3 keeps the chunk; stages 1-2 all-gather it
+    /// into every rank's (compute-dtype) parameters.
+    fn update_group(&mut self, g: usize, grad: &[f32], lr: f32, coef: f32) -> Result<()> {
+        let mut chunk = match (&self.shards[g].param, &self.shards[g].master) {
+            (Some(p), _) | (None, Some(p)) => p.to_vec_f32()?,
+            (None, None) => self.group_chunk(g, |p| &p.value)?,
+        };
+        self.update_chunk(g, &mut chunk, grad, lr, coef)?;
+        let keep = || Tensor::from_f32(&self.backend, &chunk, [chunk.len()], DType::F32);
+        if self.dp.zero == 3 {
+            self.shards[g].param = Some(keep()?);
+            return Ok(());
+        }
+        if self.shards[g].master.is_some() {
+            self.shards[g].master = Some(keep()?);
+        }
+        let full = self.comm.all_gather(&chunk)?;
+        self.write_params(g, &full)
     }
 
     /// AdamW (the backend's fused kernel) on each parameter segment of bucket `g`'s chunk.
@@ -705,7 +816,8 @@ impl<B: Backend> DataParallel<B> {
         Ok(out)
     }
 
-    /// Replaces bucket `g`'s parameter values with `full` (the padded bucket).
+    /// Replaces bucket `g`'s parameter values with `full` (the padded bucket, f32), in
+    /// the compute dtype.
     pub(crate) fn write_params(&mut self, g: usize, full: &[f32]) -> Result<()> {
         let bucket = self.groups[g].clone();
         let base = bucket.elems.start;
@@ -714,7 +826,9 @@ impl<B: Backend> DataParallel<B> {
         let ps = self.model.params_mut();
         for (p, slot) in ps.into_iter().skip(bucket.params.start).zip(&slots) {
             let r = slot.offset - base..slot.offset - base + slot.numel;
-            p.value = Tensor::from_f32(&backend, &full[r], slot.dims.clone(), DType::F32)?;
+            // The compute copy: the f32 values, or (`--amp`) rounded once to 16 bits,
+            // as `Backend::adamw_master` rounds them.
+            p.value = Tensor::from_f32(&backend, &full[r], slot.dims.clone(), self.compute)?;
         }
         Ok(())
     }
@@ -752,6 +866,8 @@ impl<B: Backend> DataParallel<B> {
         let bucket = self.groups[g].clone();
         let slots = self.layout.params[bucket.params.clone()].to_vec();
         let (backend, tracer, origin) = (self.backend.clone(), self.tracer.clone(), self.origin);
+        // The compute copy's dtype: f32, or `--amp`'s 16 bits (rounded once, on upload).
+        let compute = self.compute;
         let h = self.comm.start(move |c| {
             let _s = tracer.span(format!("all-gather bucket {g}"));
             let t0 = origin.elapsed().as_secs_f64();
@@ -761,7 +877,7 @@ impl<B: Backend> DataParallel<B> {
                 .iter()
                 .map(|s| {
                     let r = s.offset - base..s.offset - base + s.numel;
-                    Tensor::from_f32(&backend, &full[r], s.dims.clone(), DType::F32)
+                    Tensor::from_f32(&backend, &full[r], s.dims.clone(), compute)
                 })
                 .collect::<Result<Vec<_>>>();
             Ok((upload, t0, origin.elapsed().as_secs_f64()))
@@ -895,13 +1011,25 @@ impl<B: Backend> DataParallel<B> {
         Ok(())
     }
 
-    /// Mean loss over `val` (every rank evaluates every batch on the whole model).
+    /// Mean loss over `val` (every rank evaluates every batch on the whole model), with
+    /// each batch's document mask if it has one.
     pub fn evaluate(&mut self, val: &[Batch]) -> Result<f32> {
         self.gather_all()?;
         let mut sum = 0.0f64;
         for b in val {
             let (ids, targets) = upload(&self.backend, b)?;
-            let mean = self.model.forward_loss(&ids, &targets)?.mean_all()?;
+            // As the one-device trainer: a masked batch attends within its documents.
+            let losses = match upload_mask(&self.backend, b)? {
+                None => self.model.forward_loss(&ids, &targets)?,
+                Some((pos, seg)) => self.model.forward_loss_packed_mb(
+                    MicroBatch::default(),
+                    &ids,
+                    &targets,
+                    &pos,
+                    &seg,
+                )?,
+            };
+            let mean = losses.mean_all()?;
             sum += f64::from(mean.to_vec_f32()?[0]);
             self.model.clear_saved();
         }

@@ -30,6 +30,8 @@
 //!   `brrr train --resume` read.
 //! - [`estimate_model_states`]: what `brrr-perf` predicts each rank holds.
 
+#[cfg(not(target_arch = "wasm32"))]
+mod amp;
 mod bucket;
 // The engine, its checkpoints and its flat layout run a model on a backend and write files
 // (brrr-train's atomic writes and brrr-tensor's host copies are native-only); the bucket

@@ -253,6 +253,56 @@ impl Batch {
         Ok(self)
     }
 
+    /// Rows `rows` of this batch (and of its document mask): a data-parallel rank's
+    /// share of a global batch. An error if the rows are not inside the batch.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> Result<Batch> {
+        if rows.start > rows.end || rows.end > self.batch {
+            return Err(Error::shape(
+                "Batch::rows",
+                format!("rows {rows:?} of a batch of {} rows", self.batch),
+            ));
+        }
+        let t = rows.start * self.seq..rows.end * self.seq;
+        if self.inputs.len() < t.end || self.targets.len() < t.end {
+            return Err(Error::shape(
+                "Batch::rows",
+                format!(
+                    "{} inputs and {} targets are not {} rows of {}",
+                    self.inputs.len(),
+                    self.targets.len(),
+                    self.batch,
+                    self.seq
+                ),
+            ));
+        }
+        let mask = match &self.mask {
+            None => None,
+            Some(m) if m.positions.len() >= t.end && m.segments.len() >= t.end => {
+                Some(DocumentMask {
+                    positions: m.positions[t.clone()].to_vec(),
+                    segments: m.segments[t.clone()].to_vec(),
+                })
+            }
+            Some(m) => {
+                return Err(Error::shape(
+                    "Batch::rows",
+                    format!(
+                        "the document mask has {} positions for {} tokens",
+                        m.positions.len(),
+                        self.inputs.len()
+                    ),
+                ));
+            }
+        };
+        Ok(Batch {
+            inputs: self.inputs[t.clone()].to_vec(),
+            targets: self.targets[t].to_vec(),
+            batch: rows.len(),
+            seq: self.seq,
+            mask,
+        })
+    }
+
     /// Appends the window starting at `pos`: `seq` inputs and the `seq` tokens after
     /// each of them.
     fn push_window(&mut self, tokens: &[u8], pos: usize) {
@@ -391,6 +441,17 @@ pub trait BatchSource {
     fn next_batch(&mut self) -> Result<Batch>;
     /// Where the source stands, as text for the checkpoint's metadata.
     fn position(&self) -> String;
+    /// Rows `rows` of the next training batch, advancing the source exactly as
+    /// [`BatchSource::next_batch`] does: a data-parallel rank asks for its own rows, and
+    /// the ranks' rows together are the batch one device would train on. The default
+    /// draws the whole batch and keeps the rows; a source that can produce only the
+    /// rows asked for ([`Batcher`]) overrides it. `brrr-data`'s sources keep the
+    /// default: its `Prefetcher` draws whole batches ahead on another thread (asking it
+    /// for rows would need the rows before the batch is drawn), and its `ShardLoader`
+    /// is sharded by rank already, in an order of its own.
+    fn next_rows(&mut self, rows: std::ops::Range<usize>) -> Result<Batch> {
+        self.next_batch()?.rows(rows)
+    }
     /// Continues from a [`BatchSource::position`] string; errors if it is not one.
     fn set_position(&mut self, position: &str) -> Result<()>;
     /// The identity of the data (a checkpoint records it, and resuming on other data
@@ -401,6 +462,10 @@ pub trait BatchSource {
 impl BatchSource for Batcher {
     fn next_batch(&mut self) -> Result<Batch> {
         Ok(Batcher::next_batch(self))
+    }
+
+    fn next_rows(&mut self, rows: std::ops::Range<usize>) -> Result<Batch> {
+        Batcher::next_rows(self, rows)
     }
 
     /// [`RngState`]'s text form, `seed=.. stream=.. word_pos=..`.
@@ -506,6 +571,30 @@ impl Batcher {
             out.push_window(&self.tokens, pos);
         }
         out
+    }
+}
+
+impl Batcher {
+    /// Rows `rows` of [`Batcher::next_batch`]'s next batch, leaving the generator where
+    /// `next_batch` leaves it: every row's start position is drawn (a few `u64`s each,
+    /// in order, since rejection sampling draws a variable number), and only the rows
+    /// asked for are copied out of the corpus.
+    pub fn next_rows(&mut self, rows: std::ops::Range<usize>) -> Result<Batch> {
+        if rows.start > rows.end || rows.end > self.batch {
+            return Err(Error::shape(
+                "Batcher::next_rows",
+                format!("rows {rows:?} of a batch of {} rows", self.batch),
+            ));
+        }
+        let starts = (self.tokens.len() - self.seq) as u64;
+        let mut out = Batch::with_capacity(rows.len(), self.seq);
+        for row in 0..self.batch {
+            let pos = below(&mut self.rng, starts) as usize;
+            if rows.contains(&row) {
+                out.push_window(&self.tokens, pos);
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -871,5 +960,34 @@ mod tests {
         assert!((unigram_entropy_nats(b"abab") - 2f64.ln()).abs() < 1e-12);
         let all: Vec<u8> = (0..=255).collect();
         assert!((unigram_entropy_nats(&all) - 256f64.ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn next_rows_of_every_rank_make_the_whole_batch() {
+        let text: Vec<u8> = (0..200u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut whole = Batcher::new(&text, 6, 8, 3).unwrap();
+        let ranks: Vec<Batcher> = (0..3).map(|_| whole.clone()).collect();
+        let mut ranks = ranks;
+        for _ in 0..4 {
+            let b = whole.next_batch().with_document_mask(0).unwrap();
+            let mut joined = Vec::new();
+            for (r, s) in ranks.iter_mut().enumerate() {
+                let part = BatchSource::next_rows(s, 2 * r..2 * r + 2).unwrap();
+                assert_eq!(part.batch, 2);
+                assert_eq!(
+                    part.clone().with_document_mask(0).unwrap(),
+                    b.rows(2 * r..2 * r + 2).unwrap()
+                );
+                joined.extend(part.inputs);
+                assert_eq!(
+                    s.state(),
+                    whole.state(),
+                    "rank {r}'s generator went elsewhere"
+                );
+            }
+            assert_eq!(joined, b.inputs);
+        }
+        assert!(whole.next_rows(5..7).is_err());
+        assert!(whole.next_batch().rows(2..9).is_err());
     }
 }
