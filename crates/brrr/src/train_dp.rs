@@ -140,19 +140,6 @@ fn job(args: &TrainArgs, dp: DpConfig) -> Result<Job> {
         None => config_from_args(args)?,
     };
     dp.validate_for(&cfg)?;
-    if args.resume.is_some() && cfg.amp.policy().is_some() {
-        // The shards hold the parameters and AdamW's moments, not the f32 masters of
-        // the 16-bit copies nor the loss scale: a resumed run would not continue the
-        // same one.
-        return Err(Error::invalid(
-            "train",
-            format!(
-                "--resume of a data-parallel run with --amp {} is not supported: its \
-                 checkpoint shards do not hold the f32 master weights",
-                cfg.amp.mode.name()
-            ),
-        ));
-    }
     let source = if !cfg.data.is_empty() {
         Source::Shards(brrr_data::prepare::open_data_dir(Path::new(&cfg.data))?)
     } else if cfg.corpus == SYNTHETIC {

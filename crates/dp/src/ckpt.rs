@@ -4,12 +4,15 @@
 //!
 //! File `dp-rank{r}-of{n}.bin`: the magic `BRRRDP1\n`, a little-endian `u64` header
 //! length, the header as JSON ([`ShardHeader`]), then three f32 arrays (little-endian)
-//! of `chunk_elems` each: parameters, first moments, second moments.
+//! of `chunk_elems` each: parameters, first moments, second moments. Under `--amp` the
+//! parameters are the f32 masters (the run's weights; the 16-bit copies are rounded from
+//! them on resume) and the header carries fp16's loss-scaler state.
 
 use crate::engine::DataParallel;
 use brrr_backend::{Backend, DType, Error, Result};
+use brrr_nn::Module;
 use brrr_tensor::Tensor;
-use brrr_train::{ParamState, TrainState};
+use brrr_train::{LossScalerState, ParamState, TrainState};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -36,6 +39,32 @@ pub struct ShardHeader {
     pub data_fingerprint: String,
     /// Elements of each of the three arrays.
     pub chunk_elems: usize,
+    /// `--amp fp16`'s loss scale and trackers after `step` (absent otherwise, and in
+    /// shards written before they were kept).
+    #[serde(default)]
+    pub loss_scaler: Option<ScalerHeader>,
+}
+
+/// The loss scaler's state in a shard header (every rank holds the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScalerHeader {
+    /// The loss scale the next step uses, as its f32 bits (exact through JSON).
+    pub scale_bits: u32,
+    /// Clean steps in a row since the last overflow or growth.
+    pub growth_tracker: i32,
+    /// Overflows since the scale last grew.
+    pub hysteresis_tracker: i32,
+}
+
+impl ScalerHeader {
+    /// As the one-device checkpoint keeps it.
+    pub fn to_state(self) -> LossScalerState {
+        LossScalerState {
+            scale: f32::from_bits(self.scale_bits),
+            growth_tracker: self.growth_tracker,
+            hysteresis_tracker: self.hysteresis_tracker,
+        }
+    }
 }
 
 /// The file of rank `rank` of `world` in `dir`.
@@ -44,8 +73,19 @@ pub fn shard_path(dir: &Path, rank: usize, world: usize) -> PathBuf {
 }
 
 impl<B: Backend> DataParallel<B> {
-    fn header(&self, chunk_elems: usize) -> ShardHeader {
-        ShardHeader {
+    fn header(&self, chunk_elems: usize) -> Result<ShardHeader> {
+        let loss_scaler = match &self.scaler {
+            Some(s) => {
+                let (scale, tracker, _) = brrr_backend::block_on(s.read_state())?;
+                Some(ScalerHeader {
+                    scale_bits: scale.to_bits(),
+                    growth_tracker: tracker.first().copied().unwrap_or(0),
+                    hysteresis_tracker: tracker.get(1).copied().unwrap_or(0),
+                })
+            }
+            None => None,
+        };
+        Ok(ShardHeader {
             step: self.step,
             adamw_step: match self.dp.zero {
                 0 => self.opt.step,
@@ -62,16 +102,20 @@ impl<B: Backend> DataParallel<B> {
             data_position: self.data.position(),
             data_fingerprint: self.data.fingerprint(),
             chunk_elems,
-        }
+            loss_scaler,
+        })
     }
 
     /// This rank's chunks of parameters and moments, bucket after bucket.
     fn state_chunks(&self) -> Result<[Vec<f32>; 3]> {
         let mut out: [Vec<f32>; 3] = Default::default();
         for g in 0..self.groups.len() {
-            let p = match &self.shards.get(g).and_then(|s| s.param.as_ref()) {
+            // The weights in f32: stage 3's chunk, or (`--amp`, stages 1-2) the owner's
+            // master, or the model's master (stage 0) or value (f32 runs).
+            let shard = self.shards.get(g);
+            let p = match shard.and_then(|s| s.param.as_ref().or(s.master.as_ref())) {
                 Some(t) => t.to_vec_f32()?,
-                None => self.group_chunk(g, |p| &p.value)?,
+                None => self.group_chunk(g, |p| p.master.as_ref().unwrap_or(&p.value))?,
             };
             let c = p.len();
             let (m, v) = match self.dp.zero {
@@ -100,7 +144,7 @@ impl<B: Backend> DataParallel<B> {
     /// Writes this rank's shard into `dir` (atomically) and waits for every rank's.
     pub fn save_shard(&self, dir: &Path) -> Result<PathBuf> {
         let [p, m, v] = self.state_chunks()?;
-        let header = serde_json::to_vec(&self.header(p.len()))
+        let header = serde_json::to_vec(&self.header(p.len())?)
             .map_err(|e| Error::invalid("dp checkpoint", e.to_string()))?;
         let mut bytes = Vec::with_capacity(16 + header.len() + 12 * p.len());
         bytes.extend_from_slice(MAGIC);
@@ -122,7 +166,7 @@ impl<B: Backend> DataParallel<B> {
         let path = shard_path(dir, self.rank, self.dp.world);
         let bytes = std::fs::read(&path).map_err(|e| Error::file(&path, e.to_string()))?;
         let (h, arrays) = parse(&path, &bytes)?;
-        let want = self.header(h.chunk_elems);
+        let want = self.header(h.chunk_elems)?;
         if (h.zero, h.world, h.rank, &h.buckets)
             != (want.zero, want.world, want.rank, &want.buckets)
         {
@@ -139,6 +183,14 @@ impl<B: Backend> DataParallel<B> {
             return Err(Error::file(&path, "the data differs from the run's"));
         }
         self.restore_chunks(&arrays)?;
+        // A shard without the scaler's state leaves this run's at its initial scale,
+        // as the one-device trainer does.
+        if let (Some(s), Some(ls)) = (&mut self.scaler, h.loss_scaler) {
+            s.restore_state(
+                f32::from_bits(ls.scale_bits),
+                &[ls.growth_tracker, ls.hysteresis_tracker],
+            )?;
+        }
         self.step = h.step;
         match self.dp.zero {
             0 => self.opt.step = h.adamw_step,
@@ -168,7 +220,7 @@ impl<B: Backend> DataParallel<B> {
             }
             at += c;
         }
-        let h = self.header(0);
+        let h = self.header(0)?;
         let params = self
             .layout
             .params
@@ -191,7 +243,7 @@ impl<B: Backend> DataParallel<B> {
             data_position: h.data_position,
             data_fingerprint: h.data_fingerprint,
             params,
-            loss_scaler: None,
+            loss_scaler: h.loss_scaler.map(ScalerHeader::to_state),
         })
     }
 
@@ -210,6 +262,7 @@ impl<B: Backend> DataParallel<B> {
             } else {
                 let full = self.comm.all_gather(&p)?;
                 self.write_params(g, &full)?;
+                self.restore_masters(g, &p, &full)?;
             }
             if self.dp.zero == 0 {
                 let (fm, fv) = (self.comm.all_gather(&m)?, self.comm.all_gather(&v)?);
@@ -239,6 +292,37 @@ impl<B: Backend> DataParallel<B> {
                 .into_iter()
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| Error::invalid("dp checkpoint", "a parameter has no moments"))?;
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> DataParallel<B> {
+    /// `--amp` at stages 0-2: puts the saved f32 weights back where the masters live
+    /// (stage 0 beside each parameter, stages 1-2 in this rank's shard); `chunk` is this
+    /// rank's part of bucket `g`, `full` the whole bucket. Nothing without `--amp`.
+    fn restore_masters(&mut self, g: usize, chunk: &[f32], full: &[f32]) -> Result<()> {
+        if self.compute == DType::F32 {
+            return Ok(());
+        }
+        if self.dp.zero > 0 {
+            let t = Tensor::from_f32(&self.backend, chunk, [chunk.len()], DType::F32)?;
+            self.shards[g].master = Some(t);
+            return Ok(());
+        }
+        let bucket = self.groups[g].clone();
+        let base = bucket.elems.start;
+        let backend = self.backend.clone();
+        let slots = self.layout.params[bucket.params.clone()].to_vec();
+        let ps = self.model.params_mut();
+        for (p, slot) in ps.into_iter().skip(bucket.params.start).zip(&slots) {
+            let r = slot.offset - base..slot.offset - base + slot.numel;
+            p.master = Some(Tensor::from_f32(
+                &backend,
+                &full[r],
+                slot.dims.clone(),
+                DType::F32,
+            )?);
         }
         Ok(())
     }

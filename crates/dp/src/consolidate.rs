@@ -318,7 +318,7 @@ pub fn consolidate<B: Backend>(
         data_position: header.data_position,
         data_fingerprint: header.data_fingerprint,
         params,
-        loss_scaler: None,
+        loss_scaler: header.loss_scaler.map(crate::ScalerHeader::to_state),
     })
 }
 

@@ -54,7 +54,7 @@ pub use bucket::{
     flat_offsets, padded_len, shard_range,
 };
 #[cfg(not(target_arch = "wasm32"))]
-pub use ckpt::{ShardHeader, shard_path};
+pub use ckpt::{ScalerHeader, ShardHeader, shard_path};
 pub use config::DpConfig;
 #[cfg(not(target_arch = "wasm32"))]
 pub use consolidate::{

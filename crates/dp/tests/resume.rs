@@ -2,26 +2,42 @@
 //! bit for bit: each rank saves and loads only its chunks.
 
 mod common;
+use brrr_amp::{AmpConfig, AmpMode};
 use brrr_collectives::run_in_process;
 use brrr_cpu::CpuBackend;
 use brrr_dp::{DataParallel, shard_path};
+use brrr_train::TrainConfig;
 use common::*;
 
 fn resumed(zero: u8, dir: &std::path::Path) -> Vec<f32> {
-    let c = config(4, 1);
+    resumed_with(&config(4, 1), zero, dir)
+        .into_iter()
+        .map(|(loss, _)| loss)
+        .collect()
+}
+
+/// Two steps, a checkpoint, a fresh engine resumed from it, two more steps: rank 0's
+/// (loss, loss scale) per step.
+fn resumed_with(c: &TrainConfig, zero: u8, dir: &std::path::Path) -> Vec<(f32, f32)> {
     let dp = dp_config(zero);
     run_in_process(WORLD, |comm| {
         let b = CpuBackend::new();
         let mut first = DataParallel::new(&b, c.clone(), dp.clone(), comm, batcher(&c))?;
-        let mut losses = vec![first.step()?.loss, first.step()?.loss];
+        let mut losses = Vec::new();
+        for _ in 0..2 {
+            let s = first.step()?;
+            losses.push((s.loss, s.loss_scale));
+        }
         first.save_shard(dir)?;
         drop(first);
         let b = CpuBackend::new();
         let mut second = DataParallel::new(&b, c.clone(), dp.clone(), comm, batcher(&c))?;
         second.load_shard(dir)?;
         assert_eq!(second.steps_done(), 2);
-        losses.push(second.step()?.loss);
-        losses.push(second.step()?.loss);
+        for _ in 0..2 {
+            let s = second.step()?;
+            losses.push((s.loss, s.loss_scale));
+        }
         Ok(losses)
     })
     .into_iter()
@@ -58,4 +74,38 @@ fn resume_with_another_layout_is_refused() {
     });
     let msg = out.into_iter().next().unwrap().unwrap();
     assert!(msg.contains("--zero 1"), "{msg}");
+}
+
+/// `--amp`: the shards keep the f32 masters and fp16's loss-scaler state, so a resumed
+/// run continues bit for bit. The fp16 run starts at a scale of 2^40, so its first steps
+/// overflow and halve it: a resume that forgot the scale would start over at 2^40 and
+/// skip again.
+#[test]
+fn amp_sharded_resume_is_bitwise() {
+    for (mode, init_scale) in [(AmpMode::Bf16, 1.0), (AmpMode::Fp16, 2f32.powi(40))] {
+        let mut c = config(4, 1);
+        c.amp = AmpConfig::new(mode);
+        c.amp.scaler.init_scale = init_scale;
+        for zero in [0u8, 1, 2, 3] {
+            let dir = tempfile::tempdir().unwrap();
+            let straight = straight_stats(&c, zero);
+            let again = resumed_with(&c, zero, dir.path());
+            assert_eq!(straight, again, "{mode:?} zero {zero}");
+        }
+    }
+}
+
+/// Rank 0's (loss, loss scale) per step of an uninterrupted run.
+fn straight_stats(c: &TrainConfig, zero: u8) -> Vec<(f32, f32)> {
+    let out = run_in_process(WORLD, |comm| {
+        let b = CpuBackend::new();
+        let mut e = DataParallel::new(&b, c.clone(), dp_config(zero), comm, batcher(c))?;
+        let mut v = Vec::new();
+        for _ in 0..c.steps {
+            let s = e.step()?;
+            v.push((s.loss, s.loss_scale));
+        }
+        Ok(v)
+    });
+    out.into_iter().next().unwrap().unwrap()
 }
