@@ -16,8 +16,8 @@ use brrr_collectives::{ParallelGroups, ParallelLayout, run_in_process};
 use brrr_cpu::CpuBackend;
 use brrr_nn::{AdamWConfig, Gpt};
 use brrr_pp::{
-    Costs, PipelineStage, PpConfig, Schedule, ScheduleKind, Timeline, gather_timeline, generate,
-    simulate, step_loss, svg, theory,
+    Action, Costs, PipelineStage, PpConfig, Schedule, ScheduleKind, Timeline, gather_timeline,
+    generate, simulate, step_loss, svg, theory,
 };
 use brrr_train::TrainConfig;
 use rand::SeedableRng;
@@ -586,9 +586,12 @@ pub struct CompareRow {
     pub kind: ScheduleKind,
     pub measured_bubble: f64,
     pub simulated_bubble: f64,
-    /// The simulator with the backward as the executor runs it: B and W fused (B takes
-    /// b + w, W nothing), so zero-bubble schedules lose what W would have filled.
-    pub simulated_fused: f64,
+    /// The simulator on the executor's own mean F, B, W (and fused BW) durations of the
+    /// timed steps, per chunk: the prediction for this machine, beside the measurement.
+    pub simulated_measured: f64,
+    /// Those mean durations in ms: `(F, B, W)`, B being the fused BW where the schedule
+    /// has no W.
+    pub measured_costs_ms: (f64, f64, f64),
     pub theory_bubble: Option<f64>,
     pub peak_in_flight: Vec<usize>,
     pub planned_in_flight: Vec<usize>,
@@ -596,13 +599,31 @@ pub struct CompareRow {
     pub seconds_per_step: f64,
 }
 
-/// F = 1, B = W = 1 with the weight gradient inside B: how the executor runs.
-const FUSED: Costs = Costs {
-    f: 1.0,
-    b: 2.0,
-    w: 0.0,
-    comm: 0.0,
-};
+/// Mean F, B and W durations (seconds, per chunk) of the compute spans of `t`; a fused
+/// BW counts as B (with W = 0) when there is no W.
+fn mean_costs(t: &Timeline) -> Costs {
+    let mean = |pick: &dyn Fn(&Action) -> bool| {
+        let d: Vec<f64> = t
+            .spans
+            .iter()
+            .filter(|s| pick(&s.action))
+            .map(|s| s.end - s.start)
+            .collect();
+        if d.is_empty() {
+            0.0
+        } else {
+            d.iter().sum::<f64>() / d.len() as f64
+        }
+    };
+    let w = mean(&|a| matches!(a, Action::W { .. }));
+    let b = mean(&|a| matches!(a, Action::B { .. } | Action::BW { .. }));
+    Costs {
+        f: mean(&|a| matches!(a, Action::F { .. })),
+        b,
+        w,
+        comm: 0.0,
+    }
+}
 
 /// Runs every schedule for `a.steps` steps on the shipped corpus.
 pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
@@ -645,6 +666,15 @@ pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
             )?;
         }
         let timed = &run.rows[usize::from(run.rows.len() > 1)..];
+        let costs = mean_costs(&run.timeline);
+        let s = generate(kind, a.pp, a.micro_batches)
+            .map_err(|e| Error::invalid("pipeline", e.to_string()))?;
+        let on_measured = simulate(&s, costs).map_err(|d| {
+            Error::invalid(
+                "pipeline",
+                format!("the generated schedule deadlocks at {:?}", d.stuck),
+            )
+        })?;
         rows.push(CompareRow {
             kind,
             measured_bubble: run.bubble,
@@ -653,7 +683,8 @@ pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
             } else {
                 plan.bubble_fraction()
             },
-            simulated_fused: planned(kind, a.pp, a.micro_batches, FUSED)?.bubble_fraction(),
+            simulated_measured: on_measured.bubble_fraction(),
+            measured_costs_ms: (1e3 * costs.f, 1e3 * costs.b, 1e3 * costs.w),
             theory_bubble: theory::bubble_fraction(kind, a.pp, a.micro_batches, Costs::unit()),
             peak_in_flight: run.peak_in_flight,
             planned_in_flight: plan.peak_in_flight,
@@ -667,7 +698,7 @@ pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
 /// The rows as a Markdown table.
 pub fn compare_table(rows: &[CompareRow]) -> String {
     let mut s = String::from(
-        "| schedule | idle measured | simulated, B+W fused | simulated | theory | in flight per stage (measured) | planned | activations per stage (MB) | s/step |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| schedule | idle measured | simulated, measured F/B/W | F / B / W ms | simulated, F = B = W | theory | in flight per stage (measured) | planned | activations per stage (MB) | s/step |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let mb: Vec<String> = r
@@ -677,10 +708,13 @@ pub fn compare_table(rows: &[CompareRow]) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "| {} | {:.1}% | {:.1}% | {:.1}% | {} | {:?} | {:?} | {} | {:.3} |",
+            "| {} | {:.1}% | {:.1}% | {:.1} / {:.1} / {:.1} | {:.1}% | {} | {:?} | {:?} | {} | {:.3} |",
             r.kind,
             100.0 * r.measured_bubble,
-            100.0 * r.simulated_fused,
+            100.0 * r.simulated_measured,
+            r.measured_costs_ms.0,
+            r.measured_costs_ms.1,
+            r.measured_costs_ms.2,
             100.0 * r.simulated_bubble,
             r.theory_bubble
                 .map_or("-".into(), |x| format!("{:.1}%", 100.0 * x)),
