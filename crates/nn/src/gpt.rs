@@ -449,6 +449,13 @@ pub(crate) fn head_backward<B: Backend>(
     ln_f.backward(mb, &dx)
 }
 
+/// What the head's W needs: the logits' gradient `[B·T, V]` and the projection's input
+/// `[B·T, C]`.
+pub(crate) type HeadPendingW<B> = (Tensor<B>, Tensor<B>);
+
+/// The head's gradient of the logits, its saved input, and `(B, T)`.
+type HeadGrads<B> = (Tensor<B>, Tensor<B>, (usize, usize));
+
 /// The head's backward without the tied projection's weight gradient (the zero-bubble
 /// "B"): returns the gradient of the head's input and `(dlogits [B·T, V], x_final
 /// [B·T, C])` for [`head_backward_weight`]. The same kernels as [`head_backward`].
@@ -458,7 +465,7 @@ pub(crate) fn head_backward_input<B: Backend>(
     saved: &mut Stash<HeadSaved<B>>,
     mb: MicroBatch,
     dloss: f32,
-) -> Result<(Tensor<B>, (Tensor<B>, Tensor<B>))> {
+) -> Result<(Tensor<B>, HeadPendingW<B>)> {
     let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
     let c = wte.value.dims()[1];
     let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
@@ -481,7 +488,7 @@ fn head_dlogits<B: Backend>(
     saved: &mut Stash<HeadSaved<B>>,
     mb: MicroBatch,
     dloss: f32,
-) -> Result<(Tensor<B>, Tensor<B>, (usize, usize))> {
+) -> Result<HeadGrads<B>> {
     let saved = saved.take(mb, "Gpt")?;
     let (logits, targets) = match (saved.logits, saved.targets) {
         (Some(l), Some(t)) => (l, t),
