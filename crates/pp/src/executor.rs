@@ -438,6 +438,60 @@ impl<B: Backend> PipelineStage<B> {
         Ok(())
     }
 
+    /// The mean loss over `data` with forwards only (validation): each micro-batch
+    /// goes through the pieces in order, the last stage computes the loss, and nothing
+    /// is kept for a backward. Returns the mean of the micro-batches' mean losses on
+    /// every stage of `comm` (broadcast from the last).
+    pub fn eval_loss(&mut self, comm: &Communicator, data: &[MicroBatchData<B>]) -> Result<f64> {
+        let (p, pieces) = (self.p, self.p * self.v);
+        let mut actions = Vec::new();
+        for mb in 0..data.len() as u32 {
+            for piece in (0..pieces).filter(|k| k % p == self.rank) {
+                let chunk = (piece / p) as u32;
+                if piece > 0 && p > 1 {
+                    let from = (piece - 1) % p;
+                    actions.push(Action::RecvAct { mb, chunk, from });
+                }
+                actions.push(Action::F { mb, chunk });
+                if piece + 1 < pieces && p > 1 {
+                    let to = (piece + 1) % p;
+                    actions.push(Action::SendAct { mb, chunk, to });
+                }
+            }
+        }
+        let s = Schedule {
+            kind: crate::ScheduleKind::Custom,
+            p,
+            v: self.v,
+            m: data.len(),
+            stages: Vec::new(),
+        };
+        self.mailbox.clear();
+        self.outbox.clear();
+        let mut run = StageRun::default();
+        let out = actions
+            .into_iter()
+            .try_for_each(|a| self.act(comm, &s, data, 0.0, a, &mut run));
+        self.clear_saved();
+        out?;
+        let mut buf = [(run.loss_sum.unwrap_or(0.0) / data.len().max(1) as f64) as f32];
+        comm.broadcast(&mut buf, p - 1)?;
+        Ok(f64::from(buf[0]))
+    }
+
+    /// Drops every activation this stage saved (and any pending W).
+    fn clear_saved(&mut self) {
+        if let Some(e) = &mut self.embedding {
+            e.clear_saved();
+        }
+        for c in &mut self.chunks {
+            c.clear_saved();
+        }
+        if let Some(h) = &mut self.head {
+            h.clear_saved();
+        }
+    }
+
     /// Sums the tied embedding/head gradients (stage 0 and stage `p − 1` exchange
     /// theirs; both then hold `embedding + head`, bitwise equal), then averages every
     /// gradient over `dp` when given (a plain loop; `brrr-dp` owns the bucketed one).

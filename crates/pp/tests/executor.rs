@@ -7,6 +7,7 @@
 //! schedule's order (and the tied embedding/head parts after all micro-batches), the
 //! reference in micro-batch order, so they agree to f32 rounding, not bitwise.
 
+use brrr_backend::Backend;
 use brrr_collectives::{ParallelGroups, ParallelLayout, run_in_process};
 use brrr_cpu::CpuBackend;
 use brrr_nn::{AdamW, AdamWConfig, DType, Gpt, GptConfig, MicroBatch, Module, Tensor, grad_norm};
@@ -380,4 +381,43 @@ fn resume_from_stage_checkpoints_gives_bitwise_the_same_losses() {
     .to_string();
     assert!(e.contains("not a brrr pipeline stage file"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The validation loss (forwards only, through the pieces in order) equals the
+/// one-device model's mean loss on the same batches, and leaves nothing in flight.
+#[test]
+fn eval_loss_matches_one_device_and_keeps_nothing() {
+    let m = 3;
+    let b = CpuBackend::new();
+    let mut gpt = model(&b);
+    let data = upload(&b, &batches(9, m));
+    let want: f64 = data
+        .iter()
+        .map(|(ids, tg)| {
+            let l = gpt.forward_loss(ids, tg).unwrap();
+            f64::from(l.mean_all().unwrap().to_vec_f32().unwrap()[0])
+        })
+        .sum::<f64>()
+        / m as f64;
+    for (p, v) in [(1, 1), (2, 2), (4, 1)] {
+        let results = run_in_process(p, |world| {
+            let b = CpuBackend::new();
+            let mut stage =
+                PipelineStage::new(model(&b), world.rank(), p, v, AdamWConfig::default())?;
+            let data = upload(&b, &batches(9, m));
+            let before = b.memory_stats().bytes_in_use;
+            let loss = stage.eval_loss(world, &data)?;
+            assert_eq!(
+                b.memory_stats().bytes_in_use,
+                before,
+                "stage {}",
+                world.rank()
+            );
+            Ok(loss)
+        });
+        for r in results {
+            let got = r.unwrap();
+            assert!((got - want).abs() < 1e-6, "p={p} v={v}: {got} vs {want}");
+        }
+    }
 }
