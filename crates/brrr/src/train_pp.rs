@@ -39,6 +39,9 @@ pub struct StepRow {
     pub lr: f64,
     pub grad_norm: f64,
     pub seconds: f64,
+    /// Validation loss after this step (every `eval_every` steps and the last),
+    /// forwards only, computed by the last stage.
+    pub val_loss: Option<f64>,
 }
 
 /// What a pipeline run measured.
@@ -168,6 +171,12 @@ fn rank_main(
     };
     let mut stage = PipelineStage::new(model, stage_idx, schedule.p, schedule.v, opt)?;
     let mut batcher = Batcher::for_corpus(corpus, cfg.batch_size, cfg.seq_len, cfg.seed)?;
+    // The single-device run's validation batches, on every stage (stage 0 reads the
+    // ids, the last the targets).
+    let val = brrr_train::val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)?
+        .iter()
+        .map(|b| brrr_train::upload(&backend, b))
+        .collect::<Result<Vec<_>>>()?;
     let m = schedule.m;
     let dloss = 1.0 / (cfg.batch_size * cfg.seq_len * m) as f32;
     let lrs = cfg.schedule();
@@ -188,6 +197,12 @@ fn rank_main(
         let loss = step_loss(&run, m, &g.pp, Some(&g.dp))?;
         let norm = stage.update(&g.pp, lr as f32, cfg.grad_clip)?;
         let timeline = gather_timeline(&g.pp, &run.spans)?;
+        let evaluate = (step + 1) % cfg.eval_every.max(1) == 0 || step + 1 == cfg.steps;
+        let val_loss = if evaluate && !val.is_empty() {
+            Some(stage.eval_loss(&g.pp, &val)?)
+        } else {
+            None
+        };
         out.peak_in_flight = out.peak_in_flight.max(run.peak_in_flight);
         out.activation_bytes = out
             .activation_bytes
@@ -200,10 +215,14 @@ fn rank_main(
                 lr,
                 grad_norm: norm,
                 seconds: t0.elapsed().as_secs_f64(),
+                val_loss,
             };
             if log && (step + 1) % cfg.eval_every == 0 {
+                let val = row
+                    .val_loss
+                    .map_or(String::new(), |v| format!("  val {v:.4}"));
                 eprintln!(
-                    "step {:>6}  loss {:.4}  lr {:.2e}  |g| {:.3}  {:.3} s/step",
+                    "step {:>6}  loss {:.4}{val}  lr {:.2e}  |g| {:.3}  {:.3} s/step",
                     row.step, row.loss, row.lr, row.grad_norm, row.seconds
                 );
             }
@@ -357,7 +376,7 @@ fn write_run_dir(out: &Path, cfg: &TrainConfig, pp: &PpConfig, run: &PpRun) -> R
         w.append(&Row {
             step: r.step,
             loss: r.loss as f32,
-            val_loss: None,
+            val_loss: r.val_loss.map(|v| v as f32),
             lr: r.lr as f32,
             grad_norm: r.grad_norm as f32,
             tokens_per_s: tokens / r.seconds,
@@ -829,12 +848,15 @@ mod tests {
         let cfg = tiny(m);
         let corpus = Corpus::load(crate::data::DEFAULT_CORPUS).unwrap();
         let data = Batcher::for_corpus(&corpus, cfg.batch_size, cfg.seq_len, cfg.seed).unwrap();
-        let mut trainer =
-            brrr_train::Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), vec![])
+        let val =
+            brrr_train::val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)
                 .unwrap();
+        let mut trainer =
+            brrr_train::Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), val).unwrap();
         let want: Vec<f32> = (0..cfg.steps)
             .map(|_| trainer.step_blocking().unwrap().loss)
             .collect();
+        let want_val = trainer.evaluate_blocking().unwrap();
         for kind in ScheduleKind::all(2) {
             let pp = PpConfig {
                 pp: 2,
@@ -850,6 +872,12 @@ mod tests {
                     r.loss
                 );
             }
+            // The validation loss after the last step, forwards only on the stages.
+            let val = run.rows.last().and_then(|r| r.val_loss).unwrap();
+            assert!(
+                (val - f64::from(want_val)).abs() < 2e-5,
+                "{kind}: val loss {val} vs {want_val}"
+            );
             assert_eq!(run.peak_in_flight.len(), 2);
             assert!(
                 run.bubble > 0.0 && run.bubble < 1.0,
