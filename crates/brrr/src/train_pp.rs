@@ -61,7 +61,22 @@ pub struct PpRun {
     pub activation_bytes: Vec<u64>,
     /// Peak bytes of each stage's device.
     pub peak_bytes: Vec<u64>,
+    /// Steps already done when this run started (0 unless resumed).
+    pub start_step: u64,
 }
+
+/// Where a pipeline run's stages restore from and save to: directories holding
+/// `pp-stage{s}-of{n}.bin` (a run's `pp/` folder).
+#[derive(Clone, Debug, Default)]
+pub struct StageCheckpoints {
+    /// Restore every stage from here and go on from the step it was saved at.
+    pub resume: Option<PathBuf>,
+    /// Save every stage here after the last step.
+    pub save: Option<PathBuf>,
+}
+
+/// The folder of a run directory holding its stages' checkpoints.
+pub const STAGE_DIR: &str = "pp";
 
 /// What one rank returns.
 #[derive(Default)]
@@ -72,6 +87,7 @@ struct RankOut {
     peak_in_flight: usize,
     activation_bytes: u64,
     peak_bytes: u64,
+    start_step: u64,
 }
 
 /// Trains `cfg.steps` steps of `pp` on `dp` pipelines of in-process stages over
@@ -84,6 +100,7 @@ pub fn train_in_process(
     pp: &PpConfig,
     dp: usize,
     log: bool,
+    ckpt: &StageCheckpoints,
 ) -> Result<PpRun> {
     let kind = pp.kind().map_err(|e| Error::invalid("train --pp", e))?;
     pp.validate(cfg.model.n_layer, pp.micro_batches)
@@ -95,7 +112,7 @@ pub fn train_in_process(
     let schedule = generate(kind, p, m).map_err(|e| Error::invalid("train --pp", e.to_string()))?;
     let layout = ParallelLayout { dp, tp: 1, pp: p };
     let outs = run_in_process(p * dp, |world| {
-        Ok(rank_main(world, layout, cfg, corpus, &schedule, log)?)
+        Ok(rank_main(world, layout, cfg, corpus, &schedule, log, ckpt)?)
     });
     let mut ranks = Vec::new();
     for (r, o) in outs.into_iter().enumerate() {
@@ -114,6 +131,7 @@ pub fn train_from_env(
     pp: &PpConfig,
     dp: usize,
     log: bool,
+    ckpt: &StageCheckpoints,
 ) -> Result<Option<PpRun>> {
     let kind = pp.kind().map_err(|e| Error::invalid("train --pp", e))?;
     pp.validate(cfg.model.n_layer, pp.micro_batches)
@@ -136,7 +154,7 @@ pub fn train_from_env(
         tp: 1,
         pp: p,
     };
-    let out = rank_main(&world, layout, cfg, corpus, &schedule, log)?;
+    let out = rank_main(&world, layout, cfg, corpus, &schedule, log, ckpt)?;
     if world.rank() != 0 {
         return Ok(None);
     }
@@ -153,6 +171,7 @@ fn rank_main(
     corpus: &Corpus,
     schedule: &Schedule,
     log: bool,
+    ckpt: &StageCheckpoints,
 ) -> Result<RankOut> {
     let g = ParallelGroups::new(world, layout)?;
     let (d, _, stage_idx) = layout.coords(world.rank());
@@ -180,11 +199,22 @@ fn rank_main(
     let m = schedule.m;
     let dloss = 1.0 / (cfg.batch_size * cfg.seq_len * m) as f32;
     let lrs = cfg.schedule();
+    // Resume: the stage's parameters and AdamW state, and the batch stream advanced
+    // past the batches the saved steps drew (it is a deterministic function of the
+    // seed), so the run goes on bit for bit.
+    let start = match &ckpt.resume {
+        Some(dir) => stage.load_checkpoint(dir)?.step,
+        None => 0,
+    };
+    for _ in 0..start as usize * m * layout.dp {
+        batcher.next_batch();
+    }
     let mut out = RankOut {
         stage: stage_idx,
+        start_step: start,
         ..RankOut::default()
     };
-    for step in 0..cfg.steps {
+    for step in start..cfg.steps {
         let t0 = Instant::now();
         let lr = lrs.lr(step);
         let batches: Vec<_> = (0..m * layout.dp).map(|_| batcher.next_batch()).collect();
@@ -230,6 +260,10 @@ fn rank_main(
             out.timelines.extend(timeline);
         }
     }
+    // One copy per stage: the first data-parallel replica writes it.
+    if let (Some(dir), 0) = (&ckpt.save, d) {
+        stage.save_checkpoint(dir, cfg.steps.max(start), "")?;
+    }
     Ok(out)
 }
 
@@ -271,6 +305,7 @@ fn summarise(ranks: Vec<RankOut>, p: usize) -> Result<PpRun> {
         peak_in_flight,
         activation_bytes,
         peak_bytes,
+        start_step: rank0.start_step,
     })
 }
 
@@ -293,9 +328,6 @@ fn check_supported(args: &TrainArgs) -> Result<()> {
     };
     if args.backend != train::BackendKind::Cpu {
         return no("a backend other than cpu");
-    }
-    if args.resume.is_some() {
-        return no("--resume");
     }
     if args.grad_accum.is_some() {
         return no("--grad-accum (use --micro-batches)");
@@ -324,14 +356,31 @@ fn check_supported(args: &TrainArgs) -> Result<()> {
 pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
     check_supported(args)?;
     let pp = pp_config(args)?;
-    let mut cfg = train::config_from_args(args)?;
+    if let Some(dir) = &args.resume {
+        check_same_pipeline(dir, &pp)?;
+    }
+    let mut cfg = match &args.resume {
+        // The saved run's config; only --steps (the new total) and --eval-every change.
+        Some(dir) => {
+            let mut c = train::read_config(dir)?;
+            c.steps = args.steps.unwrap_or(c.steps);
+            c.eval_every = args.eval_every.unwrap_or(c.eval_every);
+            c
+        }
+        None => train::config_from_args(args)?,
+    };
     cfg.grad_accum = pp.micro_batches;
     cfg.validate()?;
     let out = args
         .out
         .clone()
+        .or_else(|| args.resume.clone())
         .unwrap_or_else(|| PathBuf::from("runs/train"));
-    if out.join(METRICS_FILE).exists() && !args.force {
+    let ckpt = StageCheckpoints {
+        resume: args.resume.as_ref().map(|d| d.join(STAGE_DIR)),
+        save: Some(out.join(STAGE_DIR)),
+    };
+    if out.join(METRICS_FILE).exists() && !args.force && args.resume.is_none() {
         return Err(Error::invalid(
             "train --pp",
             format!(
@@ -352,15 +401,39 @@ pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
             .map_err(|e| Error::io(format!("{}: creating output directory", out.display()), e))?;
     }
     let run = if launch.world_size > 1 {
-        match train_from_env(&cfg, &corpus, &pp, dp, !args.quiet)? {
+        match train_from_env(&cfg, &corpus, &pp, dp, !args.quiet, &ckpt)? {
             Some(run) => run,
             None => return Ok(String::new()),
         }
     } else {
-        train_in_process(&cfg, &corpus, &pp, dp, !args.quiet)?
+        train_in_process(&cfg, &corpus, &pp, dp, !args.quiet, &ckpt)?
     };
     write_run_dir(&out, &cfg, &pp, &run)?;
     Ok(report(&out, &cfg, &pp, dp, &run))
+}
+
+/// A resumed pipeline run must keep the stages and micro-batches of the run it goes on
+/// from (its stage files and its batch stream depend on them); the schedule may change.
+fn check_same_pipeline(dir: &Path, pp: &PpConfig) -> Result<()> {
+    let path = dir.join("pipeline.toml");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("{}: reading", path.display()), e))?;
+    let saved: PpConfig = toml::from_str(&text)
+        .map_err(|e| Error::invalid("train --resume", format!("{}: {e}", path.display())))?;
+    if (saved.pp, saved.micro_batches) != (pp.pp, pp.micro_batches) {
+        return Err(Error::invalid(
+            "train --resume",
+            format!(
+                "{} ran --pp {} --micro-batches {}; pass the same (got --pp {} --micro-batches {})",
+                dir.display(),
+                saved.pp,
+                saved.micro_batches,
+                pp.pp,
+                pp.micro_batches
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn write_run_dir(out: &Path, cfg: &TrainConfig, pp: &PpConfig, run: &PpRun) -> Result<()> {
@@ -370,7 +443,10 @@ fn write_run_dir(out: &Path, cfg: &TrainConfig, pp: &PpConfig, run: &PpRun) -> R
     let text = toml::to_string_pretty(pp)
         .map_err(|e| Error::invalid("train", format!("serialising the pipeline config: {e}")))?;
     crate::atomic::write_atomic(out.join("pipeline.toml"), text.as_bytes())?;
-    let mut w = MetricsWriter::create(out.join(METRICS_FILE))?;
+    let mut w = match run.start_step {
+        0 => MetricsWriter::create(out.join(METRICS_FILE))?,
+        s => MetricsWriter::resume(out.join(METRICS_FILE), s)?,
+    };
     let tokens = cfg.tokens_per_step() as f64;
     for r in &run.rows {
         w.append(&Row {
@@ -470,7 +546,9 @@ fn report(out: &Path, cfg: &TrainConfig, pp: &PpConfig, dp: usize, run: &PpRun) 
     );
     let _ = writeln!(
         s,
-        "wrote {}/{{{CONFIG_FILE}, {METRICS_FILE}, {PLOT_FILE}, {TIMELINE_FILE}, {PLAN_FILE}, pipeline.toml}} (no checkpoint: pipeline runs do not save one yet)",
+        "wrote {}/{{{CONFIG_FILE}, {METRICS_FILE}, {PLOT_FILE}, {TIMELINE_FILE}, {PLAN_FILE}, pipeline.toml, {STAGE_DIR}/pp-stage*-of{}.bin}} (go on with --resume {} and the same --pp/--micro-batches)",
+        out.display(),
+        pp.pp,
         out.display()
     );
     s
@@ -671,7 +749,7 @@ pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
             schedule: kind.to_string(),
             micro_batches: a.micro_batches,
         };
-        let run = train_in_process(&cfg, &corpus, &pp, 1, false)?;
+        let run = train_in_process(&cfg, &corpus, &pp, 1, false, &StageCheckpoints::default())?;
         let plan = planned(kind, a.pp, a.micro_batches, Costs::unit())?;
         if let Some(dir) = &a.svg_dir {
             let title = format!(
@@ -863,7 +941,8 @@ mod tests {
                 schedule: kind.to_string(),
                 micro_batches: m,
             };
-            let run = train_in_process(&cfg, &corpus, &pp, 1, false).unwrap();
+            let run = train_in_process(&cfg, &corpus, &pp, 1, false, &StageCheckpoints::default())
+                .unwrap();
             for (r, w) in run.rows.iter().zip(&want) {
                 assert!(
                     (r.loss - f64::from(*w)).abs() < 2e-5,
@@ -885,6 +964,42 @@ mod tests {
                 run.bubble
             );
         }
+    }
+
+    /// Two steps, stage checkpoints, two more from them: bitwise the losses of four
+    /// steps in one go (the batch stream is skipped past the saved steps' batches).
+    #[test]
+    fn resumed_pipeline_run_gives_bitwise_the_losses() {
+        let mut cfg = tiny(4);
+        cfg.steps = 4;
+        let corpus = Corpus::load(crate::data::DEFAULT_CORPUS).unwrap();
+        let pp = PpConfig {
+            pp: 2,
+            schedule: "zb-h1".into(),
+            micro_batches: 4,
+        };
+        let none = StageCheckpoints::default();
+        let whole = train_in_process(&cfg, &corpus, &pp, 1, false, &none).unwrap();
+        let dir = std::env::temp_dir().join(format!("brrr-pp-resume-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let save = StageCheckpoints {
+            resume: None,
+            save: Some(dir.clone()),
+        };
+        let mut half = cfg.clone();
+        half.steps = 2;
+        let first = train_in_process(&half, &corpus, &pp, 1, false, &save).unwrap();
+        let resume = StageCheckpoints {
+            resume: Some(dir.clone()),
+            save: None,
+        };
+        let rest = train_in_process(&cfg, &corpus, &pp, 1, false, &resume).unwrap();
+        assert_eq!(rest.start_step, 2);
+        let bits = |r: &[StepRow]| r.iter().map(|x| x.loss.to_bits()).collect::<Vec<_>>();
+        let mut got = bits(&first.rows);
+        got.extend(bits(&rest.rows));
+        assert_eq!(got, bits(&whole.rows));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
