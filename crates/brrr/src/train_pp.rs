@@ -16,8 +16,8 @@ use brrr_collectives::{ParallelGroups, ParallelLayout, run_in_process};
 use brrr_cpu::CpuBackend;
 use brrr_nn::{AdamWConfig, Gpt};
 use brrr_pp::{
-    Costs, PipelineStage, PpConfig, Schedule, ScheduleKind, Timeline, gather_timeline, generate,
-    simulate, step_loss, svg, theory,
+    Action, Costs, PipelineStage, PpConfig, Schedule, ScheduleKind, Timeline, gather_timeline,
+    generate, simulate, step_loss, svg, theory,
 };
 use brrr_train::TrainConfig;
 use rand::SeedableRng;
@@ -39,6 +39,9 @@ pub struct StepRow {
     pub lr: f64,
     pub grad_norm: f64,
     pub seconds: f64,
+    /// Validation loss after this step (every `eval_every` steps and the last),
+    /// forwards only, computed by the last stage.
+    pub val_loss: Option<f64>,
 }
 
 /// What a pipeline run measured.
@@ -58,7 +61,22 @@ pub struct PpRun {
     pub activation_bytes: Vec<u64>,
     /// Peak bytes of each stage's device.
     pub peak_bytes: Vec<u64>,
+    /// Steps already done when this run started (0 unless resumed).
+    pub start_step: u64,
 }
+
+/// Where a pipeline run's stages restore from and save to: directories holding
+/// `pp-stage{s}-of{n}.bin` (a run's `pp/` folder).
+#[derive(Clone, Debug, Default)]
+pub struct StageCheckpoints {
+    /// Restore every stage from here and go on from the step it was saved at.
+    pub resume: Option<PathBuf>,
+    /// Save every stage here after the last step.
+    pub save: Option<PathBuf>,
+}
+
+/// The folder of a run directory holding its stages' checkpoints.
+pub const STAGE_DIR: &str = "pp";
 
 /// What one rank returns.
 #[derive(Default)]
@@ -69,6 +87,7 @@ struct RankOut {
     peak_in_flight: usize,
     activation_bytes: u64,
     peak_bytes: u64,
+    start_step: u64,
 }
 
 /// Trains `cfg.steps` steps of `pp` on `dp` pipelines of in-process stages over
@@ -81,6 +100,7 @@ pub fn train_in_process(
     pp: &PpConfig,
     dp: usize,
     log: bool,
+    ckpt: &StageCheckpoints,
 ) -> Result<PpRun> {
     let kind = pp.kind().map_err(|e| Error::invalid("train --pp", e))?;
     pp.validate(cfg.model.n_layer, pp.micro_batches)
@@ -92,7 +112,7 @@ pub fn train_in_process(
     let schedule = generate(kind, p, m).map_err(|e| Error::invalid("train --pp", e.to_string()))?;
     let layout = ParallelLayout { dp, tp: 1, pp: p };
     let outs = run_in_process(p * dp, |world| {
-        Ok(rank_main(world, layout, cfg, corpus, &schedule, log)?)
+        Ok(rank_main(world, layout, cfg, corpus, &schedule, log, ckpt)?)
     });
     let mut ranks = Vec::new();
     for (r, o) in outs.into_iter().enumerate() {
@@ -111,6 +131,7 @@ pub fn train_from_env(
     pp: &PpConfig,
     dp: usize,
     log: bool,
+    ckpt: &StageCheckpoints,
 ) -> Result<Option<PpRun>> {
     let kind = pp.kind().map_err(|e| Error::invalid("train --pp", e))?;
     pp.validate(cfg.model.n_layer, pp.micro_batches)
@@ -133,7 +154,7 @@ pub fn train_from_env(
         tp: 1,
         pp: p,
     };
-    let out = rank_main(&world, layout, cfg, corpus, &schedule, log)?;
+    let out = rank_main(&world, layout, cfg, corpus, &schedule, log, ckpt)?;
     if world.rank() != 0 {
         return Ok(None);
     }
@@ -150,6 +171,7 @@ fn rank_main(
     corpus: &Corpus,
     schedule: &Schedule,
     log: bool,
+    ckpt: &StageCheckpoints,
 ) -> Result<RankOut> {
     let g = ParallelGroups::new(world, layout)?;
     let (d, _, stage_idx) = layout.coords(world.rank());
@@ -168,14 +190,31 @@ fn rank_main(
     };
     let mut stage = PipelineStage::new(model, stage_idx, schedule.p, schedule.v, opt)?;
     let mut batcher = Batcher::for_corpus(corpus, cfg.batch_size, cfg.seq_len, cfg.seed)?;
+    // The single-device run's validation batches, on every stage (stage 0 reads the
+    // ids, the last the targets).
+    let val = brrr_train::val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)?
+        .iter()
+        .map(|b| brrr_train::upload(&backend, b))
+        .collect::<Result<Vec<_>>>()?;
     let m = schedule.m;
     let dloss = 1.0 / (cfg.batch_size * cfg.seq_len * m) as f32;
     let lrs = cfg.schedule();
+    // Resume: the stage's parameters and AdamW state, and the batch stream advanced
+    // past the batches the saved steps drew (it is a deterministic function of the
+    // seed), so the run goes on bit for bit.
+    let start = match &ckpt.resume {
+        Some(dir) => stage.load_checkpoint(dir)?.step,
+        None => 0,
+    };
+    for _ in 0..start as usize * m * layout.dp {
+        batcher.next_batch();
+    }
     let mut out = RankOut {
         stage: stage_idx,
+        start_step: start,
         ..RankOut::default()
     };
-    for step in 0..cfg.steps {
+    for step in start..cfg.steps {
         let t0 = Instant::now();
         let lr = lrs.lr(step);
         let batches: Vec<_> = (0..m * layout.dp).map(|_| batcher.next_batch()).collect();
@@ -188,6 +227,12 @@ fn rank_main(
         let loss = step_loss(&run, m, &g.pp, Some(&g.dp))?;
         let norm = stage.update(&g.pp, lr as f32, cfg.grad_clip)?;
         let timeline = gather_timeline(&g.pp, &run.spans)?;
+        let evaluate = (step + 1) % cfg.eval_every.max(1) == 0 || step + 1 == cfg.steps;
+        let val_loss = if evaluate && !val.is_empty() {
+            Some(stage.eval_loss(&g.pp, &val)?)
+        } else {
+            None
+        };
         out.peak_in_flight = out.peak_in_flight.max(run.peak_in_flight);
         out.activation_bytes = out
             .activation_bytes
@@ -200,16 +245,24 @@ fn rank_main(
                 lr,
                 grad_norm: norm,
                 seconds: t0.elapsed().as_secs_f64(),
+                val_loss,
             };
             if log && (step + 1) % cfg.eval_every == 0 {
+                let val = row
+                    .val_loss
+                    .map_or(String::new(), |v| format!("  val {v:.4}"));
                 eprintln!(
-                    "step {:>6}  loss {:.4}  lr {:.2e}  |g| {:.3}  {:.3} s/step",
+                    "step {:>6}  loss {:.4}{val}  lr {:.2e}  |g| {:.3}  {:.3} s/step",
                     row.step, row.loss, row.lr, row.grad_norm, row.seconds
                 );
             }
             out.rows.push(row);
             out.timelines.extend(timeline);
         }
+    }
+    // One copy per stage: the first data-parallel replica writes it.
+    if let (Some(dir), 0) = (&ckpt.save, d) {
+        stage.save_checkpoint(dir, cfg.steps.max(start), "")?;
     }
     Ok(out)
 }
@@ -252,6 +305,7 @@ fn summarise(ranks: Vec<RankOut>, p: usize) -> Result<PpRun> {
         peak_in_flight,
         activation_bytes,
         peak_bytes,
+        start_step: rank0.start_step,
     })
 }
 
@@ -274,9 +328,6 @@ fn check_supported(args: &TrainArgs) -> Result<()> {
     };
     if args.backend != train::BackendKind::Cpu {
         return no("a backend other than cpu");
-    }
-    if args.resume.is_some() {
-        return no("--resume");
     }
     if args.grad_accum.is_some() {
         return no("--grad-accum (use --micro-batches)");
@@ -305,14 +356,31 @@ fn check_supported(args: &TrainArgs) -> Result<()> {
 pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
     check_supported(args)?;
     let pp = pp_config(args)?;
-    let mut cfg = train::config_from_args(args)?;
+    if let Some(dir) = &args.resume {
+        check_same_pipeline(dir, &pp)?;
+    }
+    let mut cfg = match &args.resume {
+        // The saved run's config; only --steps (the new total) and --eval-every change.
+        Some(dir) => {
+            let mut c = train::read_config(dir)?;
+            c.steps = args.steps.unwrap_or(c.steps);
+            c.eval_every = args.eval_every.unwrap_or(c.eval_every);
+            c
+        }
+        None => train::config_from_args(args)?,
+    };
     cfg.grad_accum = pp.micro_batches;
     cfg.validate()?;
     let out = args
         .out
         .clone()
+        .or_else(|| args.resume.clone())
         .unwrap_or_else(|| PathBuf::from("runs/train"));
-    if out.join(METRICS_FILE).exists() && !args.force {
+    let ckpt = StageCheckpoints {
+        resume: args.resume.as_ref().map(|d| d.join(STAGE_DIR)),
+        save: Some(out.join(STAGE_DIR)),
+    };
+    if out.join(METRICS_FILE).exists() && !args.force && args.resume.is_none() {
         return Err(Error::invalid(
             "train --pp",
             format!(
@@ -333,15 +401,39 @@ pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
             .map_err(|e| Error::io(format!("{}: creating output directory", out.display()), e))?;
     }
     let run = if launch.world_size > 1 {
-        match train_from_env(&cfg, &corpus, &pp, dp, !args.quiet)? {
+        match train_from_env(&cfg, &corpus, &pp, dp, !args.quiet, &ckpt)? {
             Some(run) => run,
             None => return Ok(String::new()),
         }
     } else {
-        train_in_process(&cfg, &corpus, &pp, dp, !args.quiet)?
+        train_in_process(&cfg, &corpus, &pp, dp, !args.quiet, &ckpt)?
     };
     write_run_dir(&out, &cfg, &pp, &run)?;
     Ok(report(&out, &cfg, &pp, dp, &run))
+}
+
+/// A resumed pipeline run must keep the stages and micro-batches of the run it goes on
+/// from (its stage files and its batch stream depend on them); the schedule may change.
+fn check_same_pipeline(dir: &Path, pp: &PpConfig) -> Result<()> {
+    let path = dir.join("pipeline.toml");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("{}: reading", path.display()), e))?;
+    let saved: PpConfig = toml::from_str(&text)
+        .map_err(|e| Error::invalid("train --resume", format!("{}: {e}", path.display())))?;
+    if (saved.pp, saved.micro_batches) != (pp.pp, pp.micro_batches) {
+        return Err(Error::invalid(
+            "train --resume",
+            format!(
+                "{} ran --pp {} --micro-batches {}; pass the same (got --pp {} --micro-batches {})",
+                dir.display(),
+                saved.pp,
+                saved.micro_batches,
+                pp.pp,
+                pp.micro_batches
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn write_run_dir(out: &Path, cfg: &TrainConfig, pp: &PpConfig, run: &PpRun) -> Result<()> {
@@ -351,13 +443,16 @@ fn write_run_dir(out: &Path, cfg: &TrainConfig, pp: &PpConfig, run: &PpRun) -> R
     let text = toml::to_string_pretty(pp)
         .map_err(|e| Error::invalid("train", format!("serialising the pipeline config: {e}")))?;
     crate::atomic::write_atomic(out.join("pipeline.toml"), text.as_bytes())?;
-    let mut w = MetricsWriter::create(out.join(METRICS_FILE))?;
+    let mut w = match run.start_step {
+        0 => MetricsWriter::create(out.join(METRICS_FILE))?,
+        s => MetricsWriter::resume(out.join(METRICS_FILE), s)?,
+    };
     let tokens = cfg.tokens_per_step() as f64;
     for r in &run.rows {
         w.append(&Row {
             step: r.step,
             loss: r.loss as f32,
-            val_loss: None,
+            val_loss: r.val_loss.map(|v| v as f32),
             lr: r.lr as f32,
             grad_norm: r.grad_norm as f32,
             tokens_per_s: tokens / r.seconds,
@@ -451,7 +546,9 @@ fn report(out: &Path, cfg: &TrainConfig, pp: &PpConfig, dp: usize, run: &PpRun) 
     );
     let _ = writeln!(
         s,
-        "wrote {}/{{{CONFIG_FILE}, {METRICS_FILE}, {PLOT_FILE}, {TIMELINE_FILE}, {PLAN_FILE}, pipeline.toml}} (no checkpoint: pipeline runs do not save one yet)",
+        "wrote {}/{{{CONFIG_FILE}, {METRICS_FILE}, {PLOT_FILE}, {TIMELINE_FILE}, {PLAN_FILE}, pipeline.toml, {STAGE_DIR}/pp-stage*-of{}.bin}} (go on with --resume {} and the same --pp/--micro-batches)",
+        out.display(),
+        pp.pp,
         out.display()
     );
     s
@@ -586,9 +683,12 @@ pub struct CompareRow {
     pub kind: ScheduleKind,
     pub measured_bubble: f64,
     pub simulated_bubble: f64,
-    /// The simulator with the backward as the executor runs it: B and W fused (B takes
-    /// b + w, W nothing), so zero-bubble schedules lose what W would have filled.
-    pub simulated_fused: f64,
+    /// The simulator on the executor's own mean F, B, W (and fused BW) durations of the
+    /// timed steps, per chunk: the prediction for this machine, beside the measurement.
+    pub simulated_measured: f64,
+    /// Those mean durations in ms: `(F, B, W)`, B being the fused BW where the schedule
+    /// has no W.
+    pub measured_costs_ms: (f64, f64, f64),
     pub theory_bubble: Option<f64>,
     pub peak_in_flight: Vec<usize>,
     pub planned_in_flight: Vec<usize>,
@@ -596,13 +696,31 @@ pub struct CompareRow {
     pub seconds_per_step: f64,
 }
 
-/// F = 1, B = W = 1 with the weight gradient inside B: how the executor runs.
-const FUSED: Costs = Costs {
-    f: 1.0,
-    b: 2.0,
-    w: 0.0,
-    comm: 0.0,
-};
+/// Mean F, B and W durations (seconds, per chunk) of the compute spans of `t`; a fused
+/// BW counts as B (with W = 0) when there is no W.
+fn mean_costs(t: &Timeline) -> Costs {
+    let mean = |pick: &dyn Fn(&Action) -> bool| {
+        let d: Vec<f64> = t
+            .spans
+            .iter()
+            .filter(|s| pick(&s.action))
+            .map(|s| s.end - s.start)
+            .collect();
+        if d.is_empty() {
+            0.0
+        } else {
+            d.iter().sum::<f64>() / d.len() as f64
+        }
+    };
+    let w = mean(&|a| matches!(a, Action::W { .. }));
+    let b = mean(&|a| matches!(a, Action::B { .. } | Action::BW { .. }));
+    Costs {
+        f: mean(&|a| matches!(a, Action::F { .. })),
+        b,
+        w,
+        comm: 0.0,
+    }
+}
 
 /// Runs every schedule for `a.steps` steps on the shipped corpus.
 pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
@@ -631,7 +749,7 @@ pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
             schedule: kind.to_string(),
             micro_batches: a.micro_batches,
         };
-        let run = train_in_process(&cfg, &corpus, &pp, 1, false)?;
+        let run = train_in_process(&cfg, &corpus, &pp, 1, false, &StageCheckpoints::default())?;
         let plan = planned(kind, a.pp, a.micro_batches, Costs::unit())?;
         if let Some(dir) = &a.svg_dir {
             let title = format!(
@@ -645,6 +763,15 @@ pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
             )?;
         }
         let timed = &run.rows[usize::from(run.rows.len() > 1)..];
+        let costs = mean_costs(&run.timeline);
+        let s = generate(kind, a.pp, a.micro_batches)
+            .map_err(|e| Error::invalid("pipeline", e.to_string()))?;
+        let on_measured = simulate(&s, costs).map_err(|d| {
+            Error::invalid(
+                "pipeline",
+                format!("the generated schedule deadlocks at {:?}", d.stuck),
+            )
+        })?;
         rows.push(CompareRow {
             kind,
             measured_bubble: run.bubble,
@@ -653,7 +780,8 @@ pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
             } else {
                 plan.bubble_fraction()
             },
-            simulated_fused: planned(kind, a.pp, a.micro_batches, FUSED)?.bubble_fraction(),
+            simulated_measured: on_measured.bubble_fraction(),
+            measured_costs_ms: (1e3 * costs.f, 1e3 * costs.b, 1e3 * costs.w),
             theory_bubble: theory::bubble_fraction(kind, a.pp, a.micro_batches, Costs::unit()),
             peak_in_flight: run.peak_in_flight,
             planned_in_flight: plan.peak_in_flight,
@@ -667,7 +795,7 @@ pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
 /// The rows as a Markdown table.
 pub fn compare_table(rows: &[CompareRow]) -> String {
     let mut s = String::from(
-        "| schedule | idle measured | simulated, B+W fused | simulated | theory | in flight per stage (measured) | planned | activations per stage (MB) | s/step |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| schedule | idle measured | simulated, measured F/B/W | F / B / W ms | simulated, F = B = W | theory | in flight per stage (measured) | planned | activations per stage (MB) | s/step |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let mb: Vec<String> = r
@@ -677,10 +805,13 @@ pub fn compare_table(rows: &[CompareRow]) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "| {} | {:.1}% | {:.1}% | {:.1}% | {} | {:?} | {:?} | {} | {:.3} |",
+            "| {} | {:.1}% | {:.1}% | {:.1} / {:.1} / {:.1} | {:.1}% | {} | {:?} | {:?} | {} | {:.3} |",
             r.kind,
             100.0 * r.measured_bubble,
-            100.0 * r.simulated_fused,
+            100.0 * r.simulated_measured,
+            r.measured_costs_ms.0,
+            r.measured_costs_ms.1,
+            r.measured_costs_ms.2,
             100.0 * r.simulated_bubble,
             r.theory_bubble
                 .map_or("-".into(), |x| format!("{:.1}%", 100.0 * x)),
@@ -795,19 +926,23 @@ mod tests {
         let cfg = tiny(m);
         let corpus = Corpus::load(crate::data::DEFAULT_CORPUS).unwrap();
         let data = Batcher::for_corpus(&corpus, cfg.batch_size, cfg.seq_len, cfg.seed).unwrap();
-        let mut trainer =
-            brrr_train::Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), vec![])
+        let val =
+            brrr_train::val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)
                 .unwrap();
+        let mut trainer =
+            brrr_train::Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), val).unwrap();
         let want: Vec<f32> = (0..cfg.steps)
             .map(|_| trainer.step_blocking().unwrap().loss)
             .collect();
+        let want_val = trainer.evaluate_blocking().unwrap();
         for kind in ScheduleKind::all(2) {
             let pp = PpConfig {
                 pp: 2,
                 schedule: kind.to_string(),
                 micro_batches: m,
             };
-            let run = train_in_process(&cfg, &corpus, &pp, 1, false).unwrap();
+            let run = train_in_process(&cfg, &corpus, &pp, 1, false, &StageCheckpoints::default())
+                .unwrap();
             for (r, w) in run.rows.iter().zip(&want) {
                 assert!(
                     (r.loss - f64::from(*w)).abs() < 2e-5,
@@ -816,6 +951,12 @@ mod tests {
                     r.loss
                 );
             }
+            // The validation loss after the last step, forwards only on the stages.
+            let val = run.rows.last().and_then(|r| r.val_loss).unwrap();
+            assert!(
+                (val - f64::from(want_val)).abs() < 2e-5,
+                "{kind}: val loss {val} vs {want_val}"
+            );
             assert_eq!(run.peak_in_flight.len(), 2);
             assert!(
                 run.bubble > 0.0 && run.bubble < 1.0,
@@ -823,6 +964,42 @@ mod tests {
                 run.bubble
             );
         }
+    }
+
+    /// Two steps, stage checkpoints, two more from them: bitwise the losses of four
+    /// steps in one go (the batch stream is skipped past the saved steps' batches).
+    #[test]
+    fn resumed_pipeline_run_gives_bitwise_the_losses() {
+        let mut cfg = tiny(4);
+        cfg.steps = 4;
+        let corpus = Corpus::load(crate::data::DEFAULT_CORPUS).unwrap();
+        let pp = PpConfig {
+            pp: 2,
+            schedule: "zb-h1".into(),
+            micro_batches: 4,
+        };
+        let none = StageCheckpoints::default();
+        let whole = train_in_process(&cfg, &corpus, &pp, 1, false, &none).unwrap();
+        let dir = std::env::temp_dir().join(format!("brrr-pp-resume-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let save = StageCheckpoints {
+            resume: None,
+            save: Some(dir.clone()),
+        };
+        let mut half = cfg.clone();
+        half.steps = 2;
+        let first = train_in_process(&half, &corpus, &pp, 1, false, &save).unwrap();
+        let resume = StageCheckpoints {
+            resume: Some(dir.clone()),
+            save: None,
+        };
+        let rest = train_in_process(&cfg, &corpus, &pp, 1, false, &resume).unwrap();
+        assert_eq!(rest.start_step, 2);
+        let bits = |r: &[StepRow]| r.iter().map(|x| x.loss.to_bits()).collect::<Vec<_>>();
+        let mut got = bits(&first.rows);
+        got.extend(bits(&rest.rows));
+        assert_eq!(got, bits(&whole.rows));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -175,10 +175,37 @@ impl<B: Backend> CausalSelfAttention<B> {
 
     /// `dout: [B, T, C] -> dx: [B, T, C]` for micro-batch `mb`.
     pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        self.backward_parts(mb, dout, false)
+    }
+
+    /// [`CausalSelfAttention::backward`] without the projections' weight gradients
+    /// (the zero-bubble "B"): they wait in `c_proj` and `c_attn` for
+    /// [`CausalSelfAttention::backward_weight`]. The attention core has no weights.
+    pub fn backward_input(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        self.backward_parts(mb, dout, true)
+    }
+
+    /// The projections' weight gradients of micro-batch `mb` (the zero-bubble "W").
+    pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        self.c_proj.backward_weight(mb)?;
+        self.c_attn.backward_weight(mb)
+    }
+
+    /// The backward, with the projections' weight gradients deferred when `split`.
+    fn backward_parts(
+        &mut self,
+        mb: MicroBatch,
+        dout: &Tensor<B>,
+        split: bool,
+    ) -> Result<Tensor<B>> {
         let s = self.saved.take(mb, "CausalSelfAttention")?;
         let (b, t) = s.bt;
         let (h, d) = (self.n_head(), self.head_dim);
-        let dy = self.c_proj.backward(mb, dout)?; // [B, T, H·D]
+        let dy = if split {
+            self.c_proj.backward_input(mb, dout)?
+        } else {
+            self.c_proj.backward(mb, dout)?
+        }; // [B, T, H·D]
         let dy = dy
             .reshape([b, t, h, d])?
             .permute(&[0, 2, 1, 3])?
@@ -209,7 +236,12 @@ impl<B: Backend> CausalSelfAttention<B> {
                 .reshape([1, b, h, t, d])?
                 .copy_into_view(&mut dqkv, &view)?;
         }
-        self.c_attn.backward(mb, &dqkv.reshape([b, t, 3 * h * d])?)
+        let dqkv = dqkv.reshape([b, t, 3 * h * d])?;
+        if split {
+            self.c_attn.backward_input(mb, &dqkv)
+        } else {
+            self.c_attn.backward(mb, &dqkv)
+        }
     }
 }
 

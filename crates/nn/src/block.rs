@@ -62,6 +62,30 @@ impl<B: Backend> Block<B> {
         dx.add_(&dx1)?;
         Ok(dx)
     }
+
+    /// [`Block::backward`] with the four projections' weight gradients deferred to
+    /// [`Block::backward_weight`] (the zero-bubble "B"). The LayerNorms' `γ, β`
+    /// gradients stay here: each is a reduction over rows, `O(rows·C)` against the
+    /// projections' `O(rows·C²)` GEMMs, too little to fill a bubble, and deferring it
+    /// would keep their inputs alive longer for nothing (Qi et al. 2023 split only the
+    /// matmuls as well). Returns bitwise the `dx` of [`Block::backward`].
+    pub fn backward_input(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        let mut dx1 = self
+            .ln_2
+            .backward(mb, &self.mlp.backward_input(mb, dout)?)?;
+        dx1.add_(dout)?;
+        let mut dx = self
+            .ln_1
+            .backward(mb, &self.attn.backward_input(mb, &dx1)?)?;
+        dx.add_(&dx1)?;
+        Ok(dx)
+    }
+
+    /// The projections' weight gradients of micro-batch `mb` (the zero-bubble "W").
+    pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        self.mlp.backward_weight(mb)?;
+        self.attn.backward_weight(mb)
+    }
 }
 
 impl<B: Backend> Module<B> for Block<B> {

@@ -245,6 +245,39 @@ impl<B: Backend> Gpt<B> {
         Ok(())
     }
 
+    /// [`Gpt::backward_mb`] with the blocks' projection weight gradients deferred to
+    /// [`Gpt::backward_weight_mb`] (the zero-bubble "B"; Qi et al., "Zero Bubble
+    /// Pipeline Parallelism", 2023). Everything else is accumulated here: the
+    /// LayerNorms and embeddings are cheap row reductions and scatter-adds, and the
+    /// tied head's `dwte` shares its gradient with the token embedding's scatter-add,
+    /// so deferring only one of the two would change the order of the additions.
+    /// B then W gives bitwise the gradients of [`Gpt::backward_mb`].
+    pub fn backward_input_mb(&mut self, mb: MicroBatch, dloss: f32) -> Result<()> {
+        let mut dx = head_backward(
+            &mut self.ln_f,
+            &mut self.wte.weight,
+            &mut self.saved,
+            mb,
+            dloss,
+        )?;
+        for block in self.h.iter_mut().rev() {
+            dx = block.backward_input(mb, &dx)?;
+        }
+        self.wpe.backward(mb, &dx)?;
+        self.wte.backward(mb, &dx)?;
+        Ok(())
+    }
+
+    /// The blocks' projection weight gradients of micro-batch `mb` (the zero-bubble
+    /// "W"), after its [`Gpt::backward_input_mb`]; frees what B kept for them. An error
+    /// naming the layer if B of `mb` has not run.
+    pub fn backward_weight_mb(&mut self, mb: MicroBatch) -> Result<()> {
+        for block in self.h.iter_mut().rev() {
+            block.backward_weight(mb)?;
+        }
+        Ok(())
+    }
+
     /// Token plus position embeddings of `ids` for micro-batch `mb`, `[B, T, C]`: the
     /// first part of [`Gpt::forward_mb`], for a caller that runs the blocks itself
     /// (activation recomputation in `brrr-checkpoint`). The parts `embed_mb`, each
@@ -407,6 +440,55 @@ pub(crate) fn head_backward<B: Backend>(
     mb: MicroBatch,
     dloss: f32,
 ) -> Result<Tensor<B>> {
+    let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
+    let (v, c) = (wte.value.dims()[0], wte.value.dims()[1]);
+    debug_assert_eq!(dlogits.dims(), [b * t, v]);
+    // Tied head: dwte += dlogitsᵀ · x, dx = dlogits · wte.
+    Tensor::matmul_into(&mut wte.grad, &dlogits.transpose(0, 1)?, &x_final, 1.0, 1.0)?;
+    let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
+    ln_f.backward(mb, &dx)
+}
+
+/// What the head's W needs: the logits' gradient `[B·T, V]` and the projection's input
+/// `[B·T, C]`.
+pub(crate) type HeadPendingW<B> = (Tensor<B>, Tensor<B>);
+
+/// The head's gradient of the logits, its saved input, and `(B, T)`.
+type HeadGrads<B> = (Tensor<B>, Tensor<B>, (usize, usize));
+
+/// The head's backward without the tied projection's weight gradient (the zero-bubble
+/// "B"): returns the gradient of the head's input and `(dlogits [B·T, V], x_final
+/// [B·T, C])` for [`head_backward_weight`]. The same kernels as [`head_backward`].
+pub(crate) fn head_backward_input<B: Backend>(
+    ln_f: &mut LayerNorm<B>,
+    wte: &Param<B>,
+    saved: &mut Stash<HeadSaved<B>>,
+    mb: MicroBatch,
+    dloss: f32,
+) -> Result<(Tensor<B>, HeadPendingW<B>)> {
+    let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
+    let c = wte.value.dims()[1];
+    let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
+    Ok((ln_f.backward(mb, &dx)?, (dlogits, x_final)))
+}
+
+/// The tied projection's weight gradient from what [`head_backward_input`] returned:
+/// `dwte += dlogitsᵀ · x` (the zero-bubble "W").
+pub(crate) fn head_backward_weight<B: Backend>(
+    wte: &mut Param<B>,
+    (dlogits, x_final): (Tensor<B>, Tensor<B>),
+) -> Result<()> {
+    Tensor::matmul_into(&mut wte.grad, &dlogits.transpose(0, 1)?, &x_final, 1.0, 1.0)
+}
+
+/// The gradient of the logits `[B·T, V]` from `Σ losses · dloss`, with the head's saved
+/// input `[B·T, C]` and `(B, T)`; frees the saved logits.
+fn head_dlogits<B: Backend>(
+    wte: &Param<B>,
+    saved: &mut Stash<HeadSaved<B>>,
+    mb: MicroBatch,
+    dloss: f32,
+) -> Result<HeadGrads<B>> {
     let saved = saved.take(mb, "Gpt")?;
     let (logits, targets) = match (saved.logits, saved.targets) {
         (Some(l), Some(t)) => (l, t),
@@ -418,7 +500,7 @@ pub(crate) fn head_backward<B: Backend>(
         }
     };
     let (b, t) = saved.bt;
-    let (v, c) = (wte.value.dims()[0], wte.value.dims()[1]);
+    let v = wte.value.dims()[0];
     let loss_dtype = if wte.value.dtype() == DType::F64 {
         DType::F64
     } else {
@@ -429,16 +511,7 @@ pub(crate) fn head_backward<B: Backend>(
         .cross_entropy_backward(&targets, &dlosses)?
         .reshape([b * t, v])?;
     drop(logits);
-    // Tied head: dwte += dlogitsᵀ · x, dx = dlogits · wte.
-    Tensor::matmul_into(
-        &mut wte.grad,
-        &dlogits.transpose(0, 1)?,
-        &saved.x_final,
-        1.0,
-        1.0,
-    )?;
-    let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
-    ln_f.backward(mb, &dx)
+    Ok((dlogits, saved.x_final, (b, t)))
 }
 
 impl<B: Backend> Module<B> for Gpt<B> {

@@ -20,6 +20,22 @@ pub trait LinearLayer<B: Backend>: Module<B> {
     fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>>;
     /// `dy: [.., out] -> dx: [.., in]`, accumulating parameter gradients.
     fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>>;
+
+    /// The zero-bubble "B" (Qi et al., "Zero Bubble Pipeline Parallelism", 2023, §2):
+    /// only `dx`, keeping what the weight gradient needs under `mb` for a later
+    /// [`LinearLayer::backward_weight`]. A layer that does not split its backward keeps
+    /// this default, the whole backward, and its weight gradient stays in B.
+    fn backward_input(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        self.backward(mb, dy)
+    }
+
+    /// The zero-bubble "W": accumulates the parameter gradients of micro-batch `mb`
+    /// from what [`LinearLayer::backward_input`] kept, and frees it. The default does
+    /// nothing (the default B already accumulated them).
+    fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        let _ = mb;
+        Ok(())
+    }
 }
 
 /// `y = x Wᵀ + b` with `W: [out, in]` (PyTorch's layout) over the last dimension of x.
@@ -29,6 +45,10 @@ pub struct Linear<B: Backend> {
     /// The input `[rows, in]` of each micro-batch in flight, saved by `forward` for the
     /// weight gradient.
     pub saved_input: Stash<Tensor<B>>,
+    /// The input `[rows, in]` and output gradient `[rows, out]` of each micro-batch
+    /// whose input gradient ([`Linear::backward_input`]) ran and whose weight gradient
+    /// ([`Linear::backward_weight`]) has not: the zero-bubble schedules' deferred W.
+    pub pending_weight: Stash<(Tensor<B>, Tensor<B>)>,
 }
 
 impl<B: Backend> Linear<B> {
@@ -55,6 +75,7 @@ impl<B: Backend> Linear<B> {
             weight: Param::new(format!("{name}.weight"), w)?,
             bias,
             saved_input: Stash::new(),
+            pending_weight: Stash::new(),
         })
     }
 
@@ -87,6 +108,7 @@ impl<B: Backend> Linear<B> {
             weight: Param::new(format!("{name}.weight"), weight)?,
             bias,
             saved_input: Stash::new(),
+            pending_weight: Stash::new(),
         })
     }
 
@@ -154,6 +176,53 @@ impl<B: Backend> Linear<B> {
         *dims.last_mut().expect("rank >= 1") = self.in_features();
         dx.reshape(dims)
     }
+
+    /// The input gradient only, `dx = dy W` (the zero-bubble "B"): keeps the saved input
+    /// and `dy` under `mb` until [`Linear::backward_weight`]. `dx` is bitwise the one
+    /// [`Linear::backward`] returns (the same GEMM on the same operands).
+    pub fn backward_input(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        let x2 = self.saved_input.take(mb, "Linear")?;
+        let out = self.out_features();
+        let dy2 = dy.reshape([dy.elem_count() / out.max(1), out])?;
+        if dy2.dims()[0] != x2.dims()[0] {
+            return Err(Error::shape(
+                "Linear::backward_input",
+                format!(
+                    "gradient {} does not match the saved input {}",
+                    dy.shape(),
+                    x2.shape()
+                ),
+            ));
+        }
+        let dx = dy2.matmul(&self.weight.value)?;
+        self.pending_weight.put(mb, (x2, dy2));
+        let mut dims = dy.dims().to_vec();
+        *dims.last_mut().expect("rank >= 1") = self.in_features();
+        dx.reshape(dims)
+    }
+
+    /// The weight gradient of micro-batch `mb` (the zero-bubble "W"): `dW += dyᵀ x`,
+    /// `db += Σ_rows dy` with the kernels [`Linear::backward`] uses, then frees what
+    /// [`Linear::backward_input`] kept. An error if B of `mb` has not run (or W already
+    /// did).
+    pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        if !self.pending_weight.contains(mb) {
+            return Err(Error::invalid(
+                "Linear::backward_weight",
+                format!(
+                    "{}: no input gradient (B) of {mb} is waiting for its weight gradient \
+                     (W before B, or W twice)",
+                    self.weight.name
+                ),
+            ));
+        }
+        let (x2, dy2) = self.pending_weight.take(mb, "Linear")?;
+        Tensor::matmul_into(&mut self.weight.grad, &dy2.transpose(0, 1)?, &x2, 1.0, 1.0)?;
+        if let Some(b) = &mut self.bias {
+            b.accumulate_grad(&dy2.sum_dim(0, false)?)?;
+        }
+        Ok(())
+    }
 }
 
 impl<B: Backend> LinearLayer<B> for Linear<B> {
@@ -169,14 +238,22 @@ impl<B: Backend> LinearLayer<B> for Linear<B> {
     fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
         Linear::backward(self, mb, dy)
     }
+    fn backward_input(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        Linear::backward_input(self, mb, dy)
+    }
+    fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        Linear::backward_weight(self, mb)
+    }
 }
 
 impl<B: Backend> Module<B> for Linear<B> {
     fn clear_saved(&mut self) {
         self.saved_input.clear();
+        self.pending_weight.clear();
     }
     fn discard_saved(&mut self, mb: MicroBatch) -> Result<()> {
         self.saved_input.discard(mb);
+        self.pending_weight.discard(mb);
         Ok(())
     }
     fn params(&self) -> Vec<&Param<B>> {

@@ -83,6 +83,20 @@ impl<B: Backend> Mlp<B> {
         let dh = self.gelu.backward(mb, &dh)?;
         self.c_fc.backward(mb, &dh)
     }
+
+    /// [`Mlp::backward`] without the projections' weight gradients (the zero-bubble
+    /// "B"); they wait for [`Mlp::backward_weight`].
+    pub fn backward_input(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        let dh = self.c_proj.backward_input(mb, dy)?;
+        let dh = self.gelu.backward(mb, &dh)?;
+        self.c_fc.backward_input(mb, &dh)
+    }
+
+    /// The projections' weight gradients of micro-batch `mb` (the zero-bubble "W").
+    pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        self.c_proj.backward_weight(mb)?;
+        self.c_fc.backward_weight(mb)
+    }
 }
 
 impl<B: Backend> Module<B> for Mlp<B> {

@@ -8,7 +8,10 @@
 //! which both copies get the same update and stay equal (Megatron-LM does the same with
 //! an all-reduce over the embedding group).
 
-use crate::gpt::{HeadSaved, embed, head_backward, head_forward, head_loss};
+use crate::gpt::{
+    HeadSaved, embed, head_backward, head_backward_input, head_backward_weight, head_forward,
+    head_loss,
+};
 use crate::{Block, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, Error, Result};
 use brrr_tensor::Tensor;
@@ -86,6 +89,27 @@ impl<B: Backend> BlocksStage<B> {
         }
         Ok(dx)
     }
+
+    /// [`BlocksStage::backward`] with the projections' weight gradients deferred to
+    /// [`BlocksStage::backward_weight`] (the zero-bubble "B"): bitwise the same input
+    /// gradient, computed sooner so the previous stage can start its own B.
+    pub fn backward_input(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        let mut dx = dout.clone();
+        for block in self.h.iter_mut().rev() {
+            dx = block.backward_input(mb, &dx)?;
+        }
+        Ok(dx)
+    }
+
+    /// The blocks' projection weight gradients of micro-batch `mb` (the zero-bubble
+    /// "W"), freeing what [`BlocksStage::backward_input`] kept. An error naming the
+    /// layer if B of `mb` has not run.
+    pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        for block in self.h.iter_mut().rev() {
+            block.backward_weight(mb)?;
+        }
+        Ok(())
+    }
 }
 
 impl<B: Backend> Module<B> for BlocksStage<B> {
@@ -110,6 +134,9 @@ pub struct HeadStage<B: Backend> {
     /// The tied weight `[V, C]`, named `wte.weight` like the embedding stage's.
     pub wte: Param<B>,
     saved: Stash<HeadSaved<B>>,
+    /// `(dlogits, x_final)` of each micro-batch between [`HeadStage::backward_input`]
+    /// and [`HeadStage::backward_weight`].
+    pending_weight: Stash<(Tensor<B>, Tensor<B>)>,
 }
 
 impl<B: Backend> HeadStage<B> {
@@ -136,6 +163,34 @@ impl<B: Backend> HeadStage<B> {
         head_backward(&mut self.ln_f, &mut self.wte, &mut self.saved, mb, dloss)
     }
 
+    /// [`HeadStage::backward`] without the tied projection's weight gradient (the
+    /// zero-bubble "B"): keeps the logits' gradient `[B·T, V]` and the projection's
+    /// input `[B·T, C]` for [`HeadStage::backward_weight`]. This copy of `wte` gets no
+    /// other gradient on this stage, so deferring it changes no order of additions.
+    pub fn backward_input(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>> {
+        let (dx, pending) =
+            head_backward_input(&mut self.ln_f, &self.wte, &mut self.saved, mb, dloss)?;
+        self.pending_weight.put(mb, pending);
+        Ok(dx)
+    }
+
+    /// The tied projection's weight gradient of micro-batch `mb` (the zero-bubble
+    /// "W"), freeing what [`HeadStage::backward_input`] kept. An error if B of `mb`
+    /// has not run.
+    pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        if !self.pending_weight.contains(mb) {
+            return Err(Error::invalid(
+                "HeadStage::backward_weight",
+                format!(
+                    "no input gradient (B) of {mb} is waiting for its weight gradient \
+                     (W before B, or W twice)"
+                ),
+            ));
+        }
+        let pending = self.pending_weight.take(mb, "HeadStage")?;
+        head_backward_weight(&mut self.wte, pending)
+    }
+
     /// The micro-batches whose forward ran and whose backward has not.
     pub fn in_flight(&self) -> Vec<MicroBatch> {
         self.saved.micro_batches()
@@ -145,6 +200,7 @@ impl<B: Backend> HeadStage<B> {
 impl<B: Backend> Module<B> for HeadStage<B> {
     fn clear_saved(&mut self) {
         self.saved.clear();
+        self.pending_weight.clear();
         self.ln_f.clear_saved();
     }
     /// `wte.weight` (the tied copy) first, then `ln_f`. A global gradient norm over
@@ -203,6 +259,7 @@ impl<B: Backend> Gpt<B> {
                 ln_f: self.ln_f,
                 wte: tied,
                 saved: Stash::new(),
+                pending_weight: Stash::new(),
             },
             config: self.config,
         })

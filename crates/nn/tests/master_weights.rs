@@ -43,6 +43,7 @@ fn bf16_linear_with_an_f32_master_tracks_f64_training() {
         weight: Param::with_master("w", master, DType::BF16, DType::F32).unwrap(),
         bias: None,
         saved_input: Stash::new(),
+        pending_weight: Stash::new(),
     };
     assert_eq!(layer.weight.value.dtype(), DType::BF16);
     assert_eq!(layer.weight.grad.dtype(), DType::F32);

@@ -3,11 +3,12 @@
 //! [`Communicator::recv`], each in-flight micro-batch's activations held in the
 //! layers' own stashes (keyed by micro-batch) until its backward.
 //!
-//! The layers of `brrr-nn` compute the input and the weight gradients in one
-//! backward, so a zero-bubble schedule runs with B and W fused: its `B` runs the whole
-//! backward and its `W` does nothing (and takes no time). The order of the schedule is
-//! kept, its results are exact, but the W passes cannot fill bubbles; the simulator
-//! shows what a split backward would give.
+//! `BW` runs the fused backward. The zero-bubble schedules' `B` runs only the input
+//! gradient (`backward_input` of `brrr-nn`'s stages: the projections keep their input
+//! and output gradient) and their `W` the projections' and the tied head's weight
+//! gradients from that stash (`backward_weight`), so W passes fill the bubbles as the
+//! schedule plans (Qi et al., "Zero Bubble Pipeline Parallelism", 2023). LayerNorm and
+//! embedding gradients stay in B (cheap row reductions and scatter-adds).
 
 use crate::config::split_layers;
 use crate::schedule::{Action, Schedule};
@@ -262,11 +263,9 @@ impl<B: Backend> PipelineStage<B> {
                     *run.loss_sum.get_or_insert(0.0) += loss;
                 }
             }
-            Action::B { .. } | Action::BW { .. } => {
-                self.backward(mb, chunk, piece, s.pieces(), dloss)?
-            }
-            // Fused into B (see the module's documentation).
-            Action::W { .. } => {}
+            Action::BW { .. } => self.backward(mb, chunk, piece, s.pieces(), dloss, false)?,
+            Action::B { .. } => self.backward(mb, chunk, piece, s.pieces(), dloss, true)?,
+            Action::W { .. } => self.backward_weight(mb, chunk, piece, s.pieces())?,
             Action::SendAct { to, .. } => {
                 let t = self.take(false, mb, piece + 1)?;
                 self.send(comm, to, ACT, mb, s.place(piece + 1).1, &t)?;
@@ -327,7 +326,9 @@ impl<B: Backend> PipelineStage<B> {
         Ok(Some(f64::from(mean[0])))
     }
 
-    /// The whole backward of piece `piece` (chunk `chunk` here).
+    /// The backward of piece `piece` (chunk `chunk` here): the whole of it, or with
+    /// `input_only` the zero-bubble B, whose weight gradients wait for
+    /// [`PipelineStage::backward_weight`].
     fn backward(
         &mut self,
         mb: u32,
@@ -335,6 +336,7 @@ impl<B: Backend> PipelineStage<B> {
         piece: usize,
         pieces: usize,
         dloss: f32,
+        input_only: bool,
     ) -> Result<()> {
         let id = MicroBatch(mb);
         let dy = if piece + 1 == pieces {
@@ -342,11 +344,19 @@ impl<B: Backend> PipelineStage<B> {
                 .head
                 .as_mut()
                 .ok_or_else(|| Error::invalid("pipeline", "the last piece has no head"))?;
-            head.backward(id, dloss)?
+            if input_only {
+                head.backward_input(id, dloss)?
+            } else {
+                head.backward(id, dloss)?
+            }
         } else {
             self.take(true, mb, piece)?
         };
-        let dx = self.chunks[chunk].backward(id, &dy)?;
+        let dx = if input_only {
+            self.chunks[chunk].backward_input(id, &dy)?
+        } else {
+            self.chunks[chunk].backward(id, &dy)?
+        };
         match (&mut self.embedding, piece) {
             (Some(e), 0) => e.backward(id, &dx),
             _ => {
@@ -354,6 +364,25 @@ impl<B: Backend> PipelineStage<B> {
                 Ok(())
             }
         }
+    }
+
+    /// The zero-bubble W of piece `piece`: the weight gradients its B deferred.
+    fn backward_weight(
+        &mut self,
+        mb: u32,
+        chunk: usize,
+        piece: usize,
+        pieces: usize,
+    ) -> Result<()> {
+        let id = MicroBatch(mb);
+        if piece + 1 == pieces {
+            let head = self
+                .head
+                .as_mut()
+                .ok_or_else(|| Error::invalid("pipeline", "the last piece has no head"))?;
+            head.backward_weight(id)?;
+        }
+        self.chunks[chunk].backward_weight(id)
     }
 
     fn send(
@@ -407,6 +436,60 @@ impl<B: Backend> PipelineStage<B> {
             p.zero_grad()?;
         }
         Ok(())
+    }
+
+    /// The mean loss over `data` with forwards only (validation): each micro-batch
+    /// goes through the pieces in order, the last stage computes the loss, and nothing
+    /// is kept for a backward. Returns the mean of the micro-batches' mean losses on
+    /// every stage of `comm` (broadcast from the last).
+    pub fn eval_loss(&mut self, comm: &Communicator, data: &[MicroBatchData<B>]) -> Result<f64> {
+        let (p, pieces) = (self.p, self.p * self.v);
+        let mut actions = Vec::new();
+        for mb in 0..data.len() as u32 {
+            for piece in (0..pieces).filter(|k| k % p == self.rank) {
+                let chunk = (piece / p) as u32;
+                if piece > 0 && p > 1 {
+                    let from = (piece - 1) % p;
+                    actions.push(Action::RecvAct { mb, chunk, from });
+                }
+                actions.push(Action::F { mb, chunk });
+                if piece + 1 < pieces && p > 1 {
+                    let to = (piece + 1) % p;
+                    actions.push(Action::SendAct { mb, chunk, to });
+                }
+            }
+        }
+        let s = Schedule {
+            kind: crate::ScheduleKind::Custom,
+            p,
+            v: self.v,
+            m: data.len(),
+            stages: Vec::new(),
+        };
+        self.mailbox.clear();
+        self.outbox.clear();
+        let mut run = StageRun::default();
+        let out = actions
+            .into_iter()
+            .try_for_each(|a| self.act(comm, &s, data, 0.0, a, &mut run));
+        self.clear_saved();
+        out?;
+        let mut buf = [(run.loss_sum.unwrap_or(0.0) / data.len().max(1) as f64) as f32];
+        comm.broadcast(&mut buf, p - 1)?;
+        Ok(f64::from(buf[0]))
+    }
+
+    /// Drops every activation this stage saved (and any pending W).
+    fn clear_saved(&mut self) {
+        if let Some(e) = &mut self.embedding {
+            e.clear_saved();
+        }
+        for c in &mut self.chunks {
+            c.clear_saved();
+        }
+        if let Some(h) = &mut self.head {
+            h.clear_saved();
+        }
     }
 
     /// Sums the tied embedding/head gradients (stage 0 and stage `p − 1` exchange

@@ -11,11 +11,15 @@
 //!   micro-batches in flight per stage; [`theory`] has the closed forms to compare.
 //! - [`svg`]: the timeline drawn (stages × time, F/B/W coloured, bubbles blank).
 //! - `Pipeline` (feature `executor`, native only): runs a schedule on a `brrr-nn`
-//!   GPT cut into stages, one rank per stage, over a `brrr-collectives` communicator.
+//!   GPT cut into stages, one rank per stage, over a `brrr-collectives` communicator;
+//!   zero-bubble B and W run as separate passes; each stage checkpoints itself
+//!   (`pp-stage{s}-of{n}.bin`).
 //!
 //! Everything but the executor is plain Rust and compiles for wasm32
 //! (`default-features = false`).
 
+#[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
+mod ckpt;
 mod config;
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
 mod executor;
@@ -26,6 +30,8 @@ pub mod svg;
 pub mod theory;
 mod validate;
 
+#[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
+pub use ckpt::{StageHeader, stage_path};
 pub use config::{PpConfig, split_layers};
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
 pub use executor::*;

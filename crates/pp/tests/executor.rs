@@ -7,6 +7,7 @@
 //! schedule's order (and the tied embedding/head parts after all micro-batches), the
 //! reference in micro-batch order, so they agree to f32 rounding, not bitwise.
 
+use brrr_backend::Backend;
 use brrr_collectives::{ParallelGroups, ParallelLayout, run_in_process};
 use brrr_cpu::CpuBackend;
 use brrr_nn::{AdamW, AdamWConfig, DType, Gpt, GptConfig, MicroBatch, Module, Tensor, grad_norm};
@@ -269,6 +270,154 @@ fn measured_in_flight_matches_the_plan() {
                 gpipe_bytes[0] > bytes[0],
                 "gpipe {gpipe_bytes:?} vs 1f1b {bytes:?}"
             );
+        }
+    }
+}
+
+/// The zero-bubble schedules run real W passes (the weight gradients after the input
+/// gradients, from the layers' W stash). Each stage still adds every micro-batch's
+/// contribution to a gradient in increasing micro-batch order (ZB-H1 and ZB-H2 run
+/// their B and their W passes in micro-batch order, as 1F1B runs its fused
+/// backwards), so their losses and gradients equal 1F1B's bitwise, not only to f32
+/// rounding.
+#[test]
+fn zero_bubble_losses_and_gradients_equal_one_f_one_b_bitwise() {
+    for p in [2, 4] {
+        let m = 8;
+        let want = pipeline(ScheduleKind::OneFOneB, p, 1, m);
+        for kind in [ScheduleKind::ZbH1, ScheduleKind::ZbH2] {
+            let s = generate(kind, p, m).unwrap();
+            assert!(
+                s.stages
+                    .iter()
+                    .flatten()
+                    .any(|a| matches!(a, brrr_pp::Action::W { .. })),
+                "{kind} has no W action to run"
+            );
+            let got = pipeline(kind, p, 1, m);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got.losses), bits(&want.losses), "{kind} p={p}");
+            assert_eq!(got.grads.len(), want.grads.len());
+            for ((n1, g1), (n2, g2)) in got.grads.iter().zip(&want.grads) {
+                assert_eq!(n1, n2);
+                let b1: Vec<u32> = g1.iter().map(|x| x.to_bits()).collect();
+                let b2: Vec<u32> = g2.iter().map(|x| x.to_bits()).collect();
+                assert!(b1 == b2, "{kind} p={p}: {n1} differs from 1F1B's");
+            }
+        }
+    }
+}
+
+/// Steps `steps` of a `p`-stage pipeline: restored from `load` first when given, saved
+/// to `save` after the last step when given. Returns the losses.
+fn run_steps(
+    kind: ScheduleKind,
+    p: usize,
+    m: usize,
+    steps: std::ops::Range<usize>,
+    load: Option<&std::path::Path>,
+    save: Option<&std::path::Path>,
+) -> Vec<f64> {
+    let schedule = generate(kind, p, m).unwrap();
+    let results = run_in_process(p, |world| {
+        let b = CpuBackend::new();
+        let mut stage = PipelineStage::new(model(&b), world.rank(), p, 1, AdamWConfig::default())?;
+        if let Some(dir) = load {
+            let h = stage.load_checkpoint(dir)?;
+            assert_eq!(h.step as usize, steps.start);
+        }
+        let dloss = 1.0 / (ROWS * config().block_size * m) as f32;
+        let mut losses = vec![];
+        for step in steps.clone() {
+            let data = upload(&b, &batches(step, m));
+            let run = stage.run(world, &schedule, &data, dloss)?;
+            stage.reduce_grads(world, None)?;
+            losses.push(step_loss(&run, m, world, None)?);
+            stage.update(world, LR, CLIP)?;
+        }
+        if let Some(dir) = save {
+            stage.save_checkpoint(dir, steps.end as u64, "")?;
+        }
+        Ok(losses)
+    });
+    results.into_iter().next().unwrap().unwrap()
+}
+
+/// Each stage saves its own parameters and AdamW state; a run resumed from them gives
+/// bitwise the losses of the uninterrupted run.
+#[test]
+fn resume_from_stage_checkpoints_gives_bitwise_the_same_losses() {
+    let dir = std::env::temp_dir().join(format!("brrr-pp-ckpt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (p, m) = (2, 4);
+    let whole = run_steps(ScheduleKind::ZbH1, p, m, 0..4, None, None);
+    let first = run_steps(ScheduleKind::ZbH1, p, m, 0..2, None, Some(&dir));
+    for s in 0..p {
+        assert!(brrr_pp::stage_path(&dir, s, p).exists());
+    }
+    let rest = run_steps(ScheduleKind::ZbH1, p, m, 2..4, Some(&dir), None);
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let resumed: Vec<f64> = first.iter().chain(&rest).copied().collect();
+    assert_eq!(bits(&resumed), bits(&whole));
+
+    // A checkpoint of another layout is refused, naming what differs.
+    let e = run_in_process(1, |_| {
+        let b = CpuBackend::new();
+        let mut stage = PipelineStage::new(model(&b), 0, 4, 1, AdamWConfig::default())?;
+        Ok(stage.load_checkpoint(&dir).map(|_| ())?)
+    })
+    .remove(0)
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("pp-stage0-of4.bin"), "{e}");
+    std::fs::write(brrr_pp::stage_path(&dir, 0, p), b"garbage").unwrap();
+    let e = run_in_process(1, |_| {
+        let b = CpuBackend::new();
+        let mut stage = PipelineStage::new(model(&b), 0, p, 1, AdamWConfig::default())?;
+        Ok(stage.load_checkpoint(&dir).map(|_| ())?)
+    })
+    .remove(0)
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("not a brrr pipeline stage file"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The validation loss (forwards only, through the pieces in order) equals the
+/// one-device model's mean loss on the same batches, and leaves nothing in flight.
+#[test]
+fn eval_loss_matches_one_device_and_keeps_nothing() {
+    let m = 3;
+    let b = CpuBackend::new();
+    let mut gpt = model(&b);
+    let data = upload(&b, &batches(9, m));
+    let want: f64 = data
+        .iter()
+        .map(|(ids, tg)| {
+            let l = gpt.forward_loss(ids, tg).unwrap();
+            f64::from(l.mean_all().unwrap().to_vec_f32().unwrap()[0])
+        })
+        .sum::<f64>()
+        / m as f64;
+    for (p, v) in [(1, 1), (2, 2), (4, 1)] {
+        let results = run_in_process(p, |world| {
+            let b = CpuBackend::new();
+            let mut stage =
+                PipelineStage::new(model(&b), world.rank(), p, v, AdamWConfig::default())?;
+            let data = upload(&b, &batches(9, m));
+            let before = b.memory_stats().bytes_in_use;
+            let loss = stage.eval_loss(world, &data)?;
+            assert_eq!(
+                b.memory_stats().bytes_in_use,
+                before,
+                "stage {}",
+                world.rank()
+            );
+            Ok(loss)
+        });
+        for r in results {
+            let got = r.unwrap();
+            assert!((got - want).abs() < 1e-6, "p={p} v={v}: {got} vs {want}");
         }
     }
 }

@@ -1,0 +1,166 @@
+//! Pipeline checkpoints: every stage writes its own parameters and AdamW state to its
+//! own file, atomically (a temporary file renamed over the old one), and a run resumes
+//! with the same layout (stages, chunks) bit for bit.
+//!
+//! File `pp-stage{s}-of{n}.bin`: the magic `BRRRPP1\n`, a little-endian `u64` header
+//! length, the header as JSON ([`StageHeader`]), then for each parameter in
+//! [`PipelineStage::params`] order its values as little-endian f32, and, when the
+//! optimizer has stepped, each parameter's first and then second moments the same way.
+//! f32 only: the executor trains in f32.
+
+use crate::executor::PipelineStage;
+use brrr_backend::{Backend, DType, Error, Result};
+use brrr_tensor::Tensor;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"BRRRPP1\n";
+
+/// What a stage file says about itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageHeader {
+    /// Optimizer steps completed.
+    pub step: u64,
+    /// AdamW's update count.
+    pub adamw_step: u32,
+    /// The stage that wrote it, of `stages`, each with `chunks` model chunks.
+    pub stage: usize,
+    pub stages: usize,
+    pub chunks: usize,
+    /// Each parameter's name and element count, in file order.
+    pub params: Vec<(String, usize)>,
+    /// Whether the moments follow the parameters.
+    pub has_moments: bool,
+    /// The caller's note on where its data stream stands (empty if it has none).
+    pub data_position: String,
+}
+
+/// The file of stage `stage` of `stages` in `dir`.
+pub fn stage_path(dir: &Path, stage: usize, stages: usize) -> PathBuf {
+    dir.join(format!("pp-stage{stage}-of{stages}.bin"))
+}
+
+fn bytes_of(v: &[f32], out: &mut Vec<u8>) {
+    for x in v {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+impl<B: Backend> PipelineStage<B> {
+    /// Writes this stage's parameters and optimizer state after `step` steps to
+    /// [`stage_path`] in `dir` (created if missing); returns the path.
+    pub fn save_checkpoint(&self, dir: &Path, step: u64, data_position: &str) -> Result<PathBuf> {
+        let params = self.params();
+        if let Some(p) = params.iter().find(|p| p.value.dtype() != DType::F32) {
+            return Err(Error::invalid(
+                "PipelineStage::save_checkpoint",
+                format!(
+                    "{} is {}; pipeline checkpoints hold f32",
+                    p.name,
+                    p.value.dtype()
+                ),
+            ));
+        }
+        let header = StageHeader {
+            step,
+            adamw_step: self.opt.step,
+            stage: self.rank,
+            stages: self.p,
+            chunks: self.v,
+            params: params.iter().map(|p| (p.name.clone(), p.numel())).collect(),
+            has_moments: !self.opt.moments.is_empty(),
+            data_position: data_position.to_string(),
+        };
+        let json = serde_json::to_vec(&header)
+            .map_err(|e| Error::invalid("PipelineStage::save_checkpoint", e.to_string()))?;
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        out.extend_from_slice(&json);
+        for p in &params {
+            bytes_of(&p.value.to_vec_f32()?, &mut out);
+        }
+        for (m, _) in &self.opt.moments {
+            bytes_of(&m.to_vec_f32()?, &mut out);
+        }
+        for (_, v) in &self.opt.moments {
+            bytes_of(&v.to_vec_f32()?, &mut out);
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("{}: creating the directory", dir.display()), e))?;
+        let path = stage_path(dir, self.rank, self.p);
+        let tmp = path.with_extension("bin.tmp");
+        std::fs::write(&tmp, &out)
+            .map_err(|e| Error::io(format!("{}: writing", tmp.display()), e))?;
+        std::fs::rename(&tmp, &path)
+            .map_err(|e| Error::io(format!("{}: renaming into place", path.display()), e))?;
+        Ok(path)
+    }
+
+    /// Restores this stage from its file in `dir`, written by a run with the same
+    /// stages, chunks and model; returns the header (its `step` is where to go on).
+    pub fn load_checkpoint(&mut self, dir: &Path) -> Result<StageHeader> {
+        const OP: &str = "PipelineStage::load_checkpoint";
+        let path = stage_path(dir, self.rank, self.p);
+        let bytes = std::fs::read(&path)
+            .map_err(|e| Error::io(format!("{}: reading", path.display()), e))?;
+        let bad = |msg: String| Error::invalid(OP, format!("{}: {msg}", path.display()));
+        if bytes.len() < 16 || &bytes[..8] != MAGIC {
+            return Err(bad("not a brrr pipeline stage file".into()));
+        }
+        let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize;
+        let json = bytes
+            .get(16..16 + len)
+            .ok_or_else(|| bad("truncated header".into()))?;
+        let header: StageHeader =
+            serde_json::from_slice(json).map_err(|e| bad(format!("header: {e}")))?;
+        let want: Vec<(String, usize)> = self
+            .params()
+            .iter()
+            .map(|p| (p.name.clone(), p.numel()))
+            .collect();
+        if (header.stage, header.stages, header.chunks) != (self.rank, self.p, self.v)
+            || header.params != want
+        {
+            return Err(bad(format!(
+                "written by stage {} of {} with {} chunks and other parameters; \
+                 this is stage {} of {} with {} chunks",
+                header.stage, header.stages, header.chunks, self.rank, self.p, self.v
+            )));
+        }
+        let total: usize = want.iter().map(|w| w.1).sum();
+        let arrays = if header.has_moments { 3 } else { 1 };
+        let body = &bytes[16 + len..];
+        if body.len() != 4 * total * arrays {
+            return Err(bad(format!(
+                "{} bytes of data, expected {}",
+                body.len(),
+                4 * total * arrays
+            )));
+        }
+        let floats: Vec<f32> = body
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        let backend = self.backend().clone();
+        let mut at = 0;
+        let mut moments = Vec::new();
+        for p in self.params_mut() {
+            let n = p.numel();
+            let shape = p.value.shape().clone();
+            p.value = Tensor::from_f32(&backend, &floats[at..at + n], shape.clone(), DType::F32)?;
+            if header.has_moments {
+                let m = &floats[total + at..total + at + n];
+                let v = &floats[2 * total + at..2 * total + at + n];
+                moments.push((
+                    Tensor::from_f32(&backend, m, shape.clone(), DType::F32)?,
+                    Tensor::from_f32(&backend, v, shape, DType::F32)?,
+                ));
+            }
+            p.zero_grad()?;
+            at += n;
+        }
+        self.opt.moments = moments;
+        self.opt.step = header.adamw_step;
+        Ok(header)
+    }
+}
