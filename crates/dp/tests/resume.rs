@@ -22,7 +22,7 @@ fn resumed_with(c: &TrainConfig, zero: u8, dir: &std::path::Path) -> Vec<(f32, f
     let dp = dp_config(zero);
     run_in_process(WORLD, |comm| {
         let b = CpuBackend::new();
-        let mut first = DataParallel::new(&b, c.clone(), dp.clone(), comm, batcher(&c))?;
+        let mut first = DataParallel::new(&b, c.clone(), dp.clone(), comm, batcher(c))?;
         let mut losses = Vec::new();
         for _ in 0..2 {
             let s = first.step()?;
@@ -31,7 +31,7 @@ fn resumed_with(c: &TrainConfig, zero: u8, dir: &std::path::Path) -> Vec<(f32, f
         first.save_shard(dir)?;
         drop(first);
         let b = CpuBackend::new();
-        let mut second = DataParallel::new(&b, c.clone(), dp.clone(), comm, batcher(&c))?;
+        let mut second = DataParallel::new(&b, c.clone(), dp.clone(), comm, batcher(c))?;
         second.load_shard(dir)?;
         assert_eq!(second.steps_done(), 2);
         for _ in 0..2 {
