@@ -5,7 +5,9 @@
 //!
 //! A pipeline step runs `M` micro-batches of `--batch-size` rows each, so it sees the
 //! same batches, in the same order, as `brrr train --grad-accum M`: the two runs'
-//! losses agree to f32 rounding. Stages are threads of this process (one CPU backend
+//! losses agree to f32 rounding. With `--dp D`, as with `--dp` alone, `--batch-size` is
+//! the global micro-batch: each of the `D` pipelines takes its `--batch-size / D` rows
+//! of every micro-batch. Stages are threads of this process (one CPU backend
 //! each, `brrr_collectives::run_in_process`).
 
 use crate::data::{Batcher, Corpus, SYNTHETIC, synthetic_corpus};
@@ -91,8 +93,8 @@ struct RankOut {
 }
 
 /// Trains `cfg.steps` steps of `pp` on `dp` pipelines of in-process stages over
-/// `corpus`, each micro-batch `cfg.batch_size` rows (dp replica `d` takes micro-batches
-/// `d·M .. (d+1)·M` of the `dp·M` drawn per step). `log`: print a line every
+/// `corpus`, each micro-batch `cfg.batch_size` rows (dp replica `d` takes rows
+/// `d·B/D .. (d+1)·B/D` of each of the `M` micro-batches drawn per step). `log`: print a line every
 /// `cfg.eval_every` steps.
 pub fn train_in_process(
     cfg: &TrainConfig,
@@ -164,6 +166,20 @@ pub fn train_from_env(
     Ok(Some(run))
 }
 
+/// Rows `d·B/D .. (d+1)·B/D` of a micro-batch of `batch` rows: replica `d` of `dp`.
+fn replica_rows(batch: usize, dp: usize, d: usize) -> Result<std::ops::Range<usize>> {
+    if dp == 0 || !batch.is_multiple_of(dp) {
+        return Err(Error::invalid(
+            "train --pp",
+            format!(
+                "--batch-size {batch} (the global micro-batch) must be a multiple of --dp {dp}"
+            ),
+        ));
+    }
+    let rows = batch / dp;
+    Ok(d * rows..(d + 1) * rows)
+}
+
 fn rank_main(
     world: &brrr_collectives::Communicator,
     layout: ParallelLayout,
@@ -175,6 +191,8 @@ fn rank_main(
 ) -> Result<RankOut> {
     let g = ParallelGroups::new(world, layout)?;
     let (d, _, stage_idx) = layout.coords(world.rank());
+    // This pipeline's rows of each micro-batch: `--batch-size` is the global batch.
+    let rows = replica_rows(cfg.batch_size, layout.dp, d)?;
     let backend = CpuBackend::new();
     // The same initialisation as the one-device Trainer: every rank builds the whole
     // model from the seed and keeps its pieces.
@@ -197,7 +215,9 @@ fn rank_main(
         .map(|b| brrr_train::upload(&backend, b))
         .collect::<Result<Vec<_>>>()?;
     let m = schedule.m;
-    let dloss = 1.0 / (cfg.batch_size * cfg.seq_len * m) as f32;
+    // Each pipeline's mean over its rows; the data-parallel average of the gradients
+    // then makes it the mean over the global batch.
+    let dloss = 1.0 / (rows.len() * cfg.seq_len * m) as f32;
     let lrs = cfg.schedule();
     // Resume: the stage's parameters and AdamW state, and the batch stream advanced
     // past the batches the saved steps drew (it is a deterministic function of the
@@ -206,7 +226,7 @@ fn rank_main(
         Some(dir) => stage.load_checkpoint(dir)?.step,
         None => 0,
     };
-    for _ in 0..start as usize * m * layout.dp {
+    for _ in 0..start as usize * m {
         batcher.next_batch();
     }
     let mut out = RankOut {
@@ -217,10 +237,8 @@ fn rank_main(
     for step in start..cfg.steps {
         let t0 = Instant::now();
         let lr = lrs.lr(step);
-        let batches: Vec<_> = (0..m * layout.dp).map(|_| batcher.next_batch()).collect();
-        let data = batches[d * m..(d + 1) * m]
-            .iter()
-            .map(|b| brrr_train::upload(&backend, b))
+        let data = (0..m)
+            .map(|_| brrr_train::upload(&backend, &batcher.next_batch().rows(rows.clone())?))
             .collect::<Result<Vec<_>>>()?;
         let run = stage.run(&g.pp, schedule, &data, dloss)?;
         stage.reduce_grads(&g.pp, Some(&g.dp))?;
@@ -371,6 +389,7 @@ pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
     };
     cfg.grad_accum = pp.micro_batches;
     cfg.validate()?;
+    replica_rows(cfg.batch_size, dp, 0)?;
     let out = args
         .out
         .clone()
@@ -964,6 +983,36 @@ mod tests {
                 run.bubble
             );
         }
+    }
+
+    /// With `--dp 2`, `--batch-size` is the global micro-batch: two pipelines, each on
+    /// half the rows of every micro-batch, train on the one pipeline's batches and give
+    /// its losses within 2e-5 (the gradients are summed in another order). A batch that
+    /// does not split over the replicas is refused.
+    #[test]
+    fn batch_size_is_global_with_dp() {
+        let m = 2;
+        let mut cfg = tiny(m);
+        cfg.batch_size = 4;
+        let corpus = Corpus::load(crate::data::DEFAULT_CORPUS).unwrap();
+        let pp = PpConfig {
+            pp: 2,
+            schedule: "1f1b".into(),
+            micro_batches: m,
+        };
+        let none = StageCheckpoints::default();
+        let one = train_in_process(&cfg, &corpus, &pp, 1, false, &none).unwrap();
+        let two = train_in_process(&cfg, &corpus, &pp, 2, false, &none).unwrap();
+        assert_eq!(one.rows.len(), two.rows.len());
+        for (a, b) in one.rows.iter().zip(&two.rows) {
+            assert!((a.loss - b.loss).abs() < 2e-5, "{} vs {}", a.loss, b.loss);
+        }
+        cfg.batch_size = 3;
+        let e = train_in_process(&cfg, &corpus, &pp, 2, false, &none)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("multiple of --dp 2"), "{e}");
     }
 
     /// Two steps, stage checkpoints, two more from them: bitwise the losses of four
