@@ -2,7 +2,8 @@
 //! own file, atomically (a temporary file renamed over the old one), and a run resumes
 //! with the same layout (stages, chunks) bit for bit.
 //!
-//! File `pp-stage{s}-of{n}.bin`: the magic `BRRRPP1\n`, a little-endian `u64` header
+//! File `pp-stage{s}-of{n}.bin` (with tensor parallelism one per tensor rank,
+//! `pp-stage{s}-of{n}-tp{r}-of{t}.bin`, each holding that rank's shards): the magic `BRRRPP1\n`, a little-endian `u64` header
 //! length, the header as JSON ([`StageHeader`]), then for each parameter in
 //! [`PipelineStage::params`] order its values as little-endian f32, and, when the
 //! optimizer has stepped, each parameter's first and then second moments the same way.
@@ -33,11 +34,38 @@ pub struct StageHeader {
     pub has_moments: bool,
     /// The caller's note on where its data stream stands (empty if it has none).
     pub data_position: String,
+    /// The tensor rank that wrote it, of `tp` (0 of 1 in files without tensor
+    /// parallelism, and in files written before it existed).
+    #[serde(default)]
+    pub tp_rank: usize,
+    #[serde(default = "one")]
+    pub tp: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// The file of stage `stage` of `stages` in `dir`.
 pub fn stage_path(dir: &Path, stage: usize, stages: usize) -> PathBuf {
     dir.join(format!("pp-stage{stage}-of{stages}.bin"))
+}
+
+/// The file of tensor rank `tp_rank` of `tp` of stage `stage` in `dir`: the name
+/// carries the tensor rank, so the shards of one stage never collide, and a run with
+/// another `--tp` finds no file rather than a wrong one; [`stage_path`]'s name when
+/// `tp` is 1.
+pub fn stage_shard_path(
+    dir: &Path,
+    stage: usize,
+    stages: usize,
+    tp_rank: usize,
+    tp: usize,
+) -> PathBuf {
+    if tp <= 1 {
+        return stage_path(dir, stage, stages);
+    }
+    dir.join(format!("pp-stage{stage}-of{stages}-tp{tp_rank}-of{tp}.bin"))
 }
 
 fn bytes_of(v: &[f32], out: &mut Vec<u8>) {
@@ -48,7 +76,7 @@ fn bytes_of(v: &[f32], out: &mut Vec<u8>) {
 
 impl<B: Backend> PipelineStage<B> {
     /// Writes this stage's parameters and optimizer state after `step` steps to
-    /// [`stage_path`] in `dir` (created if missing); returns the path.
+    /// [`PipelineStage::checkpoint_path`] in `dir` (created if missing); returns the path.
     pub fn save_checkpoint(&self, dir: &Path, step: u64, data_position: &str) -> Result<PathBuf> {
         let params = self.params();
         if let Some(p) = params.iter().find(|p| p.value.dtype() != DType::F32) {
@@ -70,6 +98,8 @@ impl<B: Backend> PipelineStage<B> {
             params: params.iter().map(|p| (p.name.clone(), p.numel())).collect(),
             has_moments: !self.opt.moments.is_empty(),
             data_position: data_position.to_string(),
+            tp_rank: self.tp_rank(),
+            tp: self.tp_size(),
         };
         let json = serde_json::to_vec(&header)
             .map_err(|e| Error::invalid("PipelineStage::save_checkpoint", e.to_string()))?;
@@ -87,7 +117,7 @@ impl<B: Backend> PipelineStage<B> {
         }
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("{}: creating the directory", dir.display()), e))?;
-        let path = stage_path(dir, self.rank, self.p);
+        let path = self.checkpoint_path(dir);
         let tmp = path.with_extension("bin.tmp");
         std::fs::write(&tmp, &out)
             .map_err(|e| Error::io(format!("{}: writing", tmp.display()), e))?;
@@ -96,11 +126,16 @@ impl<B: Backend> PipelineStage<B> {
         Ok(path)
     }
 
+    /// This rank's checkpoint file in `dir` ([`stage_shard_path`]).
+    pub fn checkpoint_path(&self, dir: &Path) -> PathBuf {
+        stage_shard_path(dir, self.rank, self.p, self.tp_rank(), self.tp_size())
+    }
+
     /// Restores this stage from its file in `dir`, written by a run with the same
     /// stages, chunks and model; returns the header (its `step` is where to go on).
     pub fn load_checkpoint(&mut self, dir: &Path) -> Result<StageHeader> {
         const OP: &str = "PipelineStage::load_checkpoint";
-        let path = stage_path(dir, self.rank, self.p);
+        let path = self.checkpoint_path(dir);
         let bytes = std::fs::read(&path)
             .map_err(|e| Error::io(format!("{}: reading", path.display()), e))?;
         let bad = |msg: String| Error::invalid(OP, format!("{}: {msg}", path.display()));
@@ -119,12 +154,22 @@ impl<B: Backend> PipelineStage<B> {
             .map(|p| (p.name.clone(), p.numel()))
             .collect();
         if (header.stage, header.stages, header.chunks) != (self.rank, self.p, self.v)
+            || (header.tp_rank, header.tp) != (self.tp_rank(), self.tp_size())
             || header.params != want
         {
             return Err(bad(format!(
-                "written by stage {} of {} with {} chunks and other parameters; \
-                 this is stage {} of {} with {} chunks",
-                header.stage, header.stages, header.chunks, self.rank, self.p, self.v
+                "written by stage {} of {} with {} chunks, tensor rank {} of {} and other \
+                 parameters; this is stage {} of {} with {} chunks, tensor rank {} of {}",
+                header.stage,
+                header.stages,
+                header.chunks,
+                header.tp_rank,
+                header.tp,
+                self.rank,
+                self.p,
+                self.v,
+                self.tp_rank(),
+                self.tp_size()
             )));
         }
         let total: usize = want.iter().map(|w| w.1).sum();

@@ -9,18 +9,27 @@
 //! gradients from that stash (`backward_weight`), so W passes fill the bubbles as the
 //! schedule plans (Qi et al., "Zero Bubble Pipeline Parallelism", 2023). LayerNorm and
 //! embedding gradients stay in B (cheap row reductions and scatter-adds).
+//!
+//! With tensor parallelism ([`PipelineStage::new_tensor_parallel`], `--pp P --tp T`)
+//! each stage is `T` ranks wide: every rank of a stage's tensor-parallel group holds
+//! brrr-tp's slices of the stage's pieces (vocabulary-parallel embedding and head,
+//! blocks split by heads and MLP columns), and the pipeline communicator given to
+//! [`PipelineStage::run`] is the one joining the stages' ranks of the same tensor rank
+//! (`ParallelGroups::pp`), so tensor rank `r` of a stage sends to tensor rank `r` of
+//! the next. The tensor-parallel collectives all happen in F and B; W is local, so the
+//! zero-bubble split carries over unchanged.
 
 use crate::config::split_layers;
+use crate::parts::{StageBlocks, StageEmbedding, StageHead};
 use crate::schedule::{Action, Schedule};
 use crate::simulate::{InFlight, Span, Timeline};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_collectives::{Communicator, ReduceOp};
-use brrr_nn::{
-    AdamW, AdamWConfig, BlocksStage, EmbeddingStage, Gpt, GptConfig, HeadStage, MicroBatch, Module,
-    Param,
-};
+use brrr_nn::{AdamW, AdamWConfig, Gpt, GptConfig, MicroBatch, Module, Param};
 use brrr_tensor::Tensor;
-use std::collections::HashMap;
+use brrr_tp::{TpBlocksStage, TpEmbeddingStage, TpHeadStage};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// One micro-batch's token ids (u32 `[b, T]`) and targets (i32 `[b, T]`).
@@ -59,13 +68,19 @@ pub struct PipelineStage<B: Backend> {
     pub v: usize,
     pub config: GptConfig,
     /// The token and position embeddings (stage 0 only).
-    pub embedding: Option<EmbeddingStage<B>>,
+    pub embedding: Option<StageEmbedding<B>>,
     /// Chunk `c` holds the model piece `c · p + rank`.
-    pub chunks: Vec<BlocksStage<B>>,
+    pub chunks: Vec<StageBlocks<B>>,
     /// The final LayerNorm and tied head (the last stage only).
-    pub head: Option<HeadStage<B>>,
+    pub head: Option<StageHead<B>>,
     pub opt: AdamW<B>,
     backend: B,
+    /// The tensor-parallel group of this stage and whether sequence parallelism is on
+    /// (`None`: the stage is one rank wide).
+    tp: Option<(Arc<Communicator>, bool)>,
+    /// Names of this stage's parameters that are full copies on every tensor rank
+    /// (LayerNorms, positions, row-parallel biases); empty without tensor parallelism.
+    replicated: BTreeSet<String>,
     /// Messages received before the action that wants them.
     mailbox: HashMap<(usize, u32, u32, u32), Vec<f32>>,
     /// Outputs (activations or input gradients) waiting for their send or for the
@@ -78,6 +93,36 @@ impl<B: Backend> PipelineStage<B> {
     /// even as possible) and drops the rest. Every rank builds the same `model` from
     /// the same seed, so the pieces together are exactly the one-device model.
     pub fn new(model: Gpt<B>, rank: usize, p: usize, v: usize, opt: AdamWConfig) -> Result<Self> {
+        Self::build(model, rank, p, v, opt, None)
+    }
+
+    /// [`PipelineStage::new`] with the stage split over the tensor-parallel group `tp`
+    /// (Megatron's 3D layout): this rank keeps its `1/T` slice of each of the stage's
+    /// pieces (brrr-tp's [`TpEmbeddingStage`], [`TpBlocksStage`], [`TpHeadStage`]);
+    /// with `sp` the residual stream between the tensor-parallel regions, and across
+    /// the stage boundary, is this rank's sequence shard. Errors when heads or the
+    /// vocabulary do not divide by the group's size.
+    pub fn new_tensor_parallel(
+        model: Gpt<B>,
+        rank: usize,
+        p: usize,
+        v: usize,
+        opt: AdamWConfig,
+        tp: Arc<Communicator>,
+        sp: bool,
+    ) -> Result<Self> {
+        brrr_tp::check_model(&model.config, tp.world_size())?;
+        Self::build(model, rank, p, v, opt, Some((tp, sp)))
+    }
+
+    fn build(
+        model: Gpt<B>,
+        rank: usize,
+        p: usize,
+        v: usize,
+        opt: AdamWConfig,
+        tp: Option<(Arc<Communicator>, bool)>,
+    ) -> Result<Self> {
         let n_layer = model.config.n_layer;
         let pieces = p * v;
         if p == 0 || v == 0 || rank >= p || pieces > n_layer {
@@ -89,27 +134,83 @@ impl<B: Backend> PipelineStage<B> {
             ));
         }
         let backend = model.wte.weight.value.backend().clone();
+        // Whatever keeps the single-device shape after slicing is a full copy.
+        let full: HashMap<String, Vec<usize>> = model
+            .params()
+            .iter()
+            .map(|p| (p.name.clone(), p.value.dims().to_vec()))
+            .collect();
         let st = model.into_stages(&split_layers(n_layer, pieces))?;
-        let chunks = st
+        let mine = st
             .blocks
             .into_iter()
             .enumerate()
             .filter(|(k, _)| k % p == rank)
-            .map(|(_, b)| b)
-            .collect();
-        Ok(PipelineStage {
+            .map(|(_, b)| b);
+        let (embedding, chunks, head) = match &tp {
+            None => (
+                StageEmbedding::Plain(st.embedding),
+                mine.map(StageBlocks::Plain).collect(),
+                StageHead::Plain(st.head),
+            ),
+            Some((comm, sp)) => (
+                StageEmbedding::Tensor(TpEmbeddingStage::from_stage(
+                    &st.embedding,
+                    comm.clone(),
+                    *sp,
+                )?),
+                mine.map(|b| {
+                    TpBlocksStage::from_stage(&b, comm.clone(), *sp).map(StageBlocks::Tensor)
+                })
+                .collect::<Result<Vec<_>>>()?,
+                StageHead::Tensor(TpHeadStage::from_stage(&st.head, comm.clone(), *sp)?),
+            ),
+        };
+        let mut stage = PipelineStage {
             rank,
             p,
             v,
             config: st.config,
-            embedding: (rank == 0).then_some(st.embedding),
+            embedding: (rank == 0).then_some(embedding),
             chunks,
-            head: (rank == p - 1).then_some(st.head),
+            head: (rank == p - 1).then_some(head),
             opt: AdamW::new(opt),
             backend,
+            tp,
+            replicated: BTreeSet::new(),
             mailbox: HashMap::new(),
             outbox: HashMap::new(),
-        })
+        };
+        if stage.tp_size() > 1 {
+            stage.replicated = stage
+                .params()
+                .iter()
+                .filter(|p| full.get(&p.name).map(Vec::as_slice) == Some(p.value.dims()))
+                .map(|p| p.name.clone())
+                .collect();
+        }
+        Ok(stage)
+    }
+
+    /// Ranks in this stage's tensor-parallel group (1 without tensor parallelism).
+    pub fn tp_size(&self) -> usize {
+        self.tp.as_ref().map_or(1, |(c, _)| c.world_size())
+    }
+
+    /// This rank's index in its stage's tensor-parallel group (0 without one).
+    pub fn tp_rank(&self) -> usize {
+        self.tp.as_ref().map_or(0, |(c, _)| c.rank())
+    }
+
+    /// Whether the residual stream is sequence-sharded over the tensor-parallel group.
+    pub fn sequence_parallel(&self) -> bool {
+        self.tp.as_ref().is_some_and(|(_, sp)| *sp)
+    }
+
+    /// Whether the parameter `name` is a full copy on every tensor rank of the stage
+    /// (false for every parameter without tensor parallelism).
+    pub fn is_replicated(&self, name: &str) -> bool {
+        self.replicated.contains(name)
     }
 
     /// This stage's parameters: embeddings, chunks in order, head (its tied `wte`
@@ -412,6 +513,12 @@ impl<B: Backend> PipelineStage<B> {
     ) -> Result<Tensor<B>> {
         let dims = data[mb as usize].0.dims();
         let (b, t, c) = (dims[0], dims[1], self.config.n_embd);
+        // Under sequence parallelism each tensor rank passes its sequence shard.
+        let t = if self.sequence_parallel() {
+            t / self.tp_size()
+        } else {
+            t
+        };
         let key = (from, kind as u32, mb, chunk);
         let body = loop {
             if let Some(body) = self.mailbox.remove(&key) {
@@ -495,15 +602,25 @@ impl<B: Backend> PipelineStage<B> {
     /// Sums the tied embedding/head gradients (stage 0 and stage `p − 1` exchange
     /// theirs; both then hold `embedding + head`, bitwise equal), then averages every
     /// gradient over `dp` when given (a plain loop; `brrr-dp` owns the bucketed one).
+    ///
+    /// With tensor parallelism `pp` joins the stages' ranks of one tensor rank, whose
+    /// embedding and head hold the same vocabulary rows, so the exchange pairs shard
+    /// with shard. Under sequence parallelism the replicated parameters' gradients
+    /// first are summed over the tensor-parallel group (each rank's covers only its
+    /// sequence shard); without it they are already complete, and equal, on every rank.
     pub fn reduce_grads(&mut self, pp: &Communicator, dp: Option<&Communicator>) -> Result<()> {
+        self.reduce_replicated_grads()?;
         if self.p == 1 {
             if let (Some(e), Some(h)) = (&mut self.embedding, &mut self.head) {
-                brrr_nn::sum_tied_grads(e, h)?;
+                let (e, h) = (&mut e.tied_mut().grad, &mut h.tied_mut().grad);
+                let (e_old, h_old) = (e.deep_clone()?, h.deep_clone()?);
+                e.add_(&h_old)?;
+                h.add_(&e_old)?;
             }
         } else if let Some(e) = &mut self.embedding {
-            exchange_add(pp, self.p - 1, &mut e.wte.weight.grad)?;
+            exchange_add(pp, self.p - 1, &mut e.tied_mut().grad)?;
         } else if let Some(h) = &mut self.head {
-            exchange_add(pp, 0, &mut h.wte.grad)?;
+            exchange_add(pp, 0, &mut h.tied_mut().grad)?;
         }
         if let Some(dp) = dp.filter(|d| d.world_size() > 1) {
             for p in self.params_mut() {
@@ -513,13 +630,45 @@ impl<B: Backend> PipelineStage<B> {
         Ok(())
     }
 
+    /// Sequence parallelism: sums the replicated parameters' partial gradients over
+    /// the tensor-parallel group (one packed all-reduce). Nothing to do otherwise.
+    fn reduce_replicated_grads(&mut self) -> Result<()> {
+        let comm = match &self.tp {
+            Some((comm, true)) if comm.world_size() > 1 => comm.clone(),
+            _ => return Ok(()),
+        };
+        let replicated = self.replicated.clone();
+        let mut params: Vec<&mut Param<B>> = self
+            .params_mut()
+            .into_iter()
+            .filter(|p| replicated.contains(&p.name))
+            .collect();
+        let mut flat = Vec::new();
+        for p in &params {
+            flat.extend(p.grad.to_vec_f32()?);
+        }
+        comm.all_reduce(&mut flat, ReduceOp::Sum)?;
+        let mut at = 0;
+        for p in params.iter_mut() {
+            let n = p.grad.elem_count();
+            let g = &p.grad;
+            p.grad =
+                Tensor::from_f32(g.backend(), &flat[at..at + n], g.shape().clone(), g.dtype())?;
+            at += n;
+        }
+        Ok(())
+    }
+
     /// The global gradient norm over the whole pipeline (the head's tied copy counted
-    /// once, through the embedding's).
+    /// once, through the embedding's) and, with tensor parallelism, over every tensor
+    /// rank: each shard counted on its own rank, each replicated parameter once (on
+    /// tensor rank 0).
     pub fn grad_norm(&self, pp: &Communicator) -> Result<f64> {
         let mut sq = 0.0f64;
-        let tied = self.head.as_ref().map(|h| &h.wte as *const Param<B>);
+        let tied = self.head.as_ref().map(|h| h.tied() as *const Param<B>);
+        let first_tp = self.tp_rank() == 0;
         for p in self.params() {
-            if Some(p as *const Param<B>) == tied {
+            if Some(p as *const Param<B>) == tied || (!first_tp && self.is_replicated(&p.name)) {
                 continue;
             }
             for g in p.grad.to_vec_f32()? {
@@ -528,6 +677,9 @@ impl<B: Backend> PipelineStage<B> {
         }
         let mut buf = [sq as f32];
         pp.all_reduce(&mut buf, ReduceOp::Sum)?;
+        if let Some((tp, _)) = self.tp.as_ref().filter(|(c, _)| c.world_size() > 1) {
+            tp.all_reduce(&mut buf, ReduceOp::Sum)?;
+        }
         Ok(f64::from(buf[0]).sqrt())
     }
 

@@ -13,7 +13,9 @@
 //! - `Pipeline` (feature `executor`, native only): runs a schedule on a `brrr-nn`
 //!   GPT cut into stages, one rank per stage, over a `brrr-collectives` communicator;
 //!   zero-bubble B and W run as separate passes; each stage checkpoints itself
-//!   (`pp-stage{s}-of{n}.bin`).
+//!   (`pp-stage{s}-of{n}.bin`). A stage may be tensor-parallel
+//!   (`PipelineStage::new_tensor_parallel`: brrr-tp's slices of the stage's pieces, the
+//!   3D dp × tp × pp layout); brrr-pp's executor depends on brrr-tp, never the reverse.
 //!
 //! Everything but the executor is plain Rust and compiles for wasm32
 //! (`default-features = false`).
@@ -24,6 +26,8 @@ mod config;
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
 mod executor;
 mod generate;
+#[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
+mod parts;
 mod schedule;
 mod simulate;
 pub mod svg;
@@ -31,7 +35,7 @@ pub mod theory;
 mod validate;
 
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
-pub use ckpt::{StageHeader, stage_path};
+pub use ckpt::{StageHeader, stage_path, stage_shard_path};
 pub use config::{PpConfig, split_layers};
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
 pub use executor::*;
@@ -39,6 +43,8 @@ pub use generate::{
     PlanError, generate, gpipe, interleaved, one_f_one_b, with_communication, zb_h1_limits,
     zb_h2_limits, zero_bubble,
 };
+#[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
+pub use parts::{StageBlocks, StageEmbedding, StageHead};
 pub use schedule::{Action, Schedule, ScheduleKind};
 pub use simulate::{Costs, Deadlock, Span, Timeline, simulate};
 pub use validate::{Invalid, Violation, validate, validate_memory};

@@ -96,6 +96,29 @@ impl<B: Backend> LinearLayer<B> for ColumnParallelLinear<B> {
             None => Ok(dx),
         }
     }
+    /// The zero-bubble "B": the input gradient only (with the region's collective, if
+    /// this layer begins it); the local weight and bias gradients wait in the shard's
+    /// [`Linear`] for [`LinearLayer::backward_weight`], which needs no communication.
+    /// Under sequence parallelism the gathered input is rebuilt here, as in the fused
+    /// backward, and kept until W.
+    fn backward_input(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        if self.save_sequence_shard {
+            let shard = self.saved_shard.take(mb, "ColumnParallelLinear")?;
+            let full = all_gather_sequence(&self.comm, &shard)?;
+            let rows = full.elem_count() / self.in_features().max(1);
+            let full = full.reshape([rows, self.in_features()])?;
+            self.linear.saved_input.put(mb, full);
+        }
+        let dx = self.linear.backward_input(mb, dy)?;
+        match &self.entry {
+            Some(e) => e.backward(&self.comm, &dx),
+            None => Ok(dx),
+        }
+    }
+    /// The zero-bubble "W": this shard's `dW_r += dy_rᵀ x`, `db_r += Σ dy_r`, local.
+    fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        self.linear.backward_weight(mb)
+    }
 }
 
 impl<B: Backend> Module<B> for ColumnParallelLinear<B> {
@@ -190,6 +213,23 @@ impl<B: Backend> LinearLayer<B> for RowParallelLinear<B> {
         }
         let dy_full = self.exit.backward(&self.comm, dy)?;
         self.linear.backward(mb, &dy_full)
+    }
+    /// The zero-bubble "B": the replicated bias gradient (a row sum, too cheap to
+    /// defer) and the input gradient; the shard's weight gradient waits for
+    /// [`LinearLayer::backward_weight`]. The exit's all-gather (sequence parallelism)
+    /// happens here, so W is local.
+    fn backward_input(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        if let Some(b) = &mut self.bias {
+            let out = dy.dims().last().copied().unwrap_or(1).max(1);
+            let dy2 = dy.reshape([dy.elem_count() / out, out])?;
+            b.accumulate_grad(&dy2.sum_dim(0, false)?)?;
+        }
+        let dy_full = self.exit.backward(&self.comm, dy)?;
+        self.linear.backward_input(mb, &dy_full)
+    }
+    /// The zero-bubble "W": this shard's `dW_r += dyᵀ x_r`, local.
+    fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        self.linear.backward_weight(mb)
     }
 }
 

@@ -16,11 +16,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// A private copy of a parameter under the same name.
-fn copy_param<B: Backend>(p: &Param<B>) -> Result<Param<B>> {
+pub(crate) fn copy_param<B: Backend>(p: &Param<B>) -> Result<Param<B>> {
     Param::new(p.name.clone(), p.value.deep_clone()?)
 }
 
-fn copy_layer_norm<B: Backend>(ln: &LayerNorm<B>) -> Result<LayerNorm<B>> {
+pub(crate) fn copy_layer_norm<B: Backend>(ln: &LayerNorm<B>) -> Result<LayerNorm<B>> {
     Ok(LayerNorm {
         gamma: copy_param(&ln.gamma)?,
         beta: copy_param(&ln.beta)?,
@@ -131,6 +131,30 @@ impl<B: Backend> TpBlock<B> {
         let mut dx = self.ln_1.backward(mb, &dh)?;
         dx.add_(&dx1)?;
         Ok(dx)
+    }
+
+    /// [`TpBlock::backward`] with the four projections' weight gradients deferred to
+    /// [`TpBlock::backward_weight`] (the zero-bubble "B", as brrr-nn's
+    /// `Block::backward_input`). Every collective of the block's backward happens here
+    /// (the regions' entries and, under sequence parallelism, the exits' all-gathers),
+    /// so W needs no communication. Bitwise the `dx` of [`TpBlock::backward`].
+    pub fn backward_input(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        let mut dx1 = self
+            .ln_2
+            .backward(mb, &self.mlp.backward_input(mb, dout)?)?;
+        dx1.add_(dout)?;
+        let dh = self
+            .attn_entry
+            .backward(&self.comm, &self.attn.backward_input(mb, &dx1)?)?;
+        let mut dx = self.ln_1.backward(mb, &dh)?;
+        dx.add_(&dx1)?;
+        Ok(dx)
+    }
+
+    /// The projections' local weight gradients of micro-batch `mb` (the zero-bubble "W").
+    pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        self.mlp.backward_weight(mb)?;
+        self.attn.backward_weight(mb)
     }
 }
 
