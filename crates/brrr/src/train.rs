@@ -192,7 +192,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub sp: bool,
     /// Pipeline stages: cut the model into N stages on in-process ranks (see
-    /// `brrr pipeline plan`) [default: 1].
+    /// `brrr pipeline plan`); with --tp T each stage is T ranks wide, with --dp D there
+    /// are D pipelines (N·T·D ranks) [default: 1].
     #[arg(long)]
     pub pp: Option<usize>,
     /// Pipeline schedule under --pp: gpipe, 1f1b, interleaved:V, zb-h1, zb-h2

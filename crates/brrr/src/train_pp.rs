@@ -9,6 +9,11 @@
 //! the global micro-batch: each of the `D` pipelines takes its `--batch-size / D` rows
 //! of every micro-batch. Stages are threads of this process (one CPU backend
 //! each, `brrr_collectives::run_in_process`).
+//!
+//! With `--tp T [--sp]` each stage is `T` ranks wide (brrr-pp's tensor-parallel
+//! stages over brrr-tp's slices): `P · T · D` ranks in Megatron's order, every rank
+//! reading the same micro-batch rows as its pipeline. The losses match `--pp P` alone
+//! to f32 rounding.
 
 use crate::data::{Batcher, Corpus, SYNTHETIC, synthetic_corpus};
 use crate::metrics::{self, MetricsWriter, Row};
@@ -19,13 +24,15 @@ use brrr_cpu::CpuBackend;
 use brrr_nn::{AdamWConfig, Gpt};
 use brrr_pp::{
     Action, Costs, PipelineStage, PpConfig, Schedule, ScheduleKind, Timeline, gather_timeline,
-    generate, simulate, step_loss, svg, theory,
+    generate, simulate, stage_shard_path, step_loss, svg, theory,
 };
+use brrr_tp::TpConfig;
 use brrr_train::TrainConfig;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The file a pipeline run writes its measured timeline to (the last step).
@@ -104,17 +111,38 @@ pub fn train_in_process(
     log: bool,
     ckpt: &StageCheckpoints,
 ) -> Result<PpRun> {
+    train_in_process_tp(cfg, corpus, pp, dp, &TpConfig::default(), log, ckpt)
+}
+
+/// [`train_in_process`] with every stage split over `tp.tp` tensor-parallel ranks
+/// (`P · T · D` in-process ranks).
+pub fn train_in_process_tp(
+    cfg: &TrainConfig,
+    corpus: &Corpus,
+    pp: &PpConfig,
+    dp: usize,
+    tp: &TpConfig,
+    log: bool,
+    ckpt: &StageCheckpoints,
+) -> Result<PpRun> {
     let kind = pp.kind().map_err(|e| Error::invalid("train --pp", e))?;
     pp.validate(cfg.model.n_layer, pp.micro_batches)
         .map_err(|e| Error::invalid("train --pp", e))?;
     if dp == 0 {
         return Err(Error::invalid("train --pp", "--dp must be at least 1"));
     }
+    check_tensor_parallel(cfg, tp)?;
     let (p, m) = (pp.pp, pp.micro_batches);
     let schedule = generate(kind, p, m).map_err(|e| Error::invalid("train --pp", e.to_string()))?;
-    let layout = ParallelLayout { dp, tp: 1, pp: p };
-    let outs = run_in_process(p * dp, |world| {
-        Ok(rank_main(world, layout, cfg, corpus, &schedule, log, ckpt)?)
+    let layout = ParallelLayout {
+        dp,
+        tp: tp.tp,
+        pp: p,
+    };
+    let outs = run_in_process(p * tp.tp * dp, |world| {
+        Ok(rank_main(
+            world, layout, tp.sp, cfg, corpus, &schedule, log, ckpt,
+        )?)
     });
     let mut ranks = Vec::new();
     for (r, o) in outs.into_iter().enumerate() {
@@ -135,28 +163,44 @@ pub fn train_from_env(
     log: bool,
     ckpt: &StageCheckpoints,
 ) -> Result<Option<PpRun>> {
+    train_from_env_tp(cfg, corpus, pp, dp, &TpConfig::default(), log, ckpt)
+}
+
+/// [`train_from_env`] with every stage split over `tp.tp` tensor-parallel ranks: the
+/// launcher starts `P · T · D` processes.
+pub fn train_from_env_tp(
+    cfg: &TrainConfig,
+    corpus: &Corpus,
+    pp: &PpConfig,
+    dp: usize,
+    tp: &TpConfig,
+    log: bool,
+    ckpt: &StageCheckpoints,
+) -> Result<Option<PpRun>> {
     let kind = pp.kind().map_err(|e| Error::invalid("train --pp", e))?;
     pp.validate(cfg.model.n_layer, pp.micro_batches)
         .map_err(|e| Error::invalid("train --pp", e))?;
+    check_tensor_parallel(cfg, tp)?;
     let (p, m) = (pp.pp, pp.micro_batches);
     let schedule = generate(kind, p, m).map_err(|e| Error::invalid("train --pp", e.to_string()))?;
     let world = brrr_collectives::from_env()?;
-    if world.world_size() != p * dp.max(1) {
+    let want = p * tp.tp * dp.max(1);
+    if world.world_size() != want {
         return Err(Error::invalid(
             "train --pp",
             format!(
-                "{} processes for --pp {p} × dp {dp}: start exactly {}",
+                "{} processes for --pp {p} × --tp {} × dp {dp}: start exactly {want}",
                 world.world_size(),
-                p * dp.max(1)
+                tp.tp
             ),
         ));
     }
     let layout = ParallelLayout {
         dp: dp.max(1),
-        tp: 1,
+        tp: tp.tp,
         pp: p,
     };
-    let out = rank_main(&world, layout, cfg, corpus, &schedule, log, ckpt)?;
+    let out = rank_main(&world, layout, tp.sp, cfg, corpus, &schedule, log, ckpt)?;
     if world.rank() != 0 {
         return Ok(None);
     }
@@ -180,9 +224,38 @@ fn replica_rows(batch: usize, dp: usize, d: usize) -> Result<std::ops::Range<usi
     Ok(d * rows..(d + 1) * rows)
 }
 
+/// What a tensor-parallel pipeline needs of the model and batch: heads, width and
+/// vocabulary divisible by `--tp`, and with `--sp` the sequence too. `--sp` without a
+/// tensor-parallel group is refused rather than ignored.
+fn check_tensor_parallel(cfg: &TrainConfig, tp: &TpConfig) -> Result<()> {
+    let bad = |msg: String| Err(Error::invalid("train --pp --tp", msg));
+    if tp.tp == 0 {
+        return bad("--tp must be at least 1".into());
+    }
+    if tp.sp && tp.tp < 2 {
+        return bad("--sp needs --tp 2 or more".into());
+    }
+    brrr_tp::check_model(&cfg.model, tp.tp)?;
+    if !cfg.model.n_embd.is_multiple_of(tp.tp) {
+        return bad(format!(
+            "--tp {}: the width n_embd = {} does not divide by {} ranks",
+            tp.tp, cfg.model.n_embd, tp.tp
+        ));
+    }
+    if tp.sp && !cfg.seq_len.is_multiple_of(tp.tp) {
+        return bad(format!(
+            "--sp: the sequence length {} does not divide by --tp {}",
+            cfg.seq_len, tp.tp
+        ));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn rank_main(
     world: &brrr_collectives::Communicator,
     layout: ParallelLayout,
+    sp: bool,
     cfg: &TrainConfig,
     corpus: &Corpus,
     schedule: &Schedule,
@@ -191,6 +264,7 @@ fn rank_main(
 ) -> Result<RankOut> {
     let g = ParallelGroups::new(world, layout)?;
     let (d, _, stage_idx) = layout.coords(world.rank());
+    let ParallelGroups { dp, tp, pp, .. } = g;
     // This pipeline's rows of each micro-batch: `--batch-size` is the global batch.
     let rows = replica_rows(cfg.batch_size, layout.dp, d)?;
     let backend = CpuBackend::new();
@@ -206,7 +280,12 @@ fn rank_main(
         weight_decay: cfg.weight_decay,
         ..AdamWConfig::default()
     };
-    let mut stage = PipelineStage::new(model, stage_idx, schedule.p, schedule.v, opt)?;
+    let mut stage = if layout.tp > 1 {
+        let (p, v) = (schedule.p, schedule.v);
+        PipelineStage::new_tensor_parallel(model, stage_idx, p, v, opt, Arc::new(tp), sp)?
+    } else {
+        PipelineStage::new(model, stage_idx, schedule.p, schedule.v, opt)?
+    };
     let mut batcher = Batcher::for_corpus(corpus, cfg.batch_size, cfg.seq_len, cfg.seed)?;
     // The single-device run's validation batches, on every stage (stage 0 reads the
     // ids, the last the targets).
@@ -240,14 +319,14 @@ fn rank_main(
         let data = (0..m)
             .map(|_| brrr_train::upload(&backend, &batcher.next_batch().rows(rows.clone())?))
             .collect::<Result<Vec<_>>>()?;
-        let run = stage.run(&g.pp, schedule, &data, dloss)?;
-        stage.reduce_grads(&g.pp, Some(&g.dp))?;
-        let loss = step_loss(&run, m, &g.pp, Some(&g.dp))?;
-        let norm = stage.update(&g.pp, lr as f32, cfg.grad_clip)?;
-        let timeline = gather_timeline(&g.pp, &run.spans)?;
+        let run = stage.run(&pp, schedule, &data, dloss)?;
+        stage.reduce_grads(&pp, Some(&dp))?;
+        let loss = step_loss(&run, m, &pp, Some(&dp))?;
+        let norm = stage.update(&pp, lr as f32, cfg.grad_clip)?;
+        let timeline = gather_timeline(&pp, &run.spans)?;
         let evaluate = (step + 1) % cfg.eval_every.max(1) == 0 || step + 1 == cfg.steps;
         let val_loss = if evaluate && !val.is_empty() {
-            Some(stage.eval_loss(&g.pp, &val)?)
+            Some(stage.eval_loss(&pp, &val)?)
         } else {
             None
         };
@@ -278,7 +357,8 @@ fn rank_main(
             out.timelines.extend(timeline);
         }
     }
-    // One copy per stage: the first data-parallel replica writes it.
+    // One copy per stage (per tensor rank of it): the first data-parallel replica
+    // writes it.
     if let (Some(dir), 0) = (&ckpt.save, d) {
         stage.save_checkpoint(dir, cfg.steps.max(start), "")?;
     }
@@ -359,9 +439,6 @@ fn check_supported(args: &TrainArgs) -> Result<()> {
     if args.data.is_some() {
         return no("--data (token shards)");
     }
-    if args.tp.is_some_and(|t| t > 1) || args.sp {
-        return no("--tp/--sp (tensor parallelism)");
-    }
     if args.zero.is_some_and(|z| z > 0) || args.bucket_mb.is_some() {
         return no("--zero/--bucket-mb (pipeline stages average gradients over --dp plainly)");
     }
@@ -374,8 +451,12 @@ fn check_supported(args: &TrainArgs) -> Result<()> {
 pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
     check_supported(args)?;
     let pp = pp_config(args)?;
+    let tp = TpConfig {
+        tp: args.tp.unwrap_or(1),
+        sp: args.sp,
+    };
     if let Some(dir) = &args.resume {
-        check_same_pipeline(dir, &pp)?;
+        check_same_pipeline(dir, &pp, tp.tp)?;
     }
     let mut cfg = match &args.resume {
         // The saved run's config; only --steps (the new total) and --eval-every change.
@@ -390,6 +471,7 @@ pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
     cfg.grad_accum = pp.micro_batches;
     cfg.validate()?;
     replica_rows(cfg.batch_size, dp, 0)?;
+    check_tensor_parallel(&cfg, &tp)?;
     let out = args
         .out
         .clone()
@@ -420,20 +502,22 @@ pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
             .map_err(|e| Error::io(format!("{}: creating output directory", out.display()), e))?;
     }
     let run = if launch.world_size > 1 {
-        match train_from_env(&cfg, &corpus, &pp, dp, !args.quiet, &ckpt)? {
+        match train_from_env_tp(&cfg, &corpus, &pp, dp, &tp, !args.quiet, &ckpt)? {
             Some(run) => run,
             None => return Ok(String::new()),
         }
     } else {
-        train_in_process(&cfg, &corpus, &pp, dp, !args.quiet, &ckpt)?
+        train_in_process_tp(&cfg, &corpus, &pp, dp, &tp, !args.quiet, &ckpt)?
     };
     write_run_dir(&out, &cfg, &pp, &run)?;
-    Ok(report(&out, &cfg, &pp, dp, &run))
+    Ok(report(&out, &cfg, &pp, dp, &tp, &run))
 }
 
 /// A resumed pipeline run must keep the stages and micro-batches of the run it goes on
-/// from (its stage files and its batch stream depend on them); the schedule may change.
-fn check_same_pipeline(dir: &Path, pp: &PpConfig) -> Result<()> {
+/// from (its stage files and its batch stream depend on them), and its `--tp` (the
+/// stage files hold that many shards each, named by tensor rank); the schedule and
+/// `--sp` may change.
+fn check_same_pipeline(dir: &Path, pp: &PpConfig, tp: usize) -> Result<()> {
     let path = dir.join("pipeline.toml");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| Error::io(format!("{}: reading", path.display()), e))?;
@@ -449,6 +533,19 @@ fn check_same_pipeline(dir: &Path, pp: &PpConfig) -> Result<()> {
                 saved.micro_batches,
                 pp.pp,
                 pp.micro_batches
+            ),
+        ));
+    }
+    let first = stage_shard_path(&dir.join(STAGE_DIR), 0, pp.pp, 0, tp);
+    if !first.exists() {
+        return Err(Error::invalid(
+            "train --resume",
+            format!(
+                "{} has no {}: it was not saved with --pp {} --tp {tp} (a run resumes with \
+                 the --tp it was saved with)",
+                dir.display(),
+                first.display(),
+                pp.pp
             ),
         ));
     }
@@ -523,18 +620,27 @@ fn planned(kind: ScheduleKind, p: usize, m: usize, costs: Costs) -> Result<Timel
     })
 }
 
-fn report(out: &Path, cfg: &TrainConfig, pp: &PpConfig, dp: usize, run: &PpRun) -> String {
+fn report(
+    out: &Path,
+    cfg: &TrainConfig,
+    pp: &PpConfig,
+    dp: usize,
+    tp: &TpConfig,
+    run: &PpRun,
+) -> String {
     let mut s = String::new();
     let kind = pp.kind().unwrap_or(ScheduleKind::Custom);
     let plan = planned(kind, pp.pp, pp.micro_batches, Costs::unit()).ok();
     let _ = writeln!(
         s,
-        "pipeline: {} stages × {} chunks, {kind}, {} micro-batches of {} × {} tokens, dp = {dp}",
+        "pipeline: {} stages × {} chunks, {kind}, {} micro-batches of {} × {} tokens, dp = {dp}, tp = {}{}",
         pp.pp,
         kind.chunks(),
         pp.micro_batches,
         cfg.batch_size,
-        cfg.seq_len
+        cfg.seq_len,
+        tp.tp,
+        if tp.sp { " (sequence parallel)" } else { "" }
     );
     if let Some(last) = run.rows.last() {
         let _ = writeln!(s, "final loss {:.4} after {} steps", last.loss, last.step);
@@ -565,10 +671,16 @@ fn report(out: &Path, cfg: &TrainConfig, pp: &PpConfig, dp: usize, run: &PpRun) 
     );
     let _ = writeln!(
         s,
-        "wrote {}/{{{CONFIG_FILE}, {METRICS_FILE}, {PLOT_FILE}, {TIMELINE_FILE}, {PLAN_FILE}, pipeline.toml, {STAGE_DIR}/pp-stage*-of{}.bin}} (go on with --resume {} and the same --pp/--micro-batches)",
+        "wrote {}/{{{CONFIG_FILE}, {METRICS_FILE}, {PLOT_FILE}, {TIMELINE_FILE}, {PLAN_FILE}, pipeline.toml, {STAGE_DIR}/pp-stage*-of{}{}.bin}} (go on with --resume {} and the same --pp/--micro-batches{})",
         out.display(),
         pp.pp,
-        out.display()
+        if tp.tp > 1 {
+            format!("-tp*-of{}", tp.tp)
+        } else {
+            String::new()
+        },
+        out.display(),
+        if tp.tp > 1 { "/--tp" } else { "" }
     );
     s
 }
