@@ -405,3 +405,27 @@ fn a_wrong_reference_is_caught() {
     let e = compare(&gather(&ranks, 2, false), &want.grads).unwrap_err();
     assert!(e.contains("h.1.mlp.c_fc.weight"), "{e}");
 }
+
+/// The tensor-parallel blocks' and head's zero-bubble split is exact: ZB-H1 and ZB-H2
+/// run B (with every tensor-parallel collective) and then the local W of each
+/// micro-batch in 1F1B's order, so their losses and gradient shards equal 1F1B's
+/// bitwise, with and without sequence parallelism.
+#[test]
+fn zero_bubble_with_tensor_parallel_stages_equals_one_f_one_b_bitwise() {
+    for sp in [false, true] {
+        let want = grid(ScheduleKind::OneFOneB, 2, 2, 1, sp, 4);
+        for kind in [ScheduleKind::ZbH1, ScheduleKind::ZbH2] {
+            let got = grid(kind, 2, 2, 1, sp, 4);
+            for (g, w) in got.iter().zip(&want) {
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&g.losses), bits(&w.losses), "{kind} sp={sp}");
+                assert_eq!(g.shards.len(), w.shards.len());
+                for (a, b) in g.shards.iter().zip(&w.shards) {
+                    let ab: Vec<u32> = a.grad.iter().map(|x| x.to_bits()).collect();
+                    let bb: Vec<u32> = b.grad.iter().map(|x| x.to_bits()).collect();
+                    assert!(ab == bb, "{kind} sp={sp}: {} differs from 1F1B's", a.name);
+                }
+            }
+        }
+    }
+}
