@@ -6,8 +6,8 @@
 //! compared with the unsplit model's, parameter by parameter; the losses of two steps
 //! and the first step's global gradient norm (the clipping input) too.
 //!
-//! Tolerances: gradients within `5e-5 · max|g|` of the reference per tensor, losses and
-//! norms within `2e-5` relative. Tensor parallelism sums partial products over the
+//! Tolerances: gradients within `1e-5 · max|g|` of the reference per tensor, losses and
+//! norms within `2e-6` relative (measured worst: 5.1e-7, 5.1e-8 and 1.1e-7). Tensor parallelism sums partial products over the
 //! ranks (the row-parallel projections, the vocabulary-parallel loss) in another order
 //! than one GEMM does, and the pipeline accumulates the tied gradient in another order,
 //! so the results agree to f32 rounding, not bitwise. A deliberately wrong gather
@@ -27,8 +27,8 @@ const STEPS: usize = 2;
 const ROWS: usize = 2; // rows per micro-batch
 const LR: f32 = 1e-2;
 const CLIP: f64 = 1.0;
-const GRAD_TOL: f32 = 5e-5;
-const LOSS_TOL: f64 = 2e-5;
+const GRAD_TOL: f32 = 1e-5;
+const LOSS_TOL: f64 = 2e-6;
 
 fn config() -> GptConfig {
     GptConfig {
