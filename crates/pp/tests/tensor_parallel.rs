@@ -429,3 +429,120 @@ fn zero_bubble_with_tensor_parallel_stages_equals_one_f_one_b_bitwise() {
         }
     }
 }
+
+/// What one rank's communicators moved during one step's schedule (after the
+/// barrier at its start, before the gradient reductions).
+struct Traffic {
+    stage: usize,
+    /// Elements this rank sent to the neighbouring stage.
+    boundary_sent: u64,
+    /// The tensor-parallel group's collectives, as brrr-tp's theory counts them.
+    tp: brrr_tp::theory::PassComm,
+}
+
+fn traffic(p: usize, t: usize, sp: bool, m: usize) -> Vec<Traffic> {
+    let schedule = generate(ScheduleKind::OneFOneB, p, m).unwrap();
+    let layout = ParallelLayout {
+        dp: 1,
+        tp: t,
+        pp: p,
+    };
+    run_in_process(p * t, |world| {
+        let g = ParallelGroups::new(world, layout)?;
+        let (_, _, s) = layout.coords(world.rank());
+        let b = CpuBackend::new();
+        let tp = Arc::new(g.tp);
+        let opt = AdamWConfig::default();
+        let mut stage =
+            PipelineStage::new_tensor_parallel(model(&b), s, p, 1, opt, tp.clone(), sp)?;
+        let data = upload(&b, &batches(0, m));
+        let dloss = 1.0 / (ROWS * config().block_size * m) as f32;
+        g.pp.reset_stats();
+        tp.reset_stats();
+        stage.run(&g.pp, &schedule, &data, dloss)?;
+        let st = tp.stats();
+        let mut pass = brrr_tp::theory::PassComm::default();
+        for (name, c) in [
+            ("all-reduce", &mut pass.all_reduce),
+            ("reduce-scatter", &mut pass.reduce_scatter),
+            ("all-gather", &mut pass.all_gather),
+        ] {
+            c.calls = st.op(name).calls;
+            c.elements = st.op(name).elements;
+        }
+        Ok(Traffic {
+            stage: s,
+            boundary_sent: g.pp.stats().op("send/recv").elements_sent,
+            tp: pass,
+        })
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+/// Each tensor rank sends the residual stream it holds across the boundary: the whole
+/// `[b, T, C]` per micro-batch without sequence parallelism, its `1/t` shard with it
+/// (plus a 3-element tag per message). Inside a stage the tensor-parallel group runs
+/// exactly brrr-tp's collectives for that stage's blocks, plus the embedding's exit on
+/// the first stage and the head's entry and the cross-entropy's two all-reduces on the
+/// last, per micro-batch (`brrr_tp::theory`).
+#[test]
+fn each_tensor_rank_moves_what_it_holds() {
+    use brrr_tp::theory::{PassComm, block_pass};
+    let (p, t, m) = (2, 2, 4);
+    let c = config();
+    let (b, seq) = (ROWS, c.block_size);
+    let act = (b * seq * c.n_embd) as u64;
+    let n = (b * seq) as u64;
+    for sp in [false, true] {
+        let held = if sp { act / t as u64 } else { act };
+        for r in traffic(p, t, sp, m) {
+            // 1F1B at p = 2: stage 0 sends m activations, stage 1 m gradients.
+            assert_eq!(
+                r.boundary_sent,
+                m as u64 * (3 + held),
+                "sp={sp} stage {}",
+                r.stage
+            );
+            let blocks = (c.n_layer / p) as u64;
+            let mut want = PassComm::default();
+            for backward in [false, true] {
+                let blk = block_pass(b, seq, c.n_embd, sp, backward);
+                for (w, k) in [
+                    (&mut want.all_reduce, blk.all_reduce),
+                    (&mut want.reduce_scatter, blk.reduce_scatter),
+                    (&mut want.all_gather, blk.all_gather),
+                ] {
+                    w.calls += blocks * k.calls;
+                    w.elements += blocks * k.elements;
+                }
+            }
+            match (r.stage, sp) {
+                (0, false) => want.all_reduce.add(1, act), // embedding exit
+                (0, true) => {
+                    want.reduce_scatter.add(1, act); // embedding exit, forward
+                    want.all_gather.add(1, act); // and backward
+                }
+                (_, false) => want.all_reduce.add(1, act), // head entry, backward
+                (_, true) => {
+                    want.all_gather.add(1, act); // head entry, forward
+                    want.reduce_scatter.add(1, act); // and backward
+                }
+            }
+            if r.stage == p - 1 {
+                want.all_reduce.add(1, n); // the loss's maximum
+                want.all_reduce.add(1, 2 * n); // its sums
+            }
+            for x in [
+                &mut want.all_reduce,
+                &mut want.reduce_scatter,
+                &mut want.all_gather,
+            ] {
+                x.calls *= m as u64;
+                x.elements *= m as u64;
+            }
+            assert_eq!(r.tp, want, "sp={sp} stage {}", r.stage);
+        }
+    }
+}
