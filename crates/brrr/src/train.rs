@@ -542,6 +542,15 @@ pub fn mfu_peak(info: &brrr_backend::BackendInfo) -> std::result::Result<MfuPeak
 
 /// Runs `brrr train`.
 pub fn run(args: &TrainArgs) -> Result<Summary> {
+    // Pipeline runs (with or without --tp/--dp) return a text report, not a Summary:
+    // the binary sends them to `train_pp::run`; a library caller must too, rather than
+    // have the pipeline flags silently dropped here.
+    if args.pp.is_some() || args.schedule.is_some() || args.micro_batches.is_some() {
+        return Err(Error::invalid(
+            "brrr train",
+            "--pp, --schedule and --micro-batches are run by brrr::train_pp::run, not train::run",
+        ));
+    }
     // --tp (with or without --dp) is brrr-tp's; --dp alone is brrr-dp's (DDP, ZeRO).
     if crate::train_tp::wanted(args) {
         return crate::train_tp::run(args);

@@ -50,16 +50,24 @@
 //! (attention: `batch × heads` matrices of `seq × seq`) runs one product per task
 //! instead, which avoids a fork-join per matrix.
 
+use crate::GemmKernel;
 use crate::check;
 use crate::par;
 use crate::scalar::Float;
+use crate::sgemm;
 use brrr_backend::{DType, Error, GemmSpec, HostData, Result};
 
 /// Below this many flops per matrix a batch is spread over threads one matrix per
 /// task; above it each matrix is itself split by `gemm`.
 const SMALL_GEMM_FLOPS: usize = 1 << 23;
 
-pub(crate) fn gemm(spec: &GemmSpec, a: &HostData, b: &HostData, c: &mut HostData) -> Result<()> {
+pub(crate) fn gemm(
+    spec: &GemmSpec,
+    a: &HostData,
+    b: &HostData,
+    c: &mut HostData,
+    kernel: GemmKernel,
+) -> Result<()> {
     const OP: &str = "gemm";
     let (need_a, need_b, need_c) = spec.required_lens()?;
     check::len(OP, a, need_a)?;
@@ -76,16 +84,16 @@ pub(crate) fn gemm(spec: &GemmSpec, a: &HostData, b: &HostData, c: &mut HostData
     }
     match (a, b, &mut *c) {
         (HostData::F32(a), HostData::F32(b), HostData::F32(c)) => {
-            batched(spec, &a[..need_a], &b[..need_b], &mut c[..need_c]);
+            batched(spec, &a[..need_a], &b[..need_b], &mut c[..need_c], kernel);
         }
         (HostData::F64(a), HostData::F64(b), HostData::F64(c)) => {
-            batched(spec, &a[..need_a], &b[..need_b], &mut c[..need_c]);
+            batched(spec, &a[..need_a], &b[..need_b], &mut c[..need_c], kernel);
         }
         (HostData::F16(a), HostData::F16(b), HostData::F16(c)) => {
-            via_f32(spec, &a[..need_a], &b[..need_b], &mut c[..need_c]);
+            via_f32(spec, &a[..need_a], &b[..need_b], &mut c[..need_c], kernel);
         }
         (HostData::BF16(a), HostData::BF16(b), HostData::BF16(c)) => {
-            via_f32(spec, &a[..need_a], &b[..need_b], &mut c[..need_c]);
+            via_f32(spec, &a[..need_a], &b[..need_b], &mut c[..need_c], kernel);
         }
         // Mixed precision: 16-bit operands, f32 C (a gradient or master buffer). The
         // operands are widened exactly, and C is read and written in f32 directly.
@@ -95,6 +103,7 @@ pub(crate) fn gemm(spec: &GemmSpec, a: &HostData, b: &HostData, c: &mut HostData
                 &widen(&a[..need_a]),
                 &widen(&b[..need_b]),
                 &mut c[..need_c],
+                kernel,
             );
         }
         (HostData::BF16(a), HostData::BF16(b), HostData::F32(c)) => {
@@ -103,6 +112,7 @@ pub(crate) fn gemm(spec: &GemmSpec, a: &HostData, b: &HostData, c: &mut HostData
                 &widen(&a[..need_a]),
                 &widen(&b[..need_b]),
                 &mut c[..need_c],
+                kernel,
             );
         }
         (a, b, c) => {
@@ -127,12 +137,12 @@ const CONVERT_TASK: usize = 1 << 16;
 /// f16/bf16: widen A, B (and C when it is read) to f32, multiply in f32, and round the
 /// result blocks back once. Gaps between C's matrices (`stride_c > m·n`) are left as
 /// they were.
-fn via_f32<T: Float<C = f32>>(spec: &GemmSpec, a: &[T], b: &[T], c: &mut [T]) {
+fn via_f32<T: Float<C = f32>>(spec: &GemmSpec, a: &[T], b: &[T], c: &mut [T], kernel: GemmKernel) {
     let mut cf = vec![0f32; c.len()];
     if spec.beta != 0.0 {
         convert(c, &mut cf, T::load_slice);
     }
-    batched(spec, &widen(a), &widen(b), &mut cf);
+    batched(spec, &widen(a), &widen(b), &mut cf, kernel);
     let size = spec.m * spec.n;
     if size == 0 {
         return;
@@ -162,8 +172,51 @@ trait GemmScalar: Copy + Send + Sync + 'static {
     fn from_f32(x: f32) -> Self;
     fn zero() -> Self;
     fn mul(self, other: Self) -> Self;
+    /// Runs one product on brrr's own kernel (`sgemm.rs`) where there is one for this
+    /// type and CPU; `false` if not (then the `gemm` crate runs it).
+    fn own_kernel(
+        spec: &GemmSpec,
+        a: (&[Self], usize, usize),
+        b: (&[Self], usize, usize),
+        c: &mut [Self],
+        threaded: bool,
+    ) -> bool;
 }
 impl GemmScalar for f32 {
+    fn own_kernel(
+        spec: &GemmSpec,
+        a: (&[f32], usize, usize),
+        b: (&[f32], usize, usize),
+        c: &mut [f32],
+        threaded: bool,
+    ) -> bool {
+        if !sgemm::available() {
+            return false;
+        }
+        let (a, a_rs, a_cs) = a;
+        let (b, b_rs, b_cs) = b;
+        sgemm::sgemm(
+            spec.m,
+            spec.n,
+            spec.k,
+            spec.alpha,
+            sgemm::MatRef {
+                data: a,
+                rs: a_rs,
+                cs: a_cs,
+            },
+            sgemm::MatRef {
+                data: b,
+                rs: b_rs,
+                cs: b_cs,
+            },
+            spec.beta,
+            c,
+            spec.n,
+            threaded,
+        );
+        true
+    }
     fn from_f32(x: f32) -> Self {
         x
     }
@@ -175,6 +228,15 @@ impl GemmScalar for f32 {
     }
 }
 impl GemmScalar for f64 {
+    fn own_kernel(
+        _: &GemmSpec,
+        _: (&[f64], usize, usize),
+        _: (&[f64], usize, usize),
+        _: &mut [f64],
+        _: bool,
+    ) -> bool {
+        false
+    }
     fn from_f32(x: f32) -> Self {
         f64::from(x)
     }
@@ -187,7 +249,7 @@ impl GemmScalar for f64 {
 }
 
 /// Runs the batch on slices already checked to hold every matrix.
-fn batched<T: GemmScalar>(spec: &GemmSpec, a: &[T], b: &[T], c: &mut [T]) {
+fn batched<T: GemmScalar>(spec: &GemmSpec, a: &[T], b: &[T], c: &mut [T], kernel: GemmKernel) {
     let (m, n, k) = (spec.m, spec.n, spec.k);
     if spec.batch == 0 || m == 0 || n == 0 {
         return;
@@ -224,6 +286,7 @@ fn batched<T: GemmScalar>(spec: &GemmSpec, a: &[T], b: &[T], c: &mut [T]) {
                     &b[i * spec.stride_b..],
                     cj,
                     false,
+                    kernel,
                 );
             }
         });
@@ -239,6 +302,7 @@ fn batched<T: GemmScalar>(spec: &GemmSpec, a: &[T], b: &[T], c: &mut [T]) {
                 &b[i * spec.stride_b..],
                 ci,
                 true,
+                kernel,
             );
         }
     }
@@ -246,13 +310,25 @@ fn batched<T: GemmScalar>(spec: &GemmSpec, a: &[T], b: &[T], c: &mut [T]) {
 
 /// `C = alpha·op(A)·op(B) + beta·C` for one matrix; the slices start at the matrix and
 /// hold at least its elements.
-fn one<T: GemmScalar>(spec: &GemmSpec, a: &[T], b: &[T], c: &mut [T], threaded: bool) {
+fn one<T: GemmScalar>(
+    spec: &GemmSpec,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    threaded: bool,
+    kernel: GemmKernel,
+) {
     let (m, n, k) = (spec.m, spec.n, spec.k);
     assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
     // Row-major strides of op(A) (m × k) and op(B) (k × n): a transposed operand is
     // the same memory read with the strides swapped, so it costs no copy.
     let (a_rs, a_cs) = if spec.trans_a { (1, m) } else { (k, 1) };
     let (b_rs, b_cs) = if spec.trans_b { (1, k) } else { (n, 1) };
+    if kernel == GemmKernel::Own
+        && T::own_kernel(spec, (a, a_rs, a_cs), (b, b_rs, b_cs), c, threaded)
+    {
+        return;
+    }
     let parallelism = if threaded {
         big_parallelism()
     } else {

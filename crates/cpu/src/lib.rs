@@ -49,6 +49,7 @@ mod optim;
 mod par;
 mod reduce;
 mod scalar;
+mod sgemm;
 mod strided;
 
 #[cfg(test)]
@@ -75,6 +76,32 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct CpuBackend {
     inner: Arc<CpuDevice>,
+    gemm: GemmKernel,
+}
+
+/// Which kernel computes f32 products (and the f16/bf16 ones, which run in f32).
+///
+/// Both are bit-identical across thread counts; they differ from each other in the last
+/// bits (another order of summation). The default is the `gemm` crate: brrr's own kernel
+/// reaches 94 GFLOP/s inside L1 on one core of the development machine (97% of its
+/// measured FMA peak) but, whole products included, measured 0.8–1.06× the `gemm`
+/// crate's speed there (`examples/gemm_kernels.rs`; `src/sgemm.rs` says where the time
+/// goes). It is kept to be read and measured, and chosen with
+/// [`CpuBackend::with_gemm_kernel`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GemmKernel {
+    /// brrr's own register-tiled kernel (`sgemm.rs`): x86-64 with AVX2 and FMA only.
+    Own,
+    /// The [`gemm`](https://crates.io/crates/gemm) crate's kernels, on every CPU.
+    #[default]
+    GemmCrate,
+}
+
+impl GemmKernel {
+    /// Whether this CPU can run [`GemmKernel::Own`] (x86-64 with AVX2 and FMA).
+    pub fn own_available() -> bool {
+        sgemm::available()
+    }
 }
 
 #[derive(Debug)]
@@ -102,6 +129,7 @@ impl CpuBackend {
                 pool: None,
                 memory: Arc::new(MemoryCounter::new()),
             }),
+            gemm: GemmKernel::default(),
         }
     }
 
@@ -137,7 +165,27 @@ impl CpuBackend {
                 pool,
                 memory: Arc::new(MemoryCounter::new()),
             }),
+            gemm: GemmKernel::default(),
         })
+    }
+
+    /// This handle with another GEMM kernel (for comparing them; the default is
+    /// [`GemmKernel::GemmCrate`]). Asking for [`GemmKernel::Own`] on a CPU
+    /// without AVX2 and FMA is an error.
+    pub fn with_gemm_kernel(mut self, kernel: GemmKernel) -> Result<Self> {
+        if kernel == GemmKernel::Own && !sgemm::available() {
+            return Err(Error::invalid(
+                "CpuBackend::with_gemm_kernel",
+                "brrr's own GEMM kernel needs an x86-64 CPU with AVX2 and FMA",
+            ));
+        }
+        self.gemm = kernel;
+        Ok(self)
+    }
+
+    /// The kernel f32 products run on.
+    pub fn gemm_kernel(&self) -> GemmKernel {
+        self.gemm
     }
 
     /// Threads kernels spread over: this device's pool size, rayon's global pool size
@@ -275,7 +323,7 @@ impl Backend for CpuBackend {
     }
 
     fn gemm(&self, spec: &GemmSpec, a: &CpuBuffer, b: &CpuBuffer, c: &mut CpuBuffer) -> Result<()> {
-        self.install(|| gemm::gemm(spec, a, b, c))
+        self.install(|| gemm::gemm(spec, a, b, c, self.gemm))
     }
 
     fn unary(&self, op: UnaryOp, x: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {

@@ -1,23 +1,42 @@
 use super::{ODD, assert_close, buf, cpu, eps_compute, input, read, reference, rng, round_tol};
+use crate::{CpuBackend, GemmKernel};
 use brrr_backend::{Backend, DType, GemmSpec, HostData};
 
-/// Runs `spec` on random A, B, C of `dtype` and compares with the f64 reference.
+/// The CPU backend with each GEMM kernel this CPU can run.
+fn kernels() -> Vec<(GemmKernel, CpuBackend)> {
+    let mut v = vec![(GemmKernel::GemmCrate, cpu())];
+    if GemmKernel::own_available() {
+        v.push((
+            GemmKernel::Own,
+            cpu().with_gemm_kernel(GemmKernel::Own).unwrap(),
+        ));
+    } else {
+        eprintln!("SKIPPED: brrr's own GEMM kernel (needs x86-64 with AVX2 and FMA)");
+    }
+    v
+}
+
+/// Runs `spec` on random A, B, C of `dtype` with every kernel and compares with the
+/// f64 reference.
 fn check(case: &str, dtype: DType, spec: GemmSpec, seed: u64) {
     let mut r = rng(seed);
     let (la, lb, lc) = spec.required_lens().unwrap();
     let (a, ab) = input(&mut r, dtype, la, -1.0, 1.0);
     let (b, bb) = input(&mut r, dtype, lb, -1.0, 1.0);
-    let (c, mut cb) = input(&mut r, dtype, lc, -1.0, 1.0);
-    cpu().gemm(&spec, &ab, &bb, &mut cb).unwrap();
+    let (c, c0) = input(&mut r, dtype, lc, -1.0, 1.0);
     let (want, mag) = reference::gemm(&spec, &a, &b, &c);
     let ec = eps_compute(dtype);
     let k = spec.k as f64;
-    assert_close(
-        &format!("{case} {dtype} {spec:?}"),
-        &read(&cb),
-        &want,
-        |i| round_tol(dtype, want[i]) + 2.0 * (k + 2.0) * ec * mag[i],
-    );
+    for (kernel, backend) in kernels() {
+        let mut cb = c0.clone();
+        backend.gemm(&spec, &ab, &bb, &mut cb).unwrap();
+        assert_close(
+            &format!("{case} {dtype} {spec:?} {kernel:?}"),
+            &read(&cb),
+            &want,
+            |i| round_tol(dtype, want[i]) + 2.0 * (k + 2.0) * ec * mag[i],
+        );
+    }
 }
 
 #[test]
