@@ -82,12 +82,11 @@ pub struct CpuBackend {
 /// Which kernel computes f32 products (and the f16/bf16 ones, which run in f32).
 ///
 /// Both are bit-identical across thread counts; they differ from each other in the last
-/// bits (another order of summation). The default is the `gemm` crate: brrr's own kernel
-/// reaches 94 GFLOP/s inside L1 on one core of the development machine (97% of its
-/// measured FMA peak) but, whole products included, measured 0.8–1.06× the `gemm`
-/// crate's speed there (`examples/gemm_kernels.rs`; `src/sgemm.rs` says where the time
-/// goes). It is kept to be read and measured, and chosen with
-/// [`CpuBackend::with_gemm_kernel`].
+/// bits (another order of summation). The default is the `gemm` crate: brrr's own
+/// kernel's register tile runs at the core's FMA peak, but whole products measured
+/// 0.83–1.12× the `gemm` crate's speed on the development machine
+/// (`examples/gemm_kernels.rs`; `src/sgemm.rs` says where the time goes). It is kept to
+/// be read and measured, and chosen with [`CpuBackend::with_gemm_kernel`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GemmKernel {
     /// brrr's own register-tiled kernel (`sgemm.rs`): x86-64 with AVX2 and FMA only.

@@ -9,16 +9,19 @@
 //! training step spends about 80% of its time in GEMMs. This kernel is also the lesson
 //! of tiling, on a CPU: a register tile, cache blocks and packing.
 //!
-//! Measured on one core of that machine while other builds ran (so absolute numbers are
-//! low; process CPU time, kernels alternating, `examples/gemm_kernels.rs`):
-//! - the register tile alone, its operands in L1: 93.6 GFLOP/s, 97% of the core's
-//!   measured FMA peak (96.9); with A read in place from L2: 94.1;
-//! - whole products, square and at training's shapes: 0.77–1.06× the `gemm` crate.
+//! Measured on one core of that machine while other builds ran (load average 3.6 on 2
+//! cores; process CPU time, kernels alternating, `examples/gemm_kernels.rs`; the tile
+//! alone by the ignored test `sgemm::rate::kernel_rate`):
+//! - the register tile alone, for `kc` = 128 to 512, operands in L1 or A read in place
+//!   from a 96-row block: 97.6–100.3 GFLOP/s, the core's FMA peak (measured 96.9 by
+//!   brrr-perf's loop at another moment; the clock moves with load);
+//! - whole products, square (256–2048) and at training's shapes: 57–83 GFLOP/s, which
+//!   is 0.83–1.12× the `gemm` crate's speed in the same run.
 //!
-//! So the tile is as fast as the core allows and the remaining third of the time goes
-//! to moving data (C's passes, B's panel not quite fitting L1 beside A's rows, packing
-//! B on one thread). That is why [`crate::GemmKernel`] keeps the `gemm` crate as the
-//! default.
+//! So the tile runs at the core's peak, and the rest of the time goes to moving data:
+//! B's panels coming from L3 for each block of rows, a pass over C per block of `k`,
+//! packing B on one thread. The `gemm` crate does no better or worse, which is why
+//! [`crate::GemmKernel`] keeps it as the default.
 //!
 //! # The loops (outermost first)
 //!
@@ -439,7 +442,12 @@ mod rate {
     #[test]
     #[ignore]
     fn kernel_rate() {
-        let kc = 256;
+        for kc in [128, 256, 384, 512] {
+            kernel_rate_at(kc);
+        }
+    }
+
+    fn kernel_rate_at(kc: usize) {
         let a = vec![0.5f32; MR * kc];
         let b = vec![0.25f32; NR * kc];
         let mut tile = [0f32; MR * NR];
@@ -452,17 +460,20 @@ mod rate {
         }
         let s = cpu_seconds() - t;
         let flops = (2 * MR * NR * kc * reps) as f64;
-        println!("kernel alone (L1): {:.1} GFLOP/s", flops / s / 1e9);
+        println!("kc {kc}: kernel alone (L1): {:.1} GFLOP/s", flops / s / 1e9);
         // A read in place from rows of a 96 x 256 block (row stride 384).
-        let a2 = vec![0.5f32; 96 * 384];
+        let a2 = vec![0.5f32; 96 * kc];
         let t = cpu_seconds();
         for r in 0..reps {
             let i0 = (r % 16) * MR;
-            let rows: [usize; MR] = std::array::from_fn(|i| (i0 + i) * 384);
+            let rows: [usize; MR] = std::array::from_fn(|i| (i0 + i) * kc);
             kernel(kc, &a2, rows, 1, &b, &mut tile);
             std::hint::black_box(&mut tile);
         }
         let s = cpu_seconds() - t;
-        println!("kernel, A in place (L2): {:.1} GFLOP/s", flops / s / 1e9);
+        println!(
+            "kc {kc}: kernel, A in place from a 96-row block: {:.1} GFLOP/s",
+            flops / s / 1e9
+        );
     }
 }
