@@ -1,6 +1,7 @@
 //! [`CpuBuffer`]: host memory that counts itself against its device's
 //! [`MemoryStats`](brrr_backend::MemoryStats).
 
+use crate::cache::BufferCache;
 use brrr_backend::{HostData, MemoryCounter};
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -15,16 +16,23 @@ pub struct CpuBuffer {
     data: HostData,
     bytes: u64,
     counter: Arc<MemoryCounter>,
+    /// Where the memory goes when the buffer is dropped (see `cache.rs`).
+    cache: Arc<BufferCache>,
 }
 
 impl CpuBuffer {
-    pub(crate) fn new(data: HostData, counter: &Arc<MemoryCounter>) -> Self {
+    pub(crate) fn new(
+        data: HostData,
+        counter: &Arc<MemoryCounter>,
+        cache: &Arc<BufferCache>,
+    ) -> Self {
         let bytes = (data.len() * data.dtype().size_in_bytes()) as u64;
         counter.on_alloc(bytes);
         CpuBuffer {
             data,
             bytes,
             counter: counter.clone(),
+            cache: cache.clone(),
         }
     }
 
@@ -50,13 +58,19 @@ impl DerefMut for CpuBuffer {
 impl Drop for CpuBuffer {
     fn drop(&mut self) {
         self.counter.on_free(self.bytes);
+        let data = std::mem::replace(&mut self.data, HostData::U32(Vec::new()));
+        // A buffer whose data was swapped for one of another size (or taken by
+        // `into_host`) is not the allocation it was counted as: let it go.
+        if (data.len() * data.dtype().size_in_bytes()) as u64 == self.bytes {
+            self.cache.give(data);
+        }
     }
 }
 
 /// A copy counted against the same device.
 impl Clone for CpuBuffer {
     fn clone(&self) -> Self {
-        CpuBuffer::new(self.data.clone(), &self.counter)
+        CpuBuffer::new(self.data.clone(), &self.counter, &self.cache)
     }
 }
 

@@ -40,6 +40,7 @@
 
 mod amp;
 mod buffer;
+mod cache;
 mod check;
 mod elementwise;
 mod gemm;
@@ -57,6 +58,7 @@ mod tests;
 
 pub use brrr_backend::HostData;
 pub use buffer::CpuBuffer;
+pub use cache::DEFAULT_CACHE_LIMIT;
 
 use brrr_backend::{
     AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec,
@@ -110,6 +112,8 @@ struct CpuDevice {
     #[cfg(not(target_arch = "wasm32"))]
     pool: Option<rayon::ThreadPool>,
     memory: Arc<MemoryCounter>,
+    /// Freed buffers kept for `alloc` (see `cache.rs`).
+    cache: Arc<cache::BufferCache>,
 }
 
 impl Default for CpuBackend {
@@ -127,6 +131,7 @@ impl CpuBackend {
                 #[cfg(not(target_arch = "wasm32"))]
                 pool: None,
                 memory: Arc::new(MemoryCounter::new()),
+                cache: Arc::new(cache::BufferCache::new(DEFAULT_CACHE_LIMIT)),
             }),
             gemm: GemmKernel::default(),
         }
@@ -163,6 +168,7 @@ impl CpuBackend {
                 #[cfg(not(target_arch = "wasm32"))]
                 pool,
                 memory: Arc::new(MemoryCounter::new()),
+                cache: Arc::new(cache::BufferCache::new(DEFAULT_CACHE_LIMIT)),
             }),
             gemm: GemmKernel::default(),
         })
@@ -206,7 +212,20 @@ impl CpuBackend {
 
     /// A buffer holding `data`, counted against this device.
     fn buffer(&self, data: HostData) -> CpuBuffer {
-        CpuBuffer::new(data, &self.inner.memory)
+        CpuBuffer::new(data, &self.inner.memory, &self.inner.cache)
+    }
+
+    /// Bytes of freed buffers this device keeps for reuse by `alloc` (not counted in
+    /// [`Backend::memory_stats`], which counts live buffers only).
+    pub fn cached_bytes(&self) -> u64 {
+        self.inner.cache.cached_bytes()
+    }
+
+    /// Returns every cached buffer to the system allocator and caps the cache at
+    /// `limit` bytes from now on (0 turns it off; the default is
+    /// [`DEFAULT_CACHE_LIMIT`]). Like PyTorch's `torch.cuda.empty_cache()`.
+    pub fn empty_cache(&self, limit: u64) {
+        self.inner.cache.reset(limit)
     }
 }
 
@@ -268,6 +287,15 @@ impl Backend for CpuBackend {
 
     fn zeros(&self, dtype: DType, len: usize) -> Result<CpuBuffer> {
         Ok(self.buffer(HostData::zeros(dtype, len)))
+    }
+
+    /// A buffer freed earlier on this device, of this dtype and length, if one is
+    /// cached (its contents are whatever was last written); else a fresh zeroed one.
+    fn alloc(&self, dtype: DType, len: usize) -> Result<CpuBuffer> {
+        match self.inner.cache.take(dtype, len) {
+            Some(data) => Ok(self.buffer(data)),
+            None => self.zeros(dtype, len),
+        }
     }
 
     fn upload(&self, data: &HostData) -> Result<CpuBuffer> {

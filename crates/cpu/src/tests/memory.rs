@@ -246,3 +246,48 @@ fn upload_write_read_roundtrip() {
     assert_eq!(c.len(&b), 2);
     assert_eq!(c.dtype(&b), DType::F32);
 }
+
+#[test]
+fn freed_buffers_are_reused_by_alloc_but_never_by_zeros() {
+    let cpu = crate::CpuBackend::with_threads(1).unwrap();
+    let data = HostData::F32(vec![7.0; 1000]);
+    let b = cpu.upload(&data).unwrap();
+    let ptr = match &*b {
+        HostData::F32(v) => v.as_ptr(),
+        _ => unreachable!(),
+    };
+    drop(b);
+    assert_eq!(cpu.cached_bytes(), 4000);
+    assert_eq!(
+        cpu.memory_stats().bytes_in_use,
+        0,
+        "the cache is not memory in use"
+    );
+    // zeros() never hands out the cached (dirty) buffer.
+    let z = cpu.zeros(DType::F32, 1000).unwrap();
+    assert_eq!(*z, HostData::F32(vec![0.0; 1000]));
+    assert_eq!(cpu.cached_bytes(), 4000);
+    // Another length or dtype is not served from it.
+    let other = cpu.alloc(DType::F32, 999).unwrap();
+    let wide = cpu.alloc(DType::F64, 500).unwrap();
+    assert_eq!(cpu.cached_bytes(), 4000);
+    // The same dtype and length is: the very allocation, no zeroing.
+    let again = cpu.alloc(DType::F32, 1000).unwrap();
+    match &*again {
+        HostData::F32(v) => assert_eq!(v.as_ptr(), ptr),
+        _ => unreachable!(),
+    }
+    assert_eq!(cpu.cached_bytes(), 0);
+    assert_eq!(cpu.memory_stats().bytes_in_use, 4000 + 4000 + 3996 + 4000);
+    drop((z, other, wide, again));
+    // Turned off, nothing is kept.
+    cpu.empty_cache(0);
+    assert_eq!(cpu.cached_bytes(), 0);
+    drop(cpu.alloc(DType::F32, 1000).unwrap());
+    assert_eq!(cpu.cached_bytes(), 0);
+    // A buffer taken out with into_host leaves nothing behind in the cache.
+    cpu.empty_cache(crate::DEFAULT_CACHE_LIMIT);
+    let h = cpu.upload(&data).unwrap().into_host();
+    assert_eq!(h, data);
+    assert_eq!(cpu.cached_bytes(), 0);
+}
