@@ -395,13 +395,13 @@ def bench_train(args, dev):
     # As brrr-nn's AdamW: weight decay on matrices (linear weights, embeddings) only.
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr,
-        betas=(0.9, 0.95),
-        eps=1e-8,
-        fused=dev.type == "cuda",
-    )
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+    # The fused AdamW (one kernel over all tensors, as brrr's): on CUDA, and on the CPU
+    # since PyTorch 2.4; older versions fall back to the default implementation.
+    try:
+        opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    except (RuntimeError, ValueError):
+        opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     step_model = torch.compile(model) if args.compile else model
     use_bf16 = args.dtype == "bf16"
     torch.backends.cuda.matmul.allow_tf32 = args.dtype == "tf32"
