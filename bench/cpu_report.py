@@ -129,12 +129,13 @@ def train_table(out, configs, repeats, warmup, peak):
     for cfg in configs:
         b_runs = [brrr_run(out, cfg, r, warmup) for r in range(1, repeats + 1)]
         b = b_runs[0]
-        sides = {}
+        sides, each = {}, {"brrr": [x["tok_s"] for x in b_runs]}
         for mode in ("eager", "compile"):
             runs = [t for t in (torch_run(out, mode, cfg, r) for r in range(1, repeats + 1)) if t]
             for t in runs:
                 check_same_model(cfg, b, t, mode)
-            sides[mode] = median([t["tok_s"] for t in runs])
+            each[mode] = [t["tok_s"] for t in runs]
+            sides[mode] = median(each[mode])
         tb = median([x["tok_s"] for x in b_runs])
         te, tc = sides["eager"], sides["compile"]
         mfu = {k: (None if v is None else v * b["flops_per_token"] / peak) for k, v in (("brrr", tb), ("eager", te), ("compile", tc))}
@@ -147,7 +148,12 @@ def train_table(out, configs, repeats, warmup, peak):
             + " | ".join(fmt(None if v is None else 100 * v, ".1f") + ("%" if v is not None else "") for v in mfu.values())
             + " |"
         )
-        rows.append(dict(config=cfg, shape=shape, params=b["params"], flops_per_token=b["flops_per_token"], brrr_tok_s=tb, eager_tok_s=te, compile_tok_s=tc, brrr_runs=[x["tok_s"] for x in b_runs], mfu=mfu, timed_steps=b["steps"]))
+        rows.append(dict(config=cfg, shape=shape, params=b["params"], flops_per_token=b["flops_per_token"], brrr_tok_s=tb, eager_tok_s=te, compile_tok_s=tc, runs_tok_s=each, mfu=mfu, timed_steps=b["steps"]))
+    if repeats > 1:
+        lines += ["", "Every run, tokens/s in the order they ran:", ""]
+        for r in rows:
+            parts = [f"{side} " + " / ".join(f"{v:,.0f}" for v in vals) for side, vals in r["runs_tok_s"].items() if vals]
+            lines.append(f"- {r['config']}: " + "; ".join(parts))
     return lines, rows
 
 
