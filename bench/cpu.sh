@@ -30,7 +30,9 @@ ROOT=$(pwd)
 CONFIGS=${CONFIGS:-default,6l384}
 WARMUP=${WARMUP:-3}
 REPEATS=${REPEATS:-1}
-THREADS=${THREADS:-$(nproc)}
+# nproc honours OMP_NUM_THREADS, which this script sets: count the cores without it.
+CORES=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+THREADS=${THREADS:-$CORES}
 SIZES=${SIZES:-256,512,1024,2048}
 VENV=${VENV:-$HOME/.cache/brrr-bench/venv}
 OUT=${OUT:-target/bench-cpu}
@@ -88,7 +90,7 @@ BRRR=$ROOT/target/release/brrr
 
 # The machine, for the report: CPU, load, versions.
 {
-    echo "cpu: $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo) ($(nproc) threads)"
+    echo "cpu: $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo) ($CORES threads available)"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "threads: $THREADS"
     echo "brrr: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo '+dirty'), $(rustc --version)"

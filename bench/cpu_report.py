@@ -58,7 +58,7 @@ def measured_peak(out, threads):
             if t:
                 found.append((log.stem, float(t.group(1))))
     source, best = max(found, key=lambda f: f[1])
-    what = f"{best:.1f} GFLOP/s, brrr-perf's {isa} loop on {threads} threads, the highest of {len(found)} measurements in this run ({source})"
+    what = f"{best:.1f} GFLOP/s, brrr-perf's {isa} loop on {plural(threads, 'thread')}, the highest of {len(found)} measurements in this run ({source})"
     if threads != n:
         what += f"; {threads} x one thread's {one:.1f}, the machine has {n}"
     return best * 1e9, what, dict(found)
@@ -108,6 +108,10 @@ def check_same_model(cfg, b, t, mode):
         fail(f"{cfg}: PARAMETER COUNTS DIFFER: brrr {b['params']}, PyTorch {mode} {t['params']}")
     if t["flops_per_token"] != b["flops_per_token"]:
         fail(f"{cfg}: flops/token differ: brrr {b['flops_per_token']}, PyTorch {t['flops_per_token']}")
+
+
+def plural(n, word):
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def median(xs):
@@ -197,12 +201,12 @@ def main():
     summary = dict(peak_flops=peak, peak=peak_what, peak_measurements_gflops=peaks, threads=args.threads, warmup_steps=args.warmup)
     if repeats:
         lines, rows = train_table(out, configs, repeats, args.warmup, peak)
-        md += [f"Training, f32, AdamW, clipping at 1, {args.threads} threads on both sides; tokens/s median of {repeats} run(s), {args.warmup} warm-up steps excluded", ""] + lines + [""]
+        md += [f"Training, f32, AdamW, clipping at 1, {plural(args.threads, 'thread')} on both sides; tokens/s median of {repeats} run(s), {args.warmup} warm-up steps excluded", ""] + lines + [""]
         summary["train"] = rows
     if any(out.glob("gemm-torch.json")) or "GFLOP/s" in (out / "gemm-brrr.log").read_text():
         lines, rows = gemm_table(out, peak)
         if len(rows) > 1 or any(r["torch_gflops"] for r in rows):
-            md += [f"GEMM f32 n × n × n, {args.threads} threads", ""] + lines + [""]
+            md += [f"GEMM f32 n × n × n, {plural(args.threads, 'thread')}", ""] + lines + [""]
             summary["gemm"] = rows
     text = "\n".join(md)
     print(text)
