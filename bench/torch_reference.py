@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """PyTorch reference numbers for brrr's CUDA benchmarks, measured on the same machine.
 
-    python3 bench/torch_reference.py gemm      [--size 4096] [--dtypes f32,tf32,bf16]
+    python3 bench/torch_reference.py gemm      [--size 4096[,N...]] [--dtypes f32,tf32,bf16] [--numpy]
     python3 bench/torch_reference.py bandwidth [--elems 67108864]
-    python3 bench/torch_reference.py train     [--steps 30] [--batch 8] [--seq 1024]
+    python3 bench/torch_reference.py train     [--steps 30] [--batch 8] [--seq 1024] [--preset NAME]
                                                [--dtype bf16|f32] [--compile] [--attention manual|sdpa]
     python3 bench/torch_reference.py all       (the three, with their defaults)
+
+    --device cpu --threads N   run on the CPU with N intra-op threads (bench/cpu.sh does);
+                               the default --device auto takes the GPU where there is one.
 
 Each prints a table in the format of `brrr bench` (name, dtype, size, seconds, rate) and,
 with --json FILE, writes the rows as JSON too.
@@ -25,6 +28,13 @@ the device's dense peak for the dtype (--peak-tflops to override).
 
 Timing: CUDA events around each repetition, median after warm-up; training throughput
 over the steps after the warm-up steps (torch.compile's compilation is never counted).
+On the CPU, wall clock; a small GEMM is repeated inside each timing (about 0.2 s of work,
+as `brrr bench gemm` does) so that the clock's resolution does not matter.
+
+The presets `brrr-default` (what `brrr train` trains without flags: 4 layers, 4 heads,
+128 wide, context 128, the byte tokenizer's 256 ids) and `brrr-6l384` (6 layers, 6 heads,
+384 wide, context 256, 10.8M parameters) are the CPU shapes of bench/cpu.sh; the
+`--vocab/--n-layer/--n-head/--n-embd/--block-size` flags override a preset's fields.
 """
 
 import argparse
@@ -78,9 +88,13 @@ def peak_tflops(dtype, override=None):
 # ---- timing -----------------------------------------------------------------------------
 
 
-def device():
+def device(which="auto"):
+    if which == "cpu":
+        return torch.device("cpu")
     if torch.cuda.is_available():
         return torch.device("cuda")
+    if which == "cuda":
+        die("--device cuda: PyTorch sees no CUDA device")
     print("torch_reference: no CUDA device; running on the CPU (numbers are not comparable)", file=sys.stderr)
     return torch.device("cpu")
 
@@ -90,8 +104,9 @@ def sync(dev):
         torch.cuda.synchronize()
 
 
-def time_it(fn, dev, warmup=3, reps=10, max_seconds=5.0):
-    """Median seconds of one call of fn: CUDA events on a GPU, wall clock on a CPU."""
+def time_it(fn, dev, warmup=3, reps=10, max_seconds=5.0, inner=1):
+    """Median seconds of one call of fn: CUDA events on a GPU, wall clock on a CPU
+    (where each timing runs fn `inner` times and divides)."""
     for _ in range(warmup):
         fn()
     sync(dev)
@@ -107,10 +122,11 @@ def time_it(fn, dev, warmup=3, reps=10, max_seconds=5.0):
             t = start.elapsed_time(end) / 1e3
         else:
             t0 = time.perf_counter()
-            fn()
-            t = time.perf_counter() - t0
+            for _ in range(inner):
+                fn()
+            t = (time.perf_counter() - t0) / inner
         times.append(t)
-        total += t
+        total += t * (inner if dev.type != "cuda" else 1)
         if total > max_seconds:
             break
     return statistics.median(times)
@@ -138,9 +154,22 @@ def print_table(title, rows, baseline_of=None):
 # ---- GEMM -------------------------------------------------------------------------------
 
 
+def cpu_inner(n):
+    """Repetitions inside one CPU timing: about 2e8 flops, 1 to 64 (as `brrr bench gemm`)."""
+    return int(min(64, max(1, math.ceil(2e8 / (2 * n**3)))))
+
+
 def bench_gemm(args, dev):
-    n = args.size
     rows = []
+    for n in args.size:
+        rows += gemm_rows(args, dev, n)
+    print_table(f"GEMM, PyTorch {torch.__version__} on {dev_name(dev)}", rows)
+    return rows
+
+
+def gemm_rows(args, dev, n):
+    rows = []
+    inner = 1 if dev.type == "cuda" else cpu_inner(n)
     for dt in args.dtypes.split(","):
         torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
         torch_dtype = {"f32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[dt]
@@ -148,12 +177,42 @@ def bench_gemm(args, dev):
         a = torch.rand(n, n, device=dev, dtype=torch.float32, generator=g).mul_(2).sub_(1).to(torch_dtype)
         b = torch.rand(n, n, device=dev, dtype=torch.float32, generator=g).mul_(2).sub_(1).to(torch_dtype)
         c = torch.empty(n, n, device=dev, dtype=torch_dtype)
-        s = time_it(lambda: torch.matmul(a, b, out=c), dev, warmup=args.warmup, reps=args.reps)
-        tflops = 2 * n**3 / s / 1e12
-        rows.append(row("torch.matmul", dt, f"{n}x{n}x{n}", s, tflops, "TFLOP/s"))
+        s = time_it(lambda: torch.matmul(a, b, out=c), dev, warmup=args.warmup, reps=args.reps, inner=inner)
+        rows.append(row("torch.matmul", dt, f"{n}x{n}x{n}", s, *flop_rate(2 * n**3 / s, dev)))
     torch.backends.cuda.matmul.allow_tf32 = False
-    print_table(f"GEMM, PyTorch {torch.__version__} on {dev_name(dev)}", rows)
+    if args.numpy:
+        rows.append(numpy_gemm_row(args, n, inner))
     return rows
+
+
+def numpy_gemm_row(args, n, inner):
+    """f32 `numpy.matmul` (the BLAS numpy was built with: OpenBLAS in PyPI's wheels), timed
+    on the host like a CPU torch.matmul."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    b = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    c = np.empty((n, n), dtype=np.float32)
+    s = time_it(lambda: np.matmul(a, b, out=c), torch.device("cpu"), warmup=args.warmup, reps=args.reps, inner=inner)
+    return row(f"numpy.matmul ({numpy_blas()})", "f32", f"{n}x{n}x{n}", s, *flop_rate(2 * n**3 / s, torch.device("cpu")))
+
+
+def flop_rate(flops_per_s, dev):
+    """(value, unit): TFLOP/s on a GPU, GFLOP/s on a CPU (where TFLOP/s would read 0.15)."""
+    return (flops_per_s / 1e12, "TFLOP/s") if dev.type == "cuda" else (flops_per_s / 1e9, "GFLOP/s")
+
+
+def numpy_blas():
+    """The BLAS numpy links, e.g. "openblas 0.3.31", as numpy's build config names it."""
+    import numpy as np
+
+    try:
+        cfg = np.show_config(mode="dicts")
+        blas = cfg["Build Dependencies"]["blas"]
+        return f"{blas.get('name', '?')} {blas.get('version', '?')}"
+    except Exception:  # older numpy has no mode="dicts"
+        return "BLAS"
 
 
 # ---- bandwidth --------------------------------------------------------------------------
@@ -303,24 +362,46 @@ PRESETS = {
     "gpt2-124m": dict(vocab=50304, block_size=1024, n_layer=12, n_head=12, c=768),
     # For smoke runs on a CPU.
     "tiny": dict(vocab=512, block_size=64, n_layer=2, n_head=2, c=64),
+    # `brrr train` without flags (TrainConfig::default in crates/train/src/config.rs):
+    # the byte tokenizer's 256 ids, 4 layers, 4 heads, 128 wide, context 128.
+    "brrr-default": dict(vocab=256, block_size=128, n_layer=4, n_head=4, c=128),
+    # 6 layers, 6 heads, 384 wide, context 256 on the same byte vocabulary (10.8M parameters).
+    "brrr-6l384": dict(vocab=256, block_size=256, n_layer=6, n_head=6, c=384),
 }
+
+
+def model_config(args):
+    """The preset's shape with the --vocab/--n-layer/--n-head/--n-embd/--block-size overrides."""
+    cfg = dict(PRESETS[args.preset])
+    for key, value in [
+        ("vocab", args.vocab),
+        ("block_size", args.block_size),
+        ("n_layer", args.n_layer),
+        ("n_head", args.n_head),
+        ("c", args.n_embd),
+    ]:
+        if value is not None:
+            cfg[key] = value
+    if cfg["c"] % cfg["n_head"]:
+        die(f"--n-embd {cfg['c']} is not a multiple of --n-head {cfg['n_head']}")
+    return cfg
 
 
 def bench_train(args, dev):
     torch.manual_seed(args.seed)
-    cfg = PRESETS[args.preset]
+    cfg = model_config(args)
     model = GPT(**cfg, sdpa=args.attention == "sdpa").to(dev)
     seq = min(args.seq, cfg["block_size"])
     # As brrr-nn's AdamW: weight decay on matrices (linear weights, embeddings) only.
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr,
-        betas=(0.9, 0.95),
-        eps=1e-8,
-        fused=dev.type == "cuda",
-    )
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+    # The fused AdamW (one kernel over all tensors, as brrr's): on CUDA, and on the CPU
+    # since PyTorch 2.4; older versions fall back to the default implementation.
+    try:
+        opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    except (RuntimeError, ValueError):
+        opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     step_model = torch.compile(model) if args.compile else model
     use_bf16 = args.dtype == "bf16"
     torch.backends.cuda.matmul.allow_tf32 = args.dtype == "tf32"
@@ -365,18 +446,23 @@ def bench_train(args, dev):
         peak_tflops=peak,
         achieved_tflops=flops / 1e12,
         params=model.num_params(),
+        flops_per_token=model.flops_per_token(seq),
+        model=dict(model.config, seq=seq, batch=args.batch),
         final_loss=losses[-1],
         steps=args.steps,
     )
-    print(f"\nTraining, PyTorch {torch.__version__} on {dev_name(dev)}")
+    print(f"\nTraining, PyTorch {torch.__version__} on {dev_name(dev)}{threads_note(dev)}")
     print(
         f"{name}: {args.preset} ({model.num_params() / 1e6:.1f}M parameters), batch {args.batch} x {seq} tokens, "
         f"{args.dtype}, {args.steps} steps after {args.warmup_steps} warm-up"
     )
+    rate, unit = flop_rate(flops, dev)
+    mfu_text = f"MFU {100 * mfu:.1f}% of {peak} TFLOP/s" if peak else "MFU n/a (no peak known: --peak-tflops)"
     print(
-        f"  {seconds / args.steps * 1e3:.1f} ms/step, {tok_s:,.0f} tokens/s, {flops / 1e12:.1f} TFLOP/s, "
-        f"MFU {100 * mfu:.1f}% of {peak} TFLOP/s, final loss {losses[-1]:.3f}"
+        f"  {seconds / args.steps * 1e3:.1f} ms/step, {tok_s:,.0f} tokens/s, {rate:.1f} {unit}, "
+        f"{mfu_text}, final loss {losses[-1]:.3f}"
     )
+    print(f"parameters: {model.num_params()}")
     return [r]
 
 
@@ -384,15 +470,32 @@ def dev_name(dev):
     return torch.cuda.get_device_name() if dev.type == "cuda" else "CPU"
 
 
+def threads_note(dev):
+    return "" if dev.type == "cuda" else f", {torch.get_num_threads()} threads"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["gemm", "bandwidth", "train", "all"])
-    p.add_argument("--size", type=int, default=4096, help="GEMM m = n = k")
+    p.add_argument(
+        "--size",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[4096],
+        help="GEMM m = n = k; several comma-separated",
+    )
+    p.add_argument("--numpy", action="store_true", help="GEMM: also time f32 numpy.matmul (its BLAS)")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--dtypes", default="f32,tf32,bf16", help="GEMM dtypes")
     p.add_argument("--elems", type=int, default=64 << 20, help="elements per buffer for bandwidth")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--preset", choices=sorted(PRESETS), default="gpt2-124m")
+    p.add_argument("--vocab", type=int, default=None, help="override the preset's vocabulary")
+    p.add_argument("--block-size", type=int, default=None, help="override the preset's context")
+    p.add_argument("--n-layer", type=int, default=None)
+    p.add_argument("--n-head", type=int, default=None)
+    p.add_argument("--n-embd", type=int, default=None)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup-steps", type=int, default=5)
     p.add_argument("--batch", type=int, default=8)
@@ -410,7 +513,11 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the rows to this file")
     args = p.parse_args()
-    dev = device()
+    dev = device(args.device)
+    if args.threads is not None:
+        if args.threads < 1:
+            die(f"--threads {args.threads} must be at least 1")
+        torch.set_num_threads(args.threads)
     rows = []
     if args.what in ("gemm", "all"):
         rows += bench_gemm(args, dev)
@@ -420,7 +527,11 @@ def main():
         rows += bench_train(args, dev)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "device": dev_name(dev), "rows": rows}, f, indent=1)
+            json.dump(
+                {"torch": torch.__version__, "device": dev_name(dev), "threads": torch.get_num_threads(), "rows": rows},
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":
