@@ -73,21 +73,54 @@ impl<const N: usize> Walk<N> {
         let rank = self.dims.len();
         let inner = self.dims[rank - 1];
         let inner_strides: [usize; N] = std::array::from_fn(|k| self.strides[k][rank - 1]);
+        if start >= end {
+            return;
+        }
+        // Where `start` is: its index in every outer dimension and the offsets of its
+        // row. Divisions happen once here; after that the index is advanced like an
+        // odometer, rather than divided out again for every run (attention's heads are
+        // runs of only `head_dim` elements).
+        let (mut row, mut col) = (start / inner, start % inner);
+        let mut index = vec![0usize; rank - 1];
+        let mut base = self.offsets;
+        for ax in (0..rank - 1).rev() {
+            index[ax] = row % self.dims[ax];
+            row /= self.dims[ax];
+            for (b, s) in base.iter_mut().zip(&self.strides) {
+                *b += index[ax] * s[ax];
+            }
+        }
         let mut pos = start;
         while pos < end {
-            let (mut row, col) = (pos / inner, pos % inner);
             let len = (inner - col).min(end - pos).min(max_run.max(1));
-            let mut offs: [usize; N] =
-                std::array::from_fn(|k| self.offsets[k] + col * inner_strides[k]);
-            for ax in (0..rank - 1).rev() {
-                let i = row % self.dims[ax];
-                row /= self.dims[ax];
-                for (o, s) in offs.iter_mut().zip(&self.strides) {
-                    *o += i * s[ax];
-                }
-            }
+            let offs: [usize; N] = std::array::from_fn(|k| base[k] + col * inner_strides[k]);
             f(pos, offs, inner_strides, len);
             pos += len;
+            col += len;
+            if col == inner {
+                col = 0;
+                self.next_row(&mut index, &mut base);
+            }
+        }
+    }
+
+    /// Advances `index` (and the row offsets `base`) to the next row: the last outer
+    /// dimension steps by one, carrying into the ones before it.
+    #[inline(always)]
+    fn next_row(&self, index: &mut [usize], base: &mut [usize; N]) {
+        for ax in (0..index.len()).rev() {
+            index[ax] += 1;
+            for (b, s) in base.iter_mut().zip(&self.strides) {
+                *b += s[ax];
+            }
+            if index[ax] < self.dims[ax] {
+                return;
+            }
+            // Wrapped: back to 0 in this dimension (the sum above added dims·stride).
+            for (b, s) in base.iter_mut().zip(&self.strides) {
+                *b -= self.dims[ax] * s[ax];
+            }
+            index[ax] = 0;
         }
     }
 }
@@ -113,4 +146,51 @@ pub(crate) fn check_layout(
         .span(op)
         .map_err(|e| Error::invalid(op, format!("{what}: {e}")))?;
     Error::check_len(op, span, buf_len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brrr_backend::Shape;
+
+    /// Every run's offsets against `Layout::offsets` (one element at a time), for views
+    /// whose rows do not merge, and walks that start and end inside rows.
+    #[test]
+    fn runs_visit_every_offset_in_order_from_any_start() {
+        let dims = [2usize, 3, 4, 5];
+        // A permuted view (heads split out of rows) and a broadcast one.
+        let permuted = Layout {
+            shape: Shape::new(dims),
+            strides: vec![60, 5, 15, 1],
+            offset: 7,
+        };
+        let broadcast = Layout {
+            shape: Shape::new(dims),
+            strides: vec![0, 5, 0, 1],
+            offset: 2,
+        };
+        let want: [Vec<usize>; 2] = [permuted.offsets().collect(), broadcast.offsets().collect()];
+        let n = dims.iter().product::<usize>();
+        let walk = Walk::new([&permuted, &broadcast]);
+        for (start, end, max_run) in [
+            (0, n, usize::MAX),
+            (3, n, 2),
+            (17, 91, 3),
+            (59, 61, usize::MAX),
+        ] {
+            let mut got: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+            let mut next = start;
+            walk.runs(start, end, max_run, |pos, offs, strides, len| {
+                assert_eq!(pos, next, "runs are consecutive");
+                next += len;
+                for k in 0..2 {
+                    got[k].extend((0..len).map(|i| offs[k] + i * strides[k]));
+                }
+            });
+            assert_eq!(next, end);
+            for k in 0..2 {
+                assert_eq!(got[k], want[k][start..end], "operand {k}, {start}..{end}");
+            }
+        }
+    }
 }
