@@ -224,8 +224,9 @@ impl<B: Backend> CausalSelfAttention<B> {
         let dq = dscores.matmul(&s.k)?;
         let dk = dscores.transpose(-1, -2)?.matmul(&s.q)?;
         // Write dq, dk, dv into one [B, T, 3, H, D] gradient through the same permuted
-        // view the forward read them from.
-        let mut dqkv = Tensor::zeros(dy.backend(), [b, t, 3, h, d], dy.dtype())?;
+        // view the forward read them from. The three views cover every element, so the
+        // buffer need not be zeroed first.
+        let mut dqkv = Tensor::alloc(dy.backend(), [b, t, 3, h, d], dy.dtype())?;
         for (i, g) in [dq, dk, dv].iter().enumerate() {
             let view = dqkv
                 .permute(&[2, 0, 3, 1, 4])?
