@@ -30,6 +30,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ "${CI:-}" == "true" ]]; then
     # CI logs are plain text files; escape codes only make them harder to read.
     export CARGO_TERM_COLOR=never
+    # A clean clone builds once: incremental caches would only take disk (GBs) for nothing.
+    export CARGO_INCREMENTAL=0
 fi
 
 # ---- step bookkeeping --------------------------------------------------------------------
@@ -91,6 +93,8 @@ trap finish EXIT
 
 toolchain() {
     cargo --version
+    # A full cold build of every test binary needs several GB of disk; say how much there is.
+    df -h "${CARGO_TARGET_DIR:-target}" 2>/dev/null || df -h .
     rustc --version
     if ! command -v rustup >/dev/null 2>&1; then
         # Without rustup we cannot install anything; the steps below say what is missing.
