@@ -19,6 +19,7 @@
 #   SIZES     GEMM sizes [256,512,1024,2048]
 #   VENV      the PyTorch virtual environment [~/.cache/brrr-bench/venv]
 #   NO_TORCH=1  skip PyTorch entirely (brrr's columns only)
+#   BRRR_FLAGS  extra `brrr train` flags, e.g. --fused-attention [none]
 #
 # PyTorch and numpy are benchmark dependencies installed here into VENV, never
 # dependencies of the crates. Output: a markdown table on stdout and, in
@@ -93,6 +94,7 @@ BRRR=$ROOT/target/release/brrr
     echo "cpu: $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo) ($CORES threads available)"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "threads: $THREADS"
+    echo "brrr train flags beyond the config's: ${BRRR_FLAGS:-none}"
     echo "brrr: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo '+dirty'), $(rustc --version)"
     if [[ $TORCH == yes ]]; then
         "$PY" -c 'import torch, numpy, platform; print(f"torch: {torch.__version__}, numpy: {numpy.__version__}, python: {platform.python_version()}")'
@@ -144,8 +146,8 @@ if [[ " $PARTS " == *" train "* ]]; then
             # The default run's schedule (800 steps, warmup 50) stopped early: the same
             # arithmetic per step as a full run. Its first WARMUP steps are dropped from
             # metrics.csv by the report.
-            # shellcheck disable=SC2046
-            "$BRRR" train $(brrr_flags "$cfg") --steps 800 --stop-after $((WARMUP + steps)) \
+            # shellcheck disable=SC2046,SC2086
+            "$BRRR" train $(brrr_flags "$cfg") ${BRRR_FLAGS:-} --steps 800 --stop-after $((WARMUP + steps)) \
                 --out "$OUT/runs/brrr-$cfg-$r" >"$OUT/train-brrr-$cfg-$r.log" 2>&1 ||
                 { cat "$OUT/train-brrr-$cfg-$r.log" >&2; exit 1; }
             grep -E '^(brrr train|throughput|MFU)' "$OUT/train-brrr-$cfg-$r.log"

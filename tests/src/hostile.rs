@@ -7,7 +7,9 @@
 //! exactly the update it gives as `grad_scale`.
 
 use crate::{CaseResult, Outcome};
-use brrr_backend::{AdamWParams, Backend, BinaryOp, DType, GemmSpec, HostData, Layout, Shape};
+use brrr_backend::{
+    AdamWParams, AttentionSpec, Backend, BinaryOp, DType, GemmSpec, HostData, Layout, Shape,
+};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// The suite's name for these cases.
@@ -224,6 +226,90 @@ pub(crate) fn run<X: Backend>(x: &X) -> Vec<CaseResult> {
         "copy_strided: source one element short".to_string(),
         outcome,
     ));
+    out.extend(attention_cases(x));
+    out
+}
+
+/// Fused attention ([`Backend::attention`]) with sizes that overflow or buffers one
+/// element short: an error on every backend (the default, where there is no kernel).
+fn attention_cases<X: Backend>(x: &X) -> Vec<CaseResult> {
+    const HALF: usize = 1 << (usize::BITS / 2 + 1);
+    let ok = AttentionSpec {
+        batch: 1,
+        heads: 2,
+        seq: 3,
+        head_dim: 4,
+        scale: 0.5,
+    };
+    let cases = [
+        (
+            "B × T overflows",
+            AttentionSpec {
+                batch: HALF,
+                seq: HALF,
+                ..ok
+            },
+        ),
+        (
+            "H × D overflows",
+            AttentionSpec {
+                heads: HALF,
+                head_dim: HALF,
+                ..ok
+            },
+        ),
+        (
+            "3 × B·T·H·D wraps",
+            AttentionSpec {
+                batch: 1 << (usize::BITS - 2),
+                seq: 1,
+                heads: 1,
+                head_dim: 2,
+                ..ok
+            },
+        ),
+        (
+            "scale is NaN",
+            AttentionSpec {
+                scale: f32::NAN,
+                ..ok
+            },
+        ),
+    ];
+    let buf = |n: usize| x.upload(&HostData::F32(vec![0.5; n]));
+    let mut out = Vec::new();
+    for (label, spec) in cases {
+        let outcome = expect_err(|| {
+            let qkv = buf(24)?;
+            let (mut y, mut lse) = (buf(24)?, buf(6)?);
+            x.attention(&spec, &qkv, &mut y, &mut lse)
+        });
+        out.push(result(
+            x.info().name,
+            DType::F32,
+            format!("attention: {label}"),
+            outcome,
+        ));
+    }
+    // Right sizes but each buffer of the backward one element short in turn.
+    for short in 0..5 {
+        let outcome = expect_err(|| {
+            let len = |i: usize, n: usize| if i == short { n - 1 } else { n };
+            let qkv = buf(len(0, 72))?;
+            let y = buf(len(1, 24))?;
+            let lse = buf(len(2, 6))?;
+            let dy = buf(len(3, 24))?;
+            let mut dqkv = buf(len(4, 72))?;
+            x.attention_backward(&ok, &qkv, &y, &lse, &dy, &mut dqkv)
+        });
+        let which = ["qkv", "y", "lse", "dy", "dqkv"][short];
+        out.push(result(
+            x.info().name,
+            DType::F32,
+            format!("attention_backward: {which} one element short"),
+            outcome,
+        ));
+    }
     out
 }
 

@@ -1,6 +1,6 @@
 use crate::{
-    AdamWParams, BinaryOp, DType, DeviceLocation, GemmSpec, HostData, LayerNormSpec, Layout,
-    MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
+    AdamWParams, AttentionSpec, BinaryOp, DType, DeviceLocation, GemmSpec, HostData, LayerNormSpec,
+    Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
     WasmNotSendSync,
 };
 use std::future::Future;
@@ -197,6 +197,48 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         dy: &Self::Buffer,
         dx: &mut Self::Buffer,
     ) -> Result<()>;
+
+    /// Whether [`Backend::attention`] and [`Backend::attention_backward`] are
+    /// implemented. Layers ask before choosing them over the composite path (GEMMs and
+    /// a softmax kernel).
+    fn has_fused_attention(&self) -> bool {
+        false
+    }
+    /// Fused causal self-attention, see [`AttentionSpec`]: reads `qkv` (`[B, T, 3, H, D]`)
+    /// in place, overwrites `y` (`[B, T, H, D]`, `qkv`'s dtype) and `lse` (f32
+    /// `[B, T, H]`). No `[T, T]` matrix is stored. The default is an error.
+    fn attention(
+        &self,
+        spec: &AttentionSpec,
+        qkv: &Self::Buffer,
+        y: &mut Self::Buffer,
+        lse: &mut Self::Buffer,
+    ) -> Result<()> {
+        let _ = (spec, qkv, y, lse);
+        Err(crate::Error::invalid(
+            "attention",
+            format!("not implemented by the {} backend", self.info().name),
+        ))
+    }
+    /// Gradient of [`Backend::attention`]: from the forward's `qkv`, `y`, `lse` and the
+    /// output gradient `dy` (`[B, T, H, D]`), overwrites `dqkv` (`[B, T, 3, H, D]`) with
+    /// the gradients of q, k and v. The softmax is recomputed from `lse`. The default is
+    /// an error.
+    fn attention_backward(
+        &self,
+        spec: &AttentionSpec,
+        qkv: &Self::Buffer,
+        y: &Self::Buffer,
+        lse: &Self::Buffer,
+        dy: &Self::Buffer,
+        dqkv: &mut Self::Buffer,
+    ) -> Result<()> {
+        let _ = (spec, qkv, y, lse, dy, dqkv);
+        Err(crate::Error::invalid(
+            "attention_backward",
+            format!("not implemented by the {} backend", self.info().name),
+        ))
+    }
 
     /// LayerNorm forward; also writes per-row `mean` and `rstd` (f32) for the backward.
     #[allow(clippy::too_many_arguments)]

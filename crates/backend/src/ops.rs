@@ -276,13 +276,59 @@ pub struct LayerNormSpec {
     pub eps: f32,
 }
 
-/// Causal self-attention sizes, for backends and tools that describe it as one op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Causal multi-head self-attention as one op ([`Backend::attention`]), on GPT-2's
+/// fused projection output.
+///
+/// Reference semantics, with `B = batch`, `T = seq`, `H = heads`, `D = head_dim`:
+///
+/// ```text
+/// qkv: [B, T, 3, H, D]   (q, k, v of every head, as c_attn writes them)
+/// s[b,h,i,j] = scale · Σ_d q[b,i,h,d] · k[b,j,h,d]      for j <= i (causal)
+/// lse[b,i,h] = ln Σ_{j<=i} exp(s[b,h,i,j])               f32 [B, T, H]
+/// y[b,i,h,:] = Σ_{j<=i} exp(s[b,h,i,j] - lse[b,i,h]) · v[b,j,h,:]   [B, T, H, D]
+/// ```
+///
+/// `lse` is what the backward needs to recompute the softmax row by row without the
+/// `[T, T]` matrix ever being stored (FlashAttention, Dao et al. 2022, §3.1).
+///
+/// [`Backend::attention`]: crate::Backend::attention
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionSpec {
     pub batch: usize,
     pub heads: usize,
     pub seq: usize,
     pub head_dim: usize,
+    /// The factor on `q·kᵀ`, usually `1/sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+impl AttentionSpec {
+    /// Element counts of `(qkv, y, lse)`, checked: an error names the sizes when a
+    /// count does not fit a `usize` or the scale is not finite.
+    pub fn lens(&self, op: &'static str) -> crate::Result<(usize, usize, usize)> {
+        if !self.scale.is_finite() {
+            return Err(crate::Error::invalid(
+                op,
+                format!("scale {} is not finite", self.scale),
+            ));
+        }
+        let rows = self.batch.checked_mul(self.seq);
+        let y = rows
+            .and_then(|r| r.checked_mul(self.heads))
+            .and_then(|r| r.checked_mul(self.head_dim));
+        let qkv = y.and_then(|y| y.checked_mul(3));
+        let lse = rows.and_then(|r| r.checked_mul(self.heads));
+        match (qkv, y, lse) {
+            (Some(qkv), Some(y), Some(lse)) => Ok((qkv, y, lse)),
+            _ => Err(crate::Error::invalid(
+                op,
+                format!(
+                    "[B={}, T={}, 3, H={}, D={}] has more elements than usize can count",
+                    self.batch, self.seq, self.heads, self.head_dim
+                ),
+            )),
+        }
+    }
 }
 
 /// One AdamW update (Loshchilov & Hutter 2019, Algorithm 2), decoupled weight decay:

@@ -176,6 +176,11 @@ pub struct TrainArgs {
     /// of activations, e.g. budget:8M) [default: none]; may change on --resume.
     #[arg(long, value_parser = parse_checkpoint)]
     pub checkpoint: Option<Strategy>,
+    /// Run attention as one fused kernel where the backend has one (the CPU, f32): q, k
+    /// and v read in place, no [T, T] matrix stored. Not with --doc-mask (it falls back
+    /// to the composite path there); may change on --resume.
+    #[arg(long, conflicts_with_all = ["tp", "dp", "pp", "amp"])]
+    pub fused_attention: bool,
     /// Mixed precision: GEMMs and attention in bf16 or fp16 with f32 master weights
     /// [default: off]. fp16 scales the loss dynamically; bf16 does not (see
     /// --loss-scaling).
@@ -623,6 +628,7 @@ pub fn run_with_tracer<B: Backend>(
         return Ok(finished_summary(&dir, &state));
     };
     let mut trainer = make_trainer(&backend, &plan)?;
+    trainer.set_fused_attention(args.fused_attention);
     if let Some(tracer) = tracer {
         trainer.set_shared_tracer(tracer);
     }

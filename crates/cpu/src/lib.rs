@@ -61,9 +61,9 @@ pub use buffer::CpuBuffer;
 pub use cache::DEFAULT_CACHE_LIMIT;
 
 use brrr_backend::{
-    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec,
-    LayerNormSpec, Layout, MemoryCounter, MemoryStats, ReduceOp, Result, ScaleUpdateParams,
-    SegmentMask, SoftmaxSpec, UnaryOp,
+    AdamWParams, AttentionSpec, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error,
+    GemmSpec, LayerNormSpec, Layout, MemoryCounter, MemoryStats, ReduceOp, Result,
+    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -398,6 +398,33 @@ impl Backend for CpuBackend {
         y: &mut CpuBuffer,
     ) -> Result<()> {
         self.install(|| nn::softmax_segmented(spec, mask, segments, x, y))
+    }
+
+    /// f32 only on the CPU (other dtypes get an error naming the op).
+    fn has_fused_attention(&self) -> bool {
+        true
+    }
+
+    fn attention(
+        &self,
+        spec: &AttentionSpec,
+        qkv: &CpuBuffer,
+        y: &mut CpuBuffer,
+        lse: &mut CpuBuffer,
+    ) -> Result<()> {
+        self.install(|| nn::attention(spec, qkv, y, lse))
+    }
+
+    fn attention_backward(
+        &self,
+        spec: &AttentionSpec,
+        qkv: &CpuBuffer,
+        y: &CpuBuffer,
+        lse: &CpuBuffer,
+        dy: &CpuBuffer,
+        dqkv: &mut CpuBuffer,
+    ) -> Result<()> {
+        self.install(|| nn::attention_backward(spec, qkv, y, lse, dy, dqkv))
     }
 
     fn softmax_backward(

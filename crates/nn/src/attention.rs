@@ -1,6 +1,6 @@
 use crate::{Linear, LinearLayer, MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, DType, Error, Result};
-use brrr_tensor::Tensor;
+use brrr_tensor::{AttentionOut, Tensor};
 use rand::Rng;
 
 /// Causal multi-head self-attention (Vaswani et al. 2017, §3.2), GPT-2 layout: one
@@ -8,7 +8,10 @@ use rand::Rng;
 ///
 /// Built from parts: batched GEMMs and a causal softmax kernel. The `[T, T]` attention
 /// matrix of every head is materialised and saved for the backward; that quadratic
-/// memory is exactly what FlashAttention avoids.
+/// memory is exactly what FlashAttention avoids. With [`CausalSelfAttention::fused`]
+/// set, a backend that has one runs the whole core as one kernel instead
+/// ([`Tensor::attention`]): q, k and v are read in place from `c_attn`'s output and
+/// only a log-sum-exp per row is saved.
 ///
 /// The number of heads is read from the projections: `c_attn` produces q, k and v of
 /// `c_attn.out_features() / (3·head_dim)` heads. A layer built from shards of the
@@ -37,11 +40,27 @@ pub struct CausalSelfAttention<B: Backend> {
     /// no token attends across a document boundary ([`Tensor::softmax_segmented`]).
     /// `None`: the plain causal mask.
     pub segments: Option<Tensor<B>>,
+    /// Run the core as the backend's fused kernel ([`Backend::attention`]) where it
+    /// applies: the backend has one ([`Backend::has_fused_attention`]), the core
+    /// computes in f32, and no document mask is set. Elsewhere the composite path runs.
+    /// The two agree to f32 rounding, not bit for bit (different summation orders).
+    pub fused: bool,
+}
+
+/// What a forward saved for its backward, by the path it took.
+pub enum AttentionSaved<B: Backend> {
+    /// The composite path (GEMMs and a softmax kernel).
+    Composite(CompositeSaved<B>),
+    /// The fused kernel: `c_attn`'s output `[B, T, 3·H·D]` and the kernel's outputs.
+    Fused {
+        qkv: Tensor<B>,
+        out: AttentionOut<B>,
+    },
 }
 
 /// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]` (`None` under
 /// selective recomputation, see [`CausalSelfAttention::recompute_scores`]).
-pub struct AttentionSaved<B: Backend> {
+pub struct CompositeSaved<B: Backend> {
     pub q: Tensor<B>,
     pub k: Tensor<B>,
     pub v: Tensor<B>,
@@ -126,6 +145,7 @@ impl<B: Backend> CausalSelfAttention<B> {
             saved: Stash::new(),
             recompute_scores: false,
             segments: None,
+            fused: false,
         })
     }
 
@@ -145,6 +165,13 @@ impl<B: Backend> CausalSelfAttention<B> {
         let (b, t) = (x.dims()[0], x.dims()[1]);
         let (h, d) = (self.n_head(), self.head_dim);
         let qkv = self.c_attn.forward(mb, x)?; // [B, T, 3·H·D]
+        let scale = 1.0 / (d as f32).sqrt();
+        if self.uses_fused(x) {
+            let out = qkv.attention(h, scale)?;
+            let y = out.y.clone();
+            self.saved.put(mb, AttentionSaved::Fused { qkv, out });
+            return self.c_proj.forward(mb, &y);
+        }
         // [B, T, 3, H, D] -> [3, B, H, T, D]: pick q, k, v as dense [B·H, T, D].
         let qkv = qkv.reshape([b, t, 3, h, d])?.permute(&[2, 0, 3, 1, 4])?;
         let part = |i: usize| qkv.narrow(0, i, 1)?.reshape([b * h, t, d]);
@@ -152,7 +179,6 @@ impl<B: Backend> CausalSelfAttention<B> {
         if let Some(dt) = self.core_dtype.filter(|&dt| dt != x.dtype()) {
             (q, k, v) = (q.to_dtype(dt)?, k.to_dtype(dt)?, v.to_dtype(dt)?);
         }
-        let scale = 1.0 / (d as f32).sqrt();
         let att = attention_probs(&q, &k, scale, self.segments.as_ref(), h)?; // [BH, T, T]
         let y = att.matmul(&v)?.to_dtype(x.dtype())?; // [BH, T, D]
         let y = y
@@ -161,16 +187,26 @@ impl<B: Backend> CausalSelfAttention<B> {
             .reshape([b, t, h * d])?;
         self.saved.put(
             mb,
-            AttentionSaved {
+            AttentionSaved::Composite(CompositeSaved {
                 q,
                 k,
                 v,
                 att: (!self.recompute_scores).then_some(att),
                 segments: self.segments.clone(),
                 bt: (b, t),
-            },
+            }),
         );
         self.c_proj.forward(mb, &y)
+    }
+
+    /// Whether a forward on `x` takes the fused kernel (see [`CausalSelfAttention::fused`]).
+    fn uses_fused(&self, x: &Tensor<B>) -> bool {
+        let core = self.core_dtype.unwrap_or(x.dtype());
+        self.fused
+            && self.segments.is_none()
+            && core == DType::F32
+            && x.dtype() == DType::F32
+            && x.backend().has_fused_attention()
     }
 
     /// `dout: [B, T, C] -> dx: [B, T, C]` for micro-batch `mb`.
@@ -198,52 +234,67 @@ impl<B: Backend> CausalSelfAttention<B> {
         dout: &Tensor<B>,
         split: bool,
     ) -> Result<Tensor<B>> {
-        let s = self.saved.take(mb, "CausalSelfAttention")?;
-        let (b, t) = s.bt;
+        let saved = self.saved.take(mb, "CausalSelfAttention")?;
         let (h, d) = (self.n_head(), self.head_dim);
+        let scale = 1.0 / (d as f32).sqrt();
         let dy = if split {
             self.c_proj.backward_input(mb, dout)?
         } else {
             self.c_proj.backward(mb, dout)?
         }; // [B, T, H·D]
-        let dy = dy
-            .reshape([b, t, h, d])?
-            .permute(&[0, 2, 1, 3])?
-            .reshape([b * h, t, d])?;
-        let scale = 1.0 / (d as f32).sqrt();
-        let att = match s.att {
-            Some(att) => att,
-            // The forward's own ops on the same q and k: the same bits.
-            None => attention_probs(&s.q, &s.k, scale, s.segments.as_ref(), h)?,
+        let dqkv = match saved {
+            AttentionSaved::Fused { qkv, out } => qkv.attention_backward(h, scale, &out, &dy)?,
+            AttentionSaved::Composite(s) => composite_backward(s, &dy, h, d)?,
         };
-        // The backward runs in the dtype the forward's core ran in.
-        let dy_core = dy.to_dtype(s.v.dtype())?;
-        let datt = dy_core.matmul(&s.v.transpose(-1, -2)?)?; // [BH, T, T]
-        let dv = att.transpose(-1, -2)?.matmul(&dy_core)?; // [BH, T, D]
-        let dscores = att.softmax_backward(&datt, scale)?;
-        let dq = dscores.matmul(&s.k)?;
-        let dk = dscores.transpose(-1, -2)?.matmul(&s.q)?;
-        // Write dq, dk, dv into one [B, T, 3, H, D] gradient through the same permuted
-        // view the forward read them from. The three views cover every element, so the
-        // buffer need not be zeroed first.
-        let mut dqkv = Tensor::alloc(dy.backend(), [b, t, 3, h, d], dy.dtype())?;
-        for (i, g) in [dq, dk, dv].iter().enumerate() {
-            let view = dqkv
-                .permute(&[2, 0, 3, 1, 4])?
-                .narrow(0, i, 1)?
-                .layout()
-                .clone();
-            g.to_dtype(dy.dtype())?
-                .reshape([1, b, h, t, d])?
-                .copy_into_view(&mut dqkv, &view)?;
-        }
-        let dqkv = dqkv.reshape([b, t, 3 * h * d])?;
         if split {
             self.c_attn.backward_input(mb, &dqkv)
         } else {
             self.c_attn.backward(mb, &dqkv)
         }
     }
+}
+
+/// The composite path's backward, from the output gradient `[B, T, H·D]` to the
+/// gradient of `c_attn`'s output `[B, T, 3·H·D]`.
+fn composite_backward<B: Backend>(
+    s: CompositeSaved<B>,
+    dy: &Tensor<B>,
+    h: usize,
+    d: usize,
+) -> Result<Tensor<B>> {
+    let (b, t) = s.bt;
+    let dy = dy
+        .reshape([b, t, h, d])?
+        .permute(&[0, 2, 1, 3])?
+        .reshape([b * h, t, d])?;
+    let scale = 1.0 / (d as f32).sqrt();
+    let att = match s.att {
+        Some(att) => att,
+        // The forward's own ops on the same q and k: the same bits.
+        None => attention_probs(&s.q, &s.k, scale, s.segments.as_ref(), h)?,
+    };
+    // The backward runs in the dtype the forward's core ran in.
+    let dy_core = dy.to_dtype(s.v.dtype())?;
+    let datt = dy_core.matmul(&s.v.transpose(-1, -2)?)?; // [BH, T, T]
+    let dv = att.transpose(-1, -2)?.matmul(&dy_core)?; // [BH, T, D]
+    let dscores = att.softmax_backward(&datt, scale)?;
+    let dq = dscores.matmul(&s.k)?;
+    let dk = dscores.transpose(-1, -2)?.matmul(&s.q)?;
+    // Write dq, dk, dv into one [B, T, 3, H, D] gradient through the same permuted
+    // view the forward read them from. The three views cover every element, so the
+    // buffer need not be zeroed first.
+    let mut dqkv = Tensor::alloc(dy.backend(), [b, t, 3, h, d], dy.dtype())?;
+    for (i, g) in [dq, dk, dv].iter().enumerate() {
+        let view = dqkv
+            .permute(&[2, 0, 3, 1, 4])?
+            .narrow(0, i, 1)?
+            .layout()
+            .clone();
+        g.to_dtype(dy.dtype())?
+            .reshape([1, b, h, t, d])?
+            .copy_into_view(&mut dqkv, &view)?;
+    }
+    dqkv.reshape([b, t, 3 * h * d])
 }
 
 /// `softmax(q·kᵀ · scale)` under the causal mask, and with `segments` (u32 `[B, T]`

@@ -163,6 +163,14 @@ impl<B: Backend> Gpt<B> {
         head_loss(&mut self.saved, mb, logits, targets)
     }
 
+    /// Runs every block's attention core as the backend's fused kernel where it applies
+    /// ([`CausalSelfAttention::fused`](crate::CausalSelfAttention::fused)), or not.
+    pub fn set_fused_attention(&mut self, on: bool) {
+        for block in &mut self.h {
+            block.attn.fused = on;
+        }
+    }
+
     /// [`Gpt::forward_loss_mb`] on packed rows: several documents per row, each with
     /// its own `positions` (u32 `[B, T]`, restarting at 0 at each document) and its
     /// `segments` id (u32 `[B, T]`), so that attention never crosses a document

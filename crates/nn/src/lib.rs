@@ -46,7 +46,7 @@ mod schedule;
 mod stage;
 mod stash;
 
-pub use attention::CausalSelfAttention;
+pub use attention::{AttentionSaved, CausalSelfAttention, CompositeSaved};
 pub use block::Block;
 pub use embedding::Embedding;
 pub use gelu::Gelu;

@@ -10,7 +10,7 @@
 //! Counts are `u64` and saturate: they describe ops that already ran, whose sizes fit
 //! memory, so saturation only guards against nonsense, never changes a real count.
 
-use brrr_backend::{DType, GemmSpec, Layout};
+use brrr_backend::{AttentionSpec, DType, GemmSpec, Layout};
 
 /// One recorded op call: its kind, shape and cost.
 #[derive(Clone, Debug, PartialEq)]
@@ -229,6 +229,45 @@ pub const GELU_BACKWARD_FLOPS: u64 = 18;
 /// (1), the two moments (3 + 4), the bias corrections (2), `√v̂ + ε` (2), the division (1),
 /// the decay term and the sum (2), `p − lr·(…)` (2). The powers `β^step` are once per call.
 pub const ADAMW_FLOPS: u64 = 17;
+
+/// Fused causal attention ([`brrr_backend::Backend::attention`]), counting only the
+/// visible (causal) half: per head, `T(T+1)/2` scores, each a `D`-long dot product for
+/// `q·kᵀ` and again for `p·v` (4·D FLOPs), plus the softmax's 5 per score. Reads `qkv`,
+/// writes `y` and the f32 `lse`. `backward` counts the recomputed scores, `dv`, `dp`,
+/// `dq` and `dk` (10·D per score) and the 5 of `ds = p ⊙ (dp − Σ dy·y)`; it reads `qkv`,
+/// `y`, `lse` and `dy`, and writes `dqkv`.
+pub fn attention(spec: &AttentionSpec, dtype: DType, backward: bool) -> OpCall {
+    let (b, h, t, d) = (spec.batch, spec.heads, spec.seq, spec.head_dim);
+    let scores = (b as u64)
+        .saturating_mul(h as u64)
+        .saturating_mul((t as u64).saturating_mul(t as u64 + 1) / 2);
+    let per_score = if backward {
+        10 * d as u64 + 5
+    } else {
+        4 * d as u64 + 5
+    };
+    let y = b.saturating_mul(t).saturating_mul(h).saturating_mul(d);
+    let lse = bytes_of(DType::F32, b.saturating_mul(t).saturating_mul(h));
+    let bytes = if backward {
+        // qkv, y, dy, lse in; dqkv out.
+        bytes_of(dtype, y).saturating_mul(8).saturating_add(lse)
+    } else {
+        // qkv in; y and lse out.
+        bytes_of(dtype, y).saturating_mul(4).saturating_add(lse)
+    };
+    OpCall {
+        kind: if backward {
+            "attention_backward"
+        } else {
+            "attention"
+        },
+        dtype,
+        shape: format!("b={b} h={h} t={t} d={d}"),
+        flops: scores.saturating_mul(per_score),
+        bytes,
+        matmul: true,
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -3,9 +3,9 @@
 use crate::cost::{self, OpCall, bytes_of};
 use crate::table::{OpStats, Profile};
 use brrr_backend::{
-    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec, HostData,
-    LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask,
-    SoftmaxSpec, UnaryOp,
+    AdamWParams, AttentionSpec, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error,
+    GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams,
+    SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use brrr_perf::trace::Tracer;
 use serde_json::json;
@@ -425,6 +425,36 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
             c.bytes = c.bytes.saturating_add(self.bytes(segments));
             c
         })
+    }
+
+    fn has_fused_attention(&self) -> bool {
+        self.inner.has_fused_attention()
+    }
+
+    fn attention(
+        &self,
+        spec: &AttentionSpec,
+        qkv: &Self::Buffer,
+        y: &mut Self::Buffer,
+        lse: &mut Self::Buffer,
+    ) -> Result<()> {
+        let t0 = self.now();
+        self.inner.attention(spec, qkv, y, lse)?;
+        self.finish(t0, || cost::attention(spec, self.dt(qkv), false))
+    }
+
+    fn attention_backward(
+        &self,
+        spec: &AttentionSpec,
+        qkv: &Self::Buffer,
+        y: &Self::Buffer,
+        lse: &Self::Buffer,
+        dy: &Self::Buffer,
+        dqkv: &mut Self::Buffer,
+    ) -> Result<()> {
+        let t0 = self.now();
+        self.inner.attention_backward(spec, qkv, y, lse, dy, dqkv)?;
+        self.finish(t0, || cost::attention(spec, self.dt(qkv), true))
     }
 
     fn softmax_backward(

@@ -14,5 +14,5 @@ mod ops;
 mod tensor;
 
 pub use brrr_backend::{self as backend, Backend, DType, Error, HostData, Layout, Result, Shape};
-pub use nn_ops::LayerNormStats;
+pub use nn_ops::{AttentionOut, LayerNormStats};
 pub use tensor::Tensor;

@@ -1,7 +1,7 @@
 //! The fused kernels layers are made of, with their shape checks.
 
 use crate::Tensor;
-use brrr_backend::{Backend, DType, Error, LayerNormSpec, Result, SoftmaxSpec};
+use brrr_backend::{AttentionSpec, Backend, DType, Error, LayerNormSpec, Result, SoftmaxSpec};
 
 /// Splits a shape into (rows, last dimension).
 fn rows_cols<B: Backend>(op: &'static str, t: &Tensor<B>) -> Result<(usize, usize)> {
@@ -25,7 +25,100 @@ pub struct LayerNormStats<B: Backend> {
     pub rstd: Tensor<B>,
 }
 
+/// The sizes of a fused attention on `qkv` (`[B, T, 3·H·D]`), checked.
+fn attention_spec<B: Backend>(
+    op: &'static str,
+    qkv: &Tensor<B>,
+    heads: usize,
+    scale: f32,
+) -> Result<AttentionSpec> {
+    let dims = qkv.dims();
+    let width = match dims {
+        [_, _, w] => *w,
+        _ => {
+            return Err(Error::shape(
+                op,
+                format!("expected qkv [B, T, 3·H·D], got {}", qkv.shape()),
+            ));
+        }
+    };
+    if heads == 0 || !width.is_multiple_of(3 * heads) {
+        return Err(Error::shape(
+            op,
+            format!("qkv width {width} is not q, k, v of {heads} heads"),
+        ));
+    }
+    Ok(AttentionSpec {
+        batch: dims[0],
+        heads,
+        seq: dims[1],
+        head_dim: width / (3 * heads),
+        scale,
+    })
+}
+
+/// What a fused attention's backward needs besides `qkv`: its output and the f32
+/// log-sum-exp of every row (`[B, T, H]`).
+#[derive(Clone, Debug)]
+pub struct AttentionOut<B: Backend> {
+    /// `[B, T, H·D]`.
+    pub y: Tensor<B>,
+    /// f32 `[B, T, H]`.
+    pub lse: Tensor<B>,
+}
+
 impl<B: Backend> Tensor<B> {
+    /// Fused causal self-attention ([`Backend::attention`]) of `heads` heads on `self`,
+    /// GPT-2's `c_attn` output `[B, T, 3·H·D]` (q, k, v, each head-major). Returns
+    /// `y: [B, T, H·D]` and the log-sum-exp its backward needs. Only backends with
+    /// [`Backend::has_fused_attention`] run it.
+    pub fn attention(&self, heads: usize, scale: f32) -> Result<AttentionOut<B>> {
+        let spec = attention_spec("attention", self, heads, scale)?;
+        let (b, t) = (spec.batch, spec.seq);
+        let qkv = self.contiguous()?;
+        let mut y = Tensor::alloc(&self.backend, [b, t, heads * spec.head_dim], self.dtype)?;
+        let mut lse = Tensor::alloc(&self.backend, [b, t, heads], DType::F32)?;
+        self.backend
+            .attention(&spec, qkv.buffer()?, y.buffer_mut()?, lse.buffer_mut()?)?;
+        Ok(AttentionOut { y, lse })
+    }
+
+    /// Gradient of [`Tensor::attention`] with respect to `self` (`qkv`), from the
+    /// forward's outputs and `dy: [B, T, H·D]`.
+    pub fn attention_backward(
+        &self,
+        heads: usize,
+        scale: f32,
+        out: &AttentionOut<B>,
+        dy: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        const OP: &str = "attention_backward";
+        let spec = attention_spec(OP, self, heads, scale)?;
+        same_shape(OP, &out.y, dy)?;
+        if dy.dims() != [spec.batch, spec.seq, heads * spec.head_dim] {
+            return Err(Error::shape(
+                OP,
+                format!("dy {} does not match qkv {}", dy.shape(), self.shape()),
+            ));
+        }
+        let (qkv, y, lse, dy) = (
+            self.contiguous()?,
+            out.y.contiguous()?,
+            out.lse.contiguous()?,
+            dy.contiguous()?,
+        );
+        let mut dqkv = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
+        self.backend.attention_backward(
+            &spec,
+            qkv.buffer()?,
+            y.buffer()?,
+            lse.buffer()?,
+            dy.buffer()?,
+            dqkv.buffer_mut()?,
+        )?;
+        Ok(dqkv)
+    }
+
     /// `softmax(scale * x)` along the last dimension; with `causal` the last two
     /// dimensions must be square and position `i` sees only `j <= i`.
     pub fn softmax(&self, scale: f32, causal: bool) -> Result<Self> {

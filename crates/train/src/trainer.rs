@@ -199,6 +199,13 @@ impl<B: Backend> Trainer<B> {
         Ok(())
     }
 
+    /// Runs every attention core as the backend's fused kernel where it applies
+    /// ([`brrr_nn::CausalSelfAttention::fused`]): f32 and no document mask. The numbers
+    /// then differ from the composite path's at f32 rounding, not bit for bit.
+    pub fn set_fused_attention(&mut self, on: bool) {
+        self.model.set_fused_attention(on);
+    }
+
     /// The model.
     pub fn model(&self) -> &Gpt<B> {
         &self.model
