@@ -91,6 +91,12 @@ pub fn all() -> Vec<Exercise> {
             check: kernels::fusion_bytes::check,
         },
         Exercise {
+            chapter: KERNELS,
+            module: "kernels::attention_row",
+            task: "one row of a fused attention: softmax and log-sum-exp without overflow",
+            check: kernels::attention_row::check,
+        },
+        Exercise {
             chapter: TRAINING,
             module: "training::gelu_backward",
             task: "GELU's backward, checked against finite differences",
