@@ -440,7 +440,7 @@ mod rate {
     }
 
     #[test]
-    #[ignore]
+    #[ignore = "a measurement, not a check: prints the tile's GFLOP/s; run it alone on an idle machine with `cargo test --release -p brrr-cpu kernel_rate -- --ignored --nocapture`"]
     fn kernel_rate() {
         for kc in [128, 256, 384, 512] {
             kernel_rate_at(kc);

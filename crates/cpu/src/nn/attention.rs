@@ -57,16 +57,12 @@ impl View {
 
 /// `c = alpha · a · b` (or `c += ...` when `accumulate`), `a` m×k, `b` k×n, `c` m×n,
 /// each a [`View`] into its slice, on this thread.
-#[allow(clippy::too_many_arguments)]
 fn matmul(
     (m, n, k): (usize, usize, usize),
     alpha: f32,
-    a: &[f32],
-    av: View,
-    b: &[f32],
-    bv: View,
-    c: &mut [f32],
-    cv: View,
+    (a, av): (&[f32], View),
+    (b, bv): (&[f32], View),
+    (c, cv): (&mut [f32], View),
     accumulate: bool,
 ) {
     // The views are computed by this module from checked sizes; one reaching past its
@@ -182,12 +178,9 @@ fn forward_block(spec: &AttentionSpec, qkv: &[f32], blk: Block<'_>) {
         matmul(
             dims,
             spec.scale,
-            qkv,
-            q_blk,
-            qkv,
-            v.k.t(),
-            &mut s,
-            sv,
+            (qkv, q_blk),
+            (qkv, v.k.t()),
+            (&mut s, sv),
             false,
         );
         let lse = &mut *blk.lse;
@@ -201,7 +194,14 @@ fn forward_block(spec: &AttentionSpec, qkv: &[f32], blk: Block<'_>) {
         );
         // y = p v, written straight into [rows, H, D].
         let yv = View::rows(head * d, h * d);
-        matmul((rows, d, keys), 1.0, &s, sv, qkv, v.v, blk.y, yv, false);
+        matmul(
+            (rows, d, keys),
+            1.0,
+            (&s, sv),
+            (qkv, v.v),
+            (blk.y, yv),
+            false,
+        );
     }
 }
 
@@ -325,74 +325,49 @@ fn backward_head(
         matmul(
             (rows, keys, d),
             spec.scale,
-            sv.qkv,
-            q_blk,
-            sv.qkv,
-            v.k.t(),
-            p,
-            pv,
+            (sv.qkv, q_blk),
+            (sv.qkv, v.k.t()),
+            (p, pv),
             false,
         );
+        // Row r of the block has its log-sum-exp at lse[r·H].
+        let lse = &sv.lse[(b * t + i0) * h + head..];
         par::simd(
             #[inline(always)]
-            || {
-                for (r, row) in p.chunks_mut(keys).enumerate() {
-                    let (z, masked) = row.split_at_mut(i0 + r + 1);
-                    let l = sv.lse[(b * t + i0 + r) * h + head];
-                    for x in z.iter_mut() {
-                        *x = exp_f32(*x - l);
-                    }
-                    masked.fill(0.0);
-                }
-            },
+            || probs_from_lse(p, keys, i0, lse, h),
         );
         // dv (+)= pᵀ dy.
         let dv = View::rows(g.v.off, g.v.rs);
         matmul(
             (keys, d, rows),
             1.0,
-            p,
-            pv.t(),
-            sv.dy,
-            dy_blk,
-            dqkv,
-            dv,
+            (p, pv.t()),
+            (sv.dy, dy_blk),
+            (dqkv, dv),
             acc,
         );
         // dp = dy vᵀ, then ds = p ⊙ (dp − δ) in place.
         matmul(
             (rows, keys, d),
             1.0,
-            sv.dy,
-            dy_blk,
-            sv.qkv,
-            v.v.t(),
-            dp,
-            pv,
+            (sv.dy, dy_blk),
+            (sv.qkv, v.v.t()),
+            (dp, pv),
             false,
         );
         let delta = &sc.delta[i0..i0 + rows];
         par::simd(
             #[inline(always)]
-            || {
-                for (r, (dr, pr)) in dp.chunks_mut(keys).zip(p.chunks(keys)).enumerate() {
-                    for (x, &pj) in dr.iter_mut().zip(pr) {
-                        *x = pj * (*x - delta[r]);
-                    }
-                }
-            },
+            || ds_in_place(dp, p, keys, delta),
         );
         // dq = scale · ds k (each query row is in exactly one block: overwrite).
         let dq = View::rows(g.q.off + i0 * g.q.rs, g.q.rs);
         matmul(
             (rows, d, keys),
             spec.scale,
-            dp,
-            pv,
-            sv.qkv,
-            v.k,
-            dqkv,
-            dq,
+            (dp, pv),
+            (sv.qkv, v.k),
+            (dqkv, dq),
             false,
         );
         // dk (+)= scale · dsᵀ q.
@@ -400,13 +375,34 @@ fn backward_head(
         matmul(
             (keys, d, rows),
             spec.scale,
-            dp,
-            pv.t(),
-            sv.qkv,
-            q_blk,
-            dqkv,
-            dk,
+            (dp, pv.t()),
+            (sv.qkv, q_blk),
+            (dqkv, dk),
             acc,
         );
+    }
+}
+
+/// Rows `i0..` of a block of scores `p` (`keys` wide) into probabilities
+/// `exp(s − lse[r·stride])` in place, 0 above the diagonal.
+#[inline(always)]
+fn probs_from_lse(p: &mut [f32], keys: usize, i0: usize, lse: &[f32], stride: usize) {
+    for (r, row) in p.chunks_mut(keys).enumerate() {
+        let (z, masked) = row.split_at_mut(i0 + r + 1);
+        let l = lse[r * stride];
+        for x in z.iter_mut() {
+            *x = exp_f32(*x - l);
+        }
+        masked.fill(0.0);
+    }
+}
+
+/// `ds = p ⊙ (dp − δ_r)`, written over `dp` (rows `keys` wide).
+#[inline(always)]
+fn ds_in_place(dp: &mut [f32], p: &[f32], keys: usize, delta: &[f32]) {
+    for (r, (dr, pr)) in dp.chunks_mut(keys).zip(p.chunks(keys)).enumerate() {
+        for (x, &pj) in dr.iter_mut().zip(pr) {
+            *x = pj * (*x - delta[r]);
+        }
     }
 }
