@@ -50,7 +50,9 @@ def measured_peak(out, threads):
     if not m:
         fail(f"no measured fp32 peak in {out / 'gemm-brrr.log'}")
     isa, one, all_threads, n = m.group(1), float(m.group(2)), float(m.group(3)), int(m.group(4))
-    found = [("brrr bench gemm", all_threads if threads == n else one * threads)]
+    # brrr-perf's rule (MeasuredFmaPeak::peak_flops): the larger of all threads at once and
+    # threads x one thread, so a core taken by another process does not lower the peak.
+    found = [("brrr bench gemm", max(all_threads, one * threads) if threads == n else one * threads)]
     if threads == n:
         # brrr train measures on all the machine's threads too.
         for log in sorted(out.glob("train-brrr-*.log")):
