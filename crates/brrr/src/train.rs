@@ -177,9 +177,10 @@ pub struct TrainArgs {
     #[arg(long, value_parser = parse_checkpoint)]
     pub checkpoint: Option<Strategy>,
     /// Run attention as one fused kernel where the backend has one (the CPU, f32): q, k
-    /// and v read in place, no [T, T] matrix stored. Not with --doc-mask (it falls back
-    /// to the composite path there); may change on --resume.
-    #[arg(long, conflicts_with_all = ["tp", "dp", "pp", "amp"])]
+    /// and v read in place, no [T, T] matrix stored; with --dp, --tp and --pp too (each
+    /// rank's heads). Not with --doc-mask (it falls back to the composite path there).
+    /// Saved with the run; given on --resume, it turns the fused kernel on from there.
+    #[arg(long, conflicts_with = "amp")]
     pub fused_attention: bool,
     /// Mixed precision: GEMMs and attention in bf16 or fp16 with f32 master weights
     /// [default: off]. fp16 scales the loss dynamically; bf16 does not (see
@@ -294,6 +295,7 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         amp: amp_from_args(args),
         data: data_dir_string(args),
         document_mask: args.doc_mask,
+        fused_attention: args.fused_attention,
     };
     let cfg = with_data_tokenizer(cfg)?;
     cfg.validate()?;
@@ -628,7 +630,6 @@ pub fn run_with_tracer<B: Backend>(
         return Ok(finished_summary(&dir, &state));
     };
     let mut trainer = make_trainer(&backend, &plan)?;
-    trainer.set_fused_attention(args.fused_attention);
     if let Some(tracer) = tracer {
         trainer.set_shared_tracer(tracer);
     }
@@ -732,6 +733,12 @@ fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, TrainStat
     if let Some(c) = args.checkpoint.filter(|&c| c != cfg.checkpoint) {
         notes.push(format!("--checkpoint {c} (the run had {})", cfg.checkpoint));
         cfg.checkpoint = c;
+    }
+    // A bool flag cannot say "off": given, it turns the fused kernel on for the rest of
+    // a run trained without it; absent, the run keeps what it had.
+    if args.fused_attention && !cfg.fused_attention {
+        notes.push("--fused-attention (the run had the composite attention)".into());
+        cfg.fused_attention = true;
     }
     cfg.validate()?;
     let state = TrainState::load(dir.join(CHECKPOINT_FILE))?;

@@ -270,12 +270,15 @@ fn rank_main(
     let backend = CpuBackend::new();
     // The same initialisation as the one-device Trainer: every rank builds the whole
     // model from the seed and keeps its pieces.
-    let model = Gpt::new(
+    let mut model = Gpt::new(
         &backend,
         cfg.model.clone(),
         DType::F32,
         &mut ChaCha8Rng::seed_from_u64(cfg.seed),
     )?;
+    // The stages keep these blocks (sliced per tensor rank under --tp): the switch
+    // carries over.
+    model.set_fused_attention(cfg.fused_attention);
     let opt = AdamWConfig {
         weight_decay: cfg.weight_decay,
         ..AdamWConfig::default()

@@ -157,6 +157,7 @@ impl<B: Backend> DataParallel<B> {
         let scalars = comm.split(0, rank as u32)?;
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
         let mut model = Gpt::new(backend, config.model.clone(), DType::F32, &mut rng)?;
+        model.set_fused_attention(config.fused_attention);
         broadcast_params(&grads, &mut model)?;
         let layout = FlatLayout::of(&model)?;
         let pieces = Pieces::of(&model);

@@ -370,7 +370,8 @@ impl MeasuredFmaPeak {
     /// errs on the side of a lower MFU.
     pub fn peak_flops(&self) -> f64 {
         let scaled = self.single_thread_flops * self.threads as f64;
-        self.all_threads_flops.max(if scaled.is_finite() { scaled } else { 0.0 })
+        self.all_threads_flops
+            .max(if scaled.is_finite() { scaled } else { 0.0 })
     }
 
     /// The clock the single-thread figure implies with `fma_units` FMA pipes per core:

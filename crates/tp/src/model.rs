@@ -101,10 +101,15 @@ impl<B: Backend> TpBlock<B> {
             exit,
             comm.clone(),
         )?;
+        let mut attn =
+            CausalSelfAttention::from_parts(Box::new(c_attn), Box::new(a_proj), head_dim)?;
+        // This rank's heads are whole heads (`qkv_shard`), so `c_attn`'s local output is
+        // `[B, T, 3, H/n, D]`, the layout the fused kernel reads: the switch carries over.
+        attn.fused = block.attn.fused;
         Ok(TpBlock {
             ln_1: copy_layer_norm(&block.ln_1)?,
             attn_entry: entry,
-            attn: CausalSelfAttention::from_parts(Box::new(c_attn), Box::new(a_proj), head_dim)?,
+            attn,
             ln_2: copy_layer_norm(&block.ln_2)?,
             mlp: Mlp::from_parts(Box::new(c_fc), Box::new(m_proj))?,
             comm,
@@ -217,6 +222,14 @@ pub struct TpGpt<B: Backend> {
 }
 
 impl<B: Backend> TpGpt<B> {
+    /// Runs every block's attention core as the backend's fused kernel where it applies
+    /// (brrr-nn's [`Gpt::set_fused_attention`], on this rank's heads).
+    pub fn set_fused_attention(&mut self, on: bool) {
+        for block in &mut self.h {
+            block.attn.fused = on;
+        }
+    }
+
     /// Rank `comm.rank()`'s shard of `gpt` over the tensor-parallel group `comm`.
     /// Errors when heads or vocabulary do not divide by the group's size.
     pub fn from_gpt(gpt: &Gpt<B>, comm: Arc<Communicator>, sp: bool) -> Result<Self> {

@@ -57,7 +57,8 @@ impl<B: Backend> TpTrainer<B> {
         }
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
         let gpt = Gpt::new(backend, config.model.clone(), DType::F32, &mut rng)?;
-        let model = TpGpt::from_gpt(&gpt, Arc::new(groups.tp), tp.sp)?;
+        let mut model = TpGpt::from_gpt(&gpt, Arc::new(groups.tp), tp.sp)?;
+        model.set_fused_attention(config.fused_attention);
         drop(gpt);
         let opt = AdamW::new(AdamWConfig {
             weight_decay: config.weight_decay,

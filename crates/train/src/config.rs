@@ -62,6 +62,13 @@ pub struct TrainConfig {
     /// configurations written before it existed.
     #[serde(default)]
     pub document_mask: bool,
+    /// Attention's core as the backend's fused kernel where it applies
+    /// ([`brrr_nn::CausalSelfAttention::fused`]: the backend has one, f32, no document
+    /// mask), else the composite path; every engine (one device, data, tensor and
+    /// pipeline parallel) builds its model with it. Off in configurations written
+    /// before it existed.
+    #[serde(default)]
+    pub fused_attention: bool,
 }
 
 impl Default for TrainConfig {
@@ -94,6 +101,7 @@ impl Default for TrainConfig {
             amp: AmpConfig::default(),
             data: String::new(),
             document_mask: false,
+            fused_attention: false,
         }
     }
 }

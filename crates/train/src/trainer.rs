@@ -111,6 +111,7 @@ impl<B: Backend> Trainer<B> {
         crate::memory::estimate(&config)?;
         let mut init_rng = ChaCha8Rng::seed_from_u64(config.seed);
         let mut model = Gpt::new(backend, config.model.clone(), DType::F32, &mut init_rng)?;
+        model.set_fused_attention(config.fused_attention);
         // Mixed precision: the same initial weights become f32 masters with 16-bit copies.
         if let Some(policy) = config.amp.policy() {
             apply_policy(&policy, &mut model)?;
@@ -201,8 +202,10 @@ impl<B: Backend> Trainer<B> {
 
     /// Runs every attention core as the backend's fused kernel where it applies
     /// ([`brrr_nn::CausalSelfAttention::fused`]): f32 and no document mask. The numbers
-    /// then differ from the composite path's at f32 rounding, not bit for bit.
+    /// then differ from the composite path's at f32 rounding, not bit for bit. The same
+    /// as [`TrainConfig::fused_attention`] given to [`Trainer::new`]; checkpoints record it.
     pub fn set_fused_attention(&mut self, on: bool) {
+        self.config.fused_attention = on;
         self.model.set_fused_attention(on);
     }
 
