@@ -454,7 +454,7 @@ fn attention_section(r: &Results) -> Html {
                 q·kᵀ as a GEMM, the causal scaled softmax, P·v as a GEMM, merge the heads; it keeps the [B·H, T, T] \
                 probabilities for the backward. Fused (brrr-cpu's Backend::attention): q, k, v read in place, 64 query rows \
                 at a time, only the keys each row can see; it keeps a log-sum-exp per row (B·T·H f32) and recomputes the \
-                probabilities in the backward. Differences above {TOLERANCE:.0e} are marked red.") }</p>
+                probabilities in the backward. Differences above {TOLERANCE:.0e} are marked red; 0 means the same bits.") }</p>
             if let Some(note) = &r.attention_note {
                 <Banner kind={BannerKind::Info}>{ note.clone() }</Banner>
             }
