@@ -195,6 +195,23 @@ async function kernels(browser) {
   check(close(await value(page, 'fusion-bytes'), 76 / 8), 'unfused GELU moves 9.5× the bytes');
   check((await value(page, 'fusion-diff')) < 1e-4, 'fused and unfused GELU agree');
   metrics.fusion_speedup = await value(page, 'fusion-speedup');
+  // Attention, fused against composite (always on brrr-cpu in wasm): one row per T, the
+  // composite keeping q, k, v (3·H·T·D f32) and the H·T·T probabilities, the fused path
+  // qkv, y and the log-sum-exp (B = 1, H = 4, D = 32, from logic::attention).
+  const attn = await page.$$eval('[data-testid="attn-row"]', (els) => els.map((r) => {
+    const v = (id) => parseFloat(r.querySelector(`[data-testid="${id}"]`).getAttribute('data-value'));
+    return {
+      t: parseFloat(r.getAttribute('data-t')), composite: v('attn-composite-s'), fused: v('attn-fused-s'),
+      cbytes: v('attn-composite-bytes'), fbytes: v('attn-fused-bytes'), diff: v('attn-diff'),
+    };
+  }));
+  const [H, D] = [4, 32];
+  check(attn.length >= 2, `${attn.length} attention rows`);
+  check(attn.every((a) => a.cbytes === 4 * (3 * H * a.t * D + H * a.t * a.t)), 'composite attention keeps q, k, v and H·T·T f32 probabilities');
+  check(attn.every((a) => a.fbytes === 4 * (4 * a.t * H * D + a.t * H)), 'fused attention keeps qkv, y and T·H f32 log-sum-exp');
+  check(attn.every((a) => a.diff < 1e-4), `fused and composite attention agree (max ${Math.max(...attn.map((a) => a.diff))})`);
+  check(attn.every((a) => a.composite > 0 && a.fused > 0), 'both attention paths timed');
+  metrics.attention = attn.map((a) => `T=${a.t}:${(a.composite * 1e3).toFixed(2)}ms/${(a.fused * 1e3).toFixed(2)}ms`);
   await shot(page, 'kernels');
   await page.close();
 }

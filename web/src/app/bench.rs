@@ -8,6 +8,9 @@
 //! it yields to the event loop so that the page stays responsive.
 
 use crate::app::util::{now_s, yield_now};
+use crate::logic::attention::{
+    AttentionRow, AttentionSize, agreement, composite_forward, fused_forward, random_qkv,
+};
 use crate::logic::kernels::{
     CHAIN_BUFFERS, ChainKernel, GELU_UNFUSED, Measurement, ROW_WIDTH, RowKernel, chain_bytes,
     fused_gelu_bytes, gemm_cost,
@@ -240,5 +243,27 @@ pub async fn bench_dispatch<B: Backend>(
         seconds,
         flops: n as f64,
         bytes: 8.0 * n as f64,
+    })
+}
+
+/// The composite and the fused attention forward timed on the same random
+/// `[B, T, 3·H·D]` input, then run once more to compare their outputs and count what
+/// each kept for the backward (`logic::attention::agreement`).
+pub async fn bench_attention<B: Backend>(
+    backend: &B,
+    size: AttentionSize,
+    min_s: f64,
+) -> Result<AttentionRow> {
+    let qkv = random_qkv(backend, size, size.seq as u64)?;
+    // Each call's outputs are dropped at once: their buffers go back to the backend's
+    // cache, so later calls time the kernels rather than fresh allocations.
+    let composite_s = time_call(backend, min_s, || composite_forward(&qkv, size).map(drop)).await?;
+    let fused_s = time_call(backend, min_s, || fused_forward(&qkv, size).map(drop)).await?;
+    let agreement = agreement(&qkv, size).await?;
+    Ok(AttentionRow {
+        seq: size.seq,
+        composite_s,
+        fused_s,
+        agreement,
     })
 }

@@ -1,6 +1,7 @@
 //! The computations behind the pages, free of the DOM: each takes the page's inputs and
 //! returns what the page shows, calling `brrr-perf` for every number.
 
+pub mod attention;
 pub mod chart;
 pub mod checkpointing;
 pub mod collectives;

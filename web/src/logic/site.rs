@@ -75,8 +75,9 @@ pub const PAGES: [PageInfo; 12] = [
         path: "/kernels",
         title: "Kernels live",
         blurb: "brrr's WGSL kernels on your GPU through WebGPU: four matmul versions from naive \
-                to vectorised, memory-bound kernels in GB/s, fused against unfused GELU, and the \
-                overhead of many tiny dispatches.",
+                to vectorised, memory-bound kernels in GB/s, fused against unfused GELU, the \
+                overhead of many tiny dispatches, and brrr-cpu's fused attention against the \
+                composite path (time and memory kept as the context grows).",
         chapter: "kernels.html",
         crates: &["brrr_wgpu", "brrr_cpu", "brrr_perf"],
     },

@@ -1,14 +1,20 @@
 //! Kernels live: brrr-wgpu's kernels (or brrr-cpu's) timed in the reader's browser.
 
-use crate::app::bench::{bench_dispatch, bench_fusion, bench_gemm, bench_row_kernel, time_call};
+use crate::app::bench::{
+    bench_attention, bench_dispatch, bench_fusion, bench_gemm, bench_row_kernel, time_call,
+};
 use crate::app::components::{
     Banner, BannerKind, Chart, DeviceBanner, DeviceState, PageHeader, Select, Series, SeriesStyle,
     Stat, Toggle,
 };
 use crate::app::device::{Device, acquire};
+use crate::logic::attention::{
+    AttentionRow, AttentionSize, BATCH, HEAD_DIM, HEADS, TOLERANCE, seq_lens,
+};
 use crate::logic::kernels::{Measurement, RowKernel, gemm_sizes, overhead_sizes, row_sizes};
 use crate::logic::site::PageId;
 use brrr_backend::{Backend, DType, HostData, Result};
+use brrr_cpu::CpuBackend;
 use brrr_perf::table;
 use brrr_wgpu::MatmulKernel;
 use std::cell::Cell;
@@ -24,6 +30,9 @@ struct Results {
     rows: Vec<Measurement>,
     fusion: Vec<(Measurement, Measurement, f64)>,
     overhead: Vec<Measurement>,
+    attention: Vec<AttentionRow>,
+    /// Why the attention section ran on brrr-cpu when the page's device is WebGPU.
+    attention_note: Option<String>,
     status: String,
     running: bool,
     error: Option<String>,
@@ -99,6 +108,7 @@ pub fn kernels_page() -> Html {
                     { gemm_section(r) }
                     { rows_section(r) }
                     { fusion_section(r) }
+                    { attention_section(r) }
                     { overhead_section(r) }
                 </div>
             </div>
@@ -168,6 +178,41 @@ async fn run_all(
                     .push(bench_dispatch(c, "one call per kernel", n, min_s).await?);
             }
         }
+    }
+    run_attention(dev, quick, min_s, r, &mut progress).await
+}
+
+/// The attention comparison, always on brrr-cpu: the fused kernel exists only there
+/// (`Backend::has_fused_attention`), and both paths must run on one backend to compare.
+async fn run_attention(
+    dev: &Device,
+    quick: bool,
+    min_s: f64,
+    r: &mut Results,
+    progress: &mut impl FnMut(&mut Results, String) -> bool,
+) -> Result<()> {
+    let cpu = match dev {
+        Device::Cpu(c, _) => c.clone(),
+        Device::Gpu(g) => {
+            r.attention_note = Some(if g.has_fused_attention() {
+                "This section runs on brrr-cpu in wasm (single-threaded), the backend whose \
+                 fused kernel it measures."
+                    .into()
+            } else {
+                "The kernels above ran on WebGPU, but brrr-wgpu has no fused attention kernel \
+                 (only brrr-cpu has one): this section runs both paths on brrr-cpu in wasm, \
+                 single-threaded."
+                    .into()
+            });
+            CpuBackend::new()
+        }
+    };
+    for t in seq_lens(quick) {
+        if !progress(r, format!("attention, composite and fused, at T = {t}")) {
+            return Ok(());
+        }
+        r.attention
+            .push(bench_attention(&cpu, AttentionSize::page(t), min_s).await?);
     }
     Ok(())
 }
@@ -246,7 +291,7 @@ fn gemm_section(r: &Results) -> Html {
     if r.gemm.is_empty() {
         return html! {
             <div class="subsection"><h2>{ "Matmul, four versions" }</h2>
-            <p class="muted">{ "Press “Run the kernels”: the four WGSL matmuls (naive, shared-memory tiles, register blocking, vec4) at growing sizes, then the memory-bound kernels, fusion and launch overhead." }</p></div>
+            <p class="muted">{ "Press “Run the kernels”: the four WGSL matmuls (naive, shared-memory tiles, register blocking, vec4) at growing sizes, then the memory-bound kernels, fusion, launch overhead, and attention fused against composite on brrr-cpu." }</p></div>
         };
     }
     let rows = r.gemm.iter().map(|m| html! {
@@ -346,6 +391,91 @@ fn overhead_section(r: &Results) -> Html {
                 into one submission (as CUDA graphs do) lowers the floor." }</p>
             <Chart id="overhead-chart" x_label="elements (f32)" y_label="seconds per kernel" x_log=true y_log=true
                 series={by_kernel(&r.overhead, |m| m.seconds)} />
+        </div>
+    }
+}
+
+/// The attention rows as two timing series (composite, fused) for `by_kernel`; `bytes`
+/// is what each kept for the backward.
+fn attention_series(rows: &[AttentionRow]) -> Vec<Series> {
+    let ms: Vec<Measurement> = rows
+        .iter()
+        .flat_map(|a| {
+            let m = |kernel: &str, seconds, bytes| Measurement {
+                kernel: kernel.into(),
+                size: a.seq as u64,
+                seconds,
+                flops: 0.0,
+                bytes: bytes as f64,
+            };
+            [
+                m(
+                    "composite (GEMM, softmax, GEMM)",
+                    a.composite_s,
+                    a.agreement.composite_bytes,
+                ),
+                m(
+                    "fused (Backend::attention)",
+                    a.fused_s,
+                    a.agreement.fused_bytes,
+                ),
+            ]
+        })
+        .collect();
+    by_kernel(&ms, |m| m.seconds)
+}
+
+fn attention_row(a: &AttentionRow) -> Html {
+    let g = &a.agreement;
+    let diff_class = if a.agrees() { "num" } else { "num bad" };
+    html! {
+        <tr data-testid="attn-row" data-t={a.seq.to_string()}>
+            <td class="num">{ a.seq }</td>
+            <td class="num" data-testid="attn-composite-s" data-value={format!("{:e}", a.composite_s)}>{ table::duration(a.composite_s) }</td>
+            <td class="num" data-testid="attn-fused-s" data-value={format!("{:e}", a.fused_s)}>{ table::duration(a.fused_s) }</td>
+            <td class="num" data-testid="attn-speedup" data-value={format!("{:e}", a.speedup())}>{ format!("{:.2}×", a.speedup()) }</td>
+            <td class="num" data-testid="attn-composite-bytes" data-value={g.composite_bytes.to_string()}>{ table::bytes(g.composite_bytes as f64) }</td>
+            <td class="num" data-testid="attn-fused-bytes" data-value={g.fused_bytes.to_string()}>{ table::bytes(g.fused_bytes as f64) }</td>
+            <td class={diff_class} data-testid="attn-diff" data-value={format!("{:e}", g.max_diff)}>{ format!("{:.1e}", g.max_diff) }</td>
+        </tr>
+    }
+}
+
+fn attention_section(r: &Results) -> Html {
+    let Some(last) = r.attention.last() else {
+        return html! {};
+    };
+    let g = &last.agreement;
+    html! {
+        <div class="subsection" data-testid="attention-section">
+            <h2>{ "Attention: fused against composite" }</h2>
+            <p class="muted">{ format!("Causal self-attention of B = {BATCH}, H = {HEADS} heads of D = {HEAD_DIM} on the same random \
+                [B, T, 3·H·D] input, two ways. Composite, as brrr-nn's layer runs it: copy q, k, v out into [B·H, T, D], \
+                q·kᵀ as a GEMM, the causal scaled softmax, P·v as a GEMM, merge the heads; it keeps the [B·H, T, T] \
+                probabilities for the backward. Fused (brrr-cpu's Backend::attention): q, k, v read in place, 64 query rows \
+                at a time, only the keys each row can see; it keeps a log-sum-exp per row (B·T·H f32) and recomputes the \
+                probabilities in the backward. Differences above {TOLERANCE:.0e} are marked red; 0 means the same bits.") }</p>
+            if let Some(note) = &r.attention_note {
+                <Banner kind={BannerKind::Info}>{ note.clone() }</Banner>
+            }
+            <div class="stats">
+                <Stat label="Speed-up" text={format!("{:.2}×", last.speedup())} value={last.speedup()} id="attn-speedup-last" strong=true
+                    note={format!("at T = {}", last.seq)} />
+                <Stat label="Kept, composite" text={table::bytes(g.composite_bytes as f64)} value={g.composite_bytes as f64} id="attn-composite-kept" />
+                <Stat label="Kept, fused" text={table::bytes(g.fused_bytes as f64)} value={g.fused_bytes as f64} id="attn-fused-kept" />
+                <Stat label="Max |difference|" text={format!("{:.1e}", g.max_diff)} value={g.max_diff} id="attn-diff-last" />
+            </div>
+            <Chart id="attention-chart" x_label="T (context length)" y_label="seconds per forward" x_log=true y_log=true
+                series={attention_series(&r.attention)} />
+            <div class="table-wrap"><table class="table">
+                <thead><tr><th class="num">{ "T" }</th><th class="num">{ "composite" }</th><th class="num">{ "fused" }</th>
+                    <th class="num">{ "speed-up" }</th><th class="num">{ "kept, composite" }</th><th class="num">{ "kept, fused" }</th>
+                    <th class="num">{ "max |difference|" }</th></tr></thead>
+                <tbody>{ for r.attention.iter().map(attention_row) }</tbody>
+            </table></div>
+            <p class="muted small">{ "Kept: composite q, k, v [B·H, T, D] and the probabilities [B·H, T, T]; fused qkv [B, T, 3·H·D] \
+                (c_attn's output, kept as it is), y [B, T, H·D] (also c_proj's input) and the log-sum-exp [B, T, H]. Counted from \
+                the tensors each run returned." }</p>
         </div>
     }
 }
