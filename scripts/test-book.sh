@@ -144,7 +144,21 @@ links() {
 # own target dir, so that mdbook's -L sees one rlib per crate.
 mdbook_test() {
     cargo build -q -p brrr-perf --target-dir target/book < /dev/null
-    mdbook test book -L target/book/debug/deps
+    # A build with other settings (another profile, CARGO_INCREMENTAL, toolchain) leaves
+    # its .rlib and .rmeta beside the new ones under another hash, and rustc then refuses
+    # `extern crate` with "multiple candidates": keep only the newest build of each crate.
+    local deps=target/book/debug/deps file crate newest
+    for file in "$deps"/lib*.rlib; do
+        [[ -e "$file" ]] || continue
+        crate="${file##*/}"
+        crate="${crate%-*}"
+        newest="$(ls -t "$deps/$crate"-*.rlib | head -n 1)"
+        newest="${newest%.rlib}"
+        for stale in "$deps/$crate"-*.rlib "$deps/$crate"-*.rmeta; do
+            [[ "${stale%.*}" == "$newest" ]] || rm -f "$stale"
+        done
+    done
+    mdbook test book -L "$deps"
 }
 
 clippy_solutions() {
