@@ -43,7 +43,8 @@ pub struct CausalSelfAttention<B: Backend> {
     /// Run the core as the backend's fused kernel ([`Backend::attention`]) where it
     /// applies: the backend has one ([`Backend::has_fused_attention`]), the core
     /// computes in f32, and no document mask is set. Elsewhere the composite path runs.
-    /// The two agree to f32 rounding, not bit for bit (different summation orders).
+    /// The two agree to f32 rounding; bit-identical results are not promised (the
+    /// backward sums in another order), though at small sizes the forwards often are.
     pub fused: bool,
 }
 

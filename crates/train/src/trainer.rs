@@ -202,7 +202,7 @@ impl<B: Backend> Trainer<B> {
 
     /// Runs every attention core as the backend's fused kernel where it applies
     /// ([`brrr_nn::CausalSelfAttention::fused`]): f32 and no document mask. The numbers
-    /// then differ from the composite path's at f32 rounding, not bit for bit. The same
+    /// then agree with the composite path's to f32 rounding (not promised bit for bit). The same
     /// as [`TrainConfig::fused_attention`] given to [`Trainer::new`]; checkpoints record it.
     pub fn set_fused_attention(&mut self, on: bool) {
         self.config.fused_attention = on;
