@@ -135,6 +135,8 @@ fn job(args: &TrainArgs, dp: DpConfig) -> Result<Job> {
             if let Some(s) = args.steps {
                 c.steps = s;
             }
+            // As on one device: given on --resume, the flag turns the fused kernel on.
+            c.fused_attention |= args.fused_attention;
             c
         }
         None => config_from_args(args)?,

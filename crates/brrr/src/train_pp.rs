@@ -462,11 +462,14 @@ pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
         check_same_pipeline(dir, &pp, tp.tp)?;
     }
     let mut cfg = match &args.resume {
-        // The saved run's config; only --steps (the new total) and --eval-every change.
+        // The saved run's config; only --steps (the new total), --eval-every and
+        // --fused-attention change.
         Some(dir) => {
             let mut c = train::read_config(dir)?;
             c.steps = args.steps.unwrap_or(c.steps);
             c.eval_every = args.eval_every.unwrap_or(c.eval_every);
+            // As on one device: given on --resume, the flag turns the fused kernel on.
+            c.fused_attention |= args.fused_attention;
             c
         }
         None => train::config_from_args(args)?,
