@@ -268,27 +268,8 @@ fn rank_main(
     // This pipeline's rows of each micro-batch: `--batch-size` is the global batch.
     let rows = replica_rows(cfg.batch_size, layout.dp, d)?;
     let backend = CpuBackend::new();
-    // The same initialisation as the one-device Trainer: every rank builds the whole
-    // model from the seed and keeps its pieces.
-    let mut model = Gpt::new(
-        &backend,
-        cfg.model.clone(),
-        DType::F32,
-        &mut ChaCha8Rng::seed_from_u64(cfg.seed),
-    )?;
-    // The stages keep these blocks (sliced per tensor rank under --tp): the switch
-    // carries over.
-    model.set_fused_attention(cfg.fused_attention);
-    let opt = AdamWConfig {
-        weight_decay: cfg.weight_decay,
-        ..AdamWConfig::default()
-    };
-    let mut stage = if layout.tp > 1 {
-        let (p, v) = (schedule.p, schedule.v);
-        PipelineStage::new_tensor_parallel(model, stage_idx, p, v, opt, Arc::new(tp), sp)?
-    } else {
-        PipelineStage::new(model, stage_idx, schedule.p, schedule.v, opt)?
-    };
+    let tp = (layout.tp > 1).then(|| (Arc::new(tp), sp));
+    let mut stage = build_stage(&backend, cfg, stage_idx, schedule, tp)?;
     let mut batcher = Batcher::for_corpus(corpus, cfg.batch_size, cfg.seq_len, cfg.seed)?;
     // The single-device run's validation batches, on every stage (stage 0 reads the
     // ids, the last the targets).
@@ -348,13 +329,7 @@ fn rank_main(
                 val_loss,
             };
             if log && (step + 1) % cfg.eval_every == 0 {
-                let val = row
-                    .val_loss
-                    .map_or(String::new(), |v| format!("  val {v:.4}"));
-                eprintln!(
-                    "step {:>6}  loss {:.4}{val}  lr {:.2e}  |g| {:.3}  {:.3} s/step",
-                    row.step, row.loss, row.lr, row.grad_norm, row.seconds
-                );
+                log_row(&row);
             }
             out.rows.push(row);
             out.timelines.extend(timeline);
@@ -366,6 +341,47 @@ fn rank_main(
         stage.save_checkpoint(dir, cfg.steps.max(start), "")?;
     }
     Ok(out)
+}
+
+/// Stage `stage_idx` of the model every rank builds from the seed (the same
+/// initialisation as the one-device Trainer), sliced per tensor rank when `tp` gives the
+/// tensor-parallel group and whether sequence parallelism is on.
+fn build_stage(
+    backend: &CpuBackend,
+    cfg: &TrainConfig,
+    stage_idx: usize,
+    schedule: &Schedule,
+    tp: Option<(Arc<brrr_collectives::Communicator>, bool)>,
+) -> Result<PipelineStage<CpuBackend>> {
+    let mut model = Gpt::new(
+        backend,
+        cfg.model.clone(),
+        DType::F32,
+        &mut ChaCha8Rng::seed_from_u64(cfg.seed),
+    )?;
+    // The stages keep these blocks (sliced per tensor rank under --tp): the switch
+    // carries over.
+    model.set_fused_attention(cfg.fused_attention);
+    let opt = AdamWConfig {
+        weight_decay: cfg.weight_decay,
+        ..AdamWConfig::default()
+    };
+    let (p, v) = (schedule.p, schedule.v);
+    match tp {
+        Some((tp, sp)) => PipelineStage::new_tensor_parallel(model, stage_idx, p, v, opt, tp, sp),
+        None => PipelineStage::new(model, stage_idx, p, v, opt),
+    }
+}
+
+/// One step's line on stderr (`--pp` runs log from rank 0 at each evaluation).
+fn log_row(row: &StepRow) {
+    let val = row
+        .val_loss
+        .map_or(String::new(), |v| format!("  val {v:.4}"));
+    eprintln!(
+        "step {:>6}  loss {:.4}{val}  lr {:.2e}  |g| {:.3}  {:.3} s/step",
+        row.step, row.loss, row.lr, row.grad_norm, row.seconds
+    );
 }
 
 fn summarise(ranks: Vec<RankOut>, p: usize) -> Result<PpRun> {
