@@ -222,14 +222,6 @@ pub struct TpGpt<B: Backend> {
 }
 
 impl<B: Backend> TpGpt<B> {
-    /// Runs every block's attention core as the backend's fused kernel where it applies
-    /// (brrr-nn's [`Gpt::set_fused_attention`], on this rank's heads).
-    pub fn set_fused_attention(&mut self, on: bool) {
-        for block in &mut self.h {
-            block.attn.fused = on;
-        }
-    }
-
     /// Rank `comm.rank()`'s shard of `gpt` over the tensor-parallel group `comm`.
     /// Errors when heads or vocabulary do not divide by the group's size.
     pub fn from_gpt(gpt: &Gpt<B>, comm: Arc<Communicator>, sp: bool) -> Result<Self> {

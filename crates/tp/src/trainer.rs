@@ -56,9 +56,10 @@ impl<B: Backend> TpTrainer<B> {
             ));
         }
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-        let gpt = Gpt::new(backend, config.model.clone(), DType::F32, &mut rng)?;
-        let mut model = TpGpt::from_gpt(&gpt, Arc::new(groups.tp), tp.sp)?;
-        model.set_fused_attention(config.fused_attention);
+        let mut gpt = Gpt::new(backend, config.model.clone(), DType::F32, &mut rng)?;
+        // The shard's blocks take the switch from these (`TpBlock::from_block`).
+        gpt.set_fused_attention(config.fused_attention);
+        let model = TpGpt::from_gpt(&gpt, Arc::new(groups.tp), tp.sp)?;
         drop(gpt);
         let opt = AdamW::new(AdamWConfig {
             weight_decay: config.weight_decay,
