@@ -173,19 +173,12 @@ impl<B: Backend> CausalSelfAttention<B> {
             self.saved.put(mb, AttentionSaved::Fused { qkv, out });
             return self.c_proj.forward(mb, &y);
         }
-        // [B, T, 3, H, D] -> [3, B, H, T, D]: pick q, k, v as dense [B·H, T, D].
-        let qkv = qkv.reshape([b, t, 3, h, d])?.permute(&[2, 0, 3, 1, 4])?;
-        let part = |i: usize| qkv.narrow(0, i, 1)?.reshape([b * h, t, d]);
-        let (mut q, mut k, mut v) = (part(0)?, part(1)?, part(2)?);
+        let (mut q, mut k, mut v) = split_qkv(&qkv, h)?;
         if let Some(dt) = self.core_dtype.filter(|&dt| dt != x.dtype()) {
             (q, k, v) = (q.to_dtype(dt)?, k.to_dtype(dt)?, v.to_dtype(dt)?);
         }
         let att = attention_probs(&q, &k, scale, self.segments.as_ref(), h)?; // [BH, T, T]
-        let y = att.matmul(&v)?.to_dtype(x.dtype())?; // [BH, T, D]
-        let y = y
-            .reshape([b, h, t, d])?
-            .permute(&[0, 2, 1, 3])?
-            .reshape([b, t, h * d])?;
+        let y = merge_heads(&att.matmul(&v)?.to_dtype(x.dtype())?, b, h)?;
         self.saved.put(
             mb,
             AttentionSaved::Composite(CompositeSaved {
@@ -298,9 +291,51 @@ fn composite_backward<B: Backend>(
     dqkv.reshape([b, t, 3 * h * d])
 }
 
+/// The composite path's head split: `c_attn`'s output `[B, T, 3·H·D]` as q, k and v,
+/// each a dense `[B·H, T, D]` copy (`[B, T, 3, H, D]` permuted to `[3, B, H, T, D]`).
+pub fn split_qkv<B: Backend>(
+    qkv: &Tensor<B>,
+    heads: usize,
+) -> Result<(Tensor<B>, Tensor<B>, Tensor<B>)> {
+    let dims = qkv.dims();
+    if dims.len() != 3 || heads == 0 || !dims[2].is_multiple_of(3 * heads) {
+        return Err(Error::shape(
+            "split_qkv",
+            format!(
+                "expected [B, T, 3·H·D] with H = {heads}, got {}",
+                qkv.shape()
+            ),
+        ));
+    }
+    let (b, t, d) = (dims[0], dims[1], dims[2] / (3 * heads));
+    let qkv = qkv
+        .reshape([b, t, 3, heads, d])?
+        .permute(&[2, 0, 3, 1, 4])?;
+    let part = |i: usize| qkv.narrow(0, i, 1)?.reshape([b * heads, t, d]);
+    Ok((part(0)?, part(1)?, part(2)?))
+}
+
+/// The inverse of [`split_qkv`] for the output: `[B·H, T, D]` -> `[B, T, H·D]`.
+pub fn merge_heads<B: Backend>(y: &Tensor<B>, batch: usize, heads: usize) -> Result<Tensor<B>> {
+    let dims = y.dims();
+    if dims.len() != 3 || dims[0] != batch * heads {
+        return Err(Error::shape(
+            "merge_heads",
+            format!(
+                "expected [B·H, T, D] with B = {batch}, H = {heads}, got {}",
+                y.shape()
+            ),
+        ));
+    }
+    let (t, d) = (dims[1], dims[2]);
+    y.reshape([batch, heads, t, d])?
+        .permute(&[0, 2, 1, 3])?
+        .reshape([batch, t, heads * d])
+}
+
 /// `softmax(q·kᵀ · scale)` under the causal mask, and with `segments` (u32 `[B, T]`
 /// ids of packed documents) also masked across document boundaries.
-fn attention_probs<B: Backend>(
+pub fn attention_probs<B: Backend>(
     q: &Tensor<B>,
     k: &Tensor<B>,
     scale: f32,

@@ -46,7 +46,9 @@ mod schedule;
 mod stage;
 mod stash;
 
-pub use attention::{AttentionSaved, CausalSelfAttention, CompositeSaved};
+pub use attention::{
+    AttentionSaved, CausalSelfAttention, CompositeSaved, attention_probs, merge_heads, split_qkv,
+};
 pub use block::Block;
 pub use embedding::Embedding;
 pub use gelu::Gelu;

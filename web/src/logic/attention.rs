@@ -8,6 +8,7 @@
 //! this on a `brrr_cpu::CpuBackend` whatever its other kernels run on.
 
 use brrr_backend::{Backend, DType, Error, Result};
+use brrr_nn::{attention_probs, merge_heads, split_qkv};
 use brrr_tensor::{AttentionOut, Tensor};
 use rand::SeedableRng;
 
@@ -154,20 +155,13 @@ pub struct CompositeOut<B: Backend> {
     pub probs: Tensor<B>,
 }
 
-/// The composite forward, op for op as `CausalSelfAttention::forward` without `fused`
-/// (crates/nn/src/attention.rs), so the page times what training runs.
+/// The composite forward, with the pieces `CausalSelfAttention::forward` uses without
+/// `fused` (brrr-nn's `split_qkv`, `attention_probs`, `merge_heads`), so the page times
+/// what training runs.
 pub fn composite_forward<B: Backend>(qkv: &Tensor<B>, s: AttentionSize) -> Result<CompositeOut<B>> {
-    let (b, t, h, d) = (s.batch, s.seq, s.heads, s.head_dim);
-    // [B, T, 3, H, D] -> [3, B, H, T, D]: q, k, v as dense [B·H, T, D] copies.
-    let split = qkv.reshape([b, t, 3, h, d])?.permute(&[2, 0, 3, 1, 4])?;
-    let part = |i: usize| split.narrow(0, i, 1)?.reshape([b * h, t, d]);
-    let (q, k, v) = (part(0)?, part(1)?, part(2)?);
-    let probs = q.matmul(&k.transpose(-1, -2)?)?.softmax(s.scale(), true)?;
-    let y = probs
-        .matmul(&v)?
-        .reshape([b, h, t, d])?
-        .permute(&[0, 2, 1, 3])?
-        .reshape([b, t, h * d])?;
+    let (q, k, v) = split_qkv(qkv, s.heads)?;
+    let probs = attention_probs(&q, &k, s.scale(), None, s.heads)?;
+    let y = merge_heads(&probs.matmul(&v)?, s.batch, s.heads)?;
     Ok(CompositeOut { y, q, k, v, probs })
 }
 
