@@ -19,7 +19,7 @@
 #   SIZES     GEMM sizes [256,512,1024,2048]
 #   VENV      the PyTorch virtual environment [~/.cache/brrr-bench/venv]
 #   NO_TORCH=1  skip PyTorch entirely (brrr's columns only)
-#   BRRR_FLAGS  extra `brrr train` flags, e.g. --fused-attention [none]
+#   BRRR_FLAGS  extra `brrr train` flags, e.g. "--attention composite" [none]
 #
 # PyTorch and numpy are benchmark dependencies installed here into VENV, never
 # dependencies of the crates. Output: a markdown table on stdout and, in

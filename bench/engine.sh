@@ -12,7 +12,10 @@
 # which pays for allocation, is excluded by brrr itself), the median of each, their ratio,
 # and compares the two `metrics.csv` files column by column: `step, loss, val_loss, lr,
 # grad_norm` must be identical text (the wall-clock `tokens_per_s` column is not compared).
-# Exits non-zero if they differ.
+# Exits non-zero if they differ. The working tree runs with NEW_FLAGS (default
+# `--attention composite`: the base's attention, since the fused kernel sums in another
+# order; set NEW_FLAGS= to time the new default against the base, whose metrics then
+# differ in the last digits).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
@@ -20,6 +23,7 @@ ROOT=$(pwd)
 BASE=${BASE:-85133c3}
 STEPS=${STEPS:-800}
 ROUNDS=${ROUNDS:-1}
+NEW_FLAGS=${NEW_FLAGS---attention composite}
 OUT=${OUT:-target/bench-engine}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -35,11 +39,12 @@ cargo build --release -q -p brrr
 BIN_BASE="$OUT/base-target/release/brrr"
 BIN_NEW="$ROOT/target/release/brrr"
 
-# run NAME BIN DIR: one training run; prints its tokens/s.
+# run NAME BIN DIR [FLAGS...]: one training run; prints its tokens/s.
 run() {
     local bin=$2 dir=$3
+    shift 3
     rm -rf "$dir"
-    "$bin" train --steps 800 --stop-after "$STEPS" --out "$dir" --quiet >"$dir.log" 2>&1 ||
+    "$bin" train --steps 800 --stop-after "$STEPS" --out "$dir" --quiet "$@" >"$dir.log" 2>&1 ||
         { echo "run $1 failed:" >&2; cat "$dir.log" >&2; exit 1; }
     awk '/^throughput:/ { print $2 }' "$dir.log"
 }
@@ -47,7 +52,8 @@ run() {
 declare -a T_BASE T_NEW
 for ((r = 1; r <= ROUNDS; r++)); do
     T_BASE+=("$(run base "$BIN_BASE" "$OUT/run-base-$r")")
-    T_NEW+=("$(run new "$BIN_NEW" "$OUT/run-new-$r")")
+    # shellcheck disable=SC2086 # NEW_FLAGS is a list of flags
+    T_NEW+=("$(run new "$BIN_NEW" "$OUT/run-new-$r" $NEW_FLAGS)")
     echo "round $r: base ${T_BASE[-1]} tokens/s, new ${T_NEW[-1]} tokens/s"
 done
 

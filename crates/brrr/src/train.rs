@@ -176,12 +176,13 @@ pub struct TrainArgs {
     /// of activations, e.g. budget:8M) [default: none]; may change on --resume.
     #[arg(long, value_parser = parse_checkpoint)]
     pub checkpoint: Option<Strategy>,
-    /// Run attention as one fused kernel where the backend has one (the CPU, f32): q, k
-    /// and v read in place, no [T, T] matrix stored; with --dp, --tp and --pp too (each
-    /// rank's heads). Not with --doc-mask (it falls back to the composite path there).
-    /// Saved with the run; given on --resume, it turns the fused kernel on from there.
-    #[arg(long, conflicts_with = "amp")]
-    pub fused_attention: bool,
+    /// Attention's core: fused (one kernel, q, k and v read in place, no [T, T] matrix
+    /// stored) or composite (GEMMs and a softmax) [default: fused]. The fused kernel runs
+    /// where it applies: a backend that has one (the CPU), f32, no --doc-mask; elsewhere
+    /// the composite path runs whatever this says. Every engine (--dp, --tp, --pp)
+    /// follows it. Saved with the run; given on --resume, it changes from there.
+    #[arg(long, value_enum)]
+    pub attention: Option<AttentionArg>,
     /// Mixed precision: GEMMs and attention in bf16 or fp16 with f32 master weights
     /// [default: off]. fp16 scales the loss dynamically; bf16 does not (see
     /// --loss-scaling).
@@ -225,6 +226,36 @@ pub struct TrainArgs {
 fn parse_checkpoint(s: &str) -> std::result::Result<Strategy, String> {
     s.parse()
         .map_err(|e: brrr_checkpoint::PlanError| e.to_string())
+}
+
+/// `--attention`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttentionArg {
+    Fused,
+    Composite,
+}
+
+impl AttentionArg {
+    /// [`TrainConfig::fused_attention`] for this choice.
+    pub fn fused(self) -> bool {
+        self == AttentionArg::Fused
+    }
+
+    fn name(fused: bool) -> &'static str {
+        if fused { "fused" } else { "composite" }
+    }
+}
+
+/// Applies `--attention` to a resumed run's config, noting a change in `notes`.
+pub fn resume_attention(args: &TrainArgs, cfg: &mut TrainConfig, notes: &mut Vec<String>) {
+    if let Some(a) = args.attention.filter(|a| a.fused() != cfg.fused_attention) {
+        notes.push(format!(
+            "--attention {} (the run had {})",
+            AttentionArg::name(a.fused()),
+            AttentionArg::name(cfg.fused_attention)
+        ));
+        cfg.fused_attention = a.fused();
+    }
 }
 
 /// `--amp`.
@@ -295,7 +326,9 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         amp: amp_from_args(args),
         data: data_dir_string(args),
         document_mask: args.doc_mask,
-        fused_attention: args.fused_attention,
+        // Fused unless asked otherwise: the model falls back to the composite path
+        // where the kernel does not apply (see the flag's help).
+        fused_attention: args.attention.is_none_or(AttentionArg::fused),
     };
     let cfg = with_data_tokenizer(cfg)?;
     cfg.validate()?;
@@ -734,12 +767,7 @@ fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, TrainStat
         notes.push(format!("--checkpoint {c} (the run had {})", cfg.checkpoint));
         cfg.checkpoint = c;
     }
-    // A bool flag cannot say "off": given, it turns the fused kernel on for the rest of
-    // a run trained without it; absent, the run keeps what it had.
-    if args.fused_attention && !cfg.fused_attention {
-        notes.push("--fused-attention (the run had the composite attention)".into());
-        cfg.fused_attention = true;
-    }
+    resume_attention(args, &mut cfg, &mut notes);
     cfg.validate()?;
     let state = TrainState::load(dir.join(CHECKPOINT_FILE))?;
     Ok((cfg, state, notes))

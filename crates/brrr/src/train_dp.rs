@@ -135,8 +135,12 @@ fn job(args: &TrainArgs, dp: DpConfig) -> Result<Job> {
             if let Some(s) = args.steps {
                 c.steps = s;
             }
-            // As on one device: given on --resume, the flag turns the fused kernel on.
-            c.fused_attention |= args.fused_attention;
+            // As on one device: given on --resume, --attention changes from there.
+            let mut notes = Vec::new();
+            crate::train::resume_attention(args, &mut c, &mut notes);
+            if !args.quiet && !notes.is_empty() {
+                eprintln!("resuming now with {}", notes.join(", "));
+            }
             c
         }
         None => config_from_args(args)?,

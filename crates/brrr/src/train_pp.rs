@@ -479,13 +479,17 @@ pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
     }
     let mut cfg = match &args.resume {
         // The saved run's config; only --steps (the new total), --eval-every and
-        // --fused-attention change.
+        // --attention change.
         Some(dir) => {
             let mut c = train::read_config(dir)?;
             c.steps = args.steps.unwrap_or(c.steps);
             c.eval_every = args.eval_every.unwrap_or(c.eval_every);
-            // As on one device: given on --resume, the flag turns the fused kernel on.
-            c.fused_attention |= args.fused_attention;
+            // As on one device: given on --resume, --attention changes from there.
+            let mut notes = Vec::new();
+            train::resume_attention(args, &mut c, &mut notes);
+            if !args.quiet && !notes.is_empty() {
+                eprintln!("resuming now with {}", notes.join(", "));
+            }
             c
         }
         None => train::config_from_args(args)?,

@@ -1,15 +1,18 @@
-//! `brrr train --fused-attention` in every engine: one device, `--dp`, `--tp` and `--pp`
-//! (with `--tp`) all build their models with the fused kernel. The context (80) spans two
-//! of the kernel's 64-row query blocks. Each run is checked
-//! against another engine's run with the same flag (f32 rounding: within 1e-4
-//! relative), and against the same engine without the flag: the numbers must differ
-//! (the fused kernel sums in another order), which proves the kernel really ran there.
-//! The switch is saved with the run, so `--resume` without the flag stays fused.
+//! Fused attention, `brrr train`'s default, in every engine: one device, `--dp`, `--tp`
+//! and `--pp` (with `--tp`) all build their models with the fused kernel unless given
+//! `--attention composite`. The context (80) spans two of the kernel's 64-row query
+//! blocks. Each run is checked against another engine's run with the same attention
+//! (f32 rounding: within 1e-4 relative), and against the same engine with
+//! `--attention composite`: the fused run must keep fewer activation bytes (no `[T, T]`
+//! probabilities), which proves the kernel really ran there. The choice is saved with the
+//! run, so `--resume` keeps it unless `--attention` is given again.
 
 use brrr::metrics::read_rows;
-use brrr::train::{self, BackendKind, Preset, TrainArgs};
+use brrr::train::{self, AttentionArg, BackendKind, Preset, TrainArgs};
 use std::path::Path;
 
+/// A small run; `fused: false` asks for `--attention composite`, `true` gives no flag
+/// (the default).
 fn args(dir: &Path, out: &str, fused: bool) -> TrainArgs {
     TrainArgs {
         backend: BackendKind::Cpu,
@@ -25,7 +28,7 @@ fn args(dir: &Path, out: &str, fused: bool) -> TrainArgs {
         n_embd: Some(32),
         block_size: Some(80),
         synthetic: true,
-        fused_attention: fused,
+        attention: (!fused).then_some(AttentionArg::Composite),
         out: Some(dir.join(out)),
         quiet: true,
         ..TrainArgs::default()
@@ -71,7 +74,7 @@ fn assert_fewer_activations(what: &str, dir: &Path, fused: &str, composite: &str
     let (f, c) = (first(fused), first(composite));
     assert!(
         f < c,
-        "{what}: --fused-attention kept {f} bytes of activations, the composite path {c}: \
+        "{what}: the fused attention kept {f} bytes of activations, the composite path {c}: \
          the fused kernel did not run"
     );
 }
@@ -135,23 +138,54 @@ fn pipeline_stages_take_the_fused_kernel() {
     assert_fewer_activations("--pp 2 --tp 2", d, "pptp-true", "pptp-false");
 }
 
-/// Stopped at step 2 and resumed without the flag: the run stays fused, and its losses
-/// are bit for bit those of the run that never stopped.
+/// Stopped at step 2 and resumed without `--attention`: the run stays what it was, and
+/// its losses are bit for bit those of the run that never stopped; for a fused and a
+/// composite run.
 #[test]
-fn a_fused_run_resumes_fused() {
+fn a_run_resumes_with_its_attention() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    train::run(&args(d, "straight", true)).unwrap();
+    for fused in [true, false] {
+        let (straight, stopped) = (format!("straight-{fused}"), format!("stopped-{fused}"));
+        train::run(&args(d, &straight, fused)).unwrap();
+        train::run(&TrainArgs {
+            stop_after: Some(2),
+            ..args(d, &stopped, fused)
+        })
+        .unwrap();
+        train::run(&TrainArgs {
+            resume: Some(d.join(&stopped)),
+            out: None,
+            attention: None,
+            ..args(d, &stopped, true)
+        })
+        .unwrap();
+        assert_eq!(losses(d, &stopped), losses(d, &straight), "fused: {fused}");
+    }
+}
+
+/// `--attention` given on `--resume` changes the rest of the run: a composite run resumed
+/// with `--attention fused` keeps fewer activations from then on.
+#[test]
+fn attention_changes_on_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
     train::run(&TrainArgs {
         stop_after: Some(2),
-        ..args(d, "stopped", true)
+        ..args(d, "run", false)
     })
     .unwrap();
     train::run(&TrainArgs {
-        resume: Some(d.join("stopped")),
+        resume: Some(d.join("run")),
         out: None,
-        ..args(d, "stopped", false)
+        attention: Some(AttentionArg::Fused),
+        ..args(d, "run", true)
     })
     .unwrap();
-    assert_eq!(losses(d, "stopped"), losses(d, "straight"));
+    let rows = read_rows(d.join("run/metrics.csv")).unwrap();
+    let bytes: Vec<u64> = rows.iter().map(|r| r.activation_bytes.unwrap()).collect();
+    assert_eq!(bytes.len(), 4);
+    assert!(bytes[2] < bytes[1], "{bytes:?}");
+    let config = std::fs::read_to_string(d.join("run/config.toml")).unwrap();
+    assert!(config.contains("fused_attention = true"), "{config}");
 }
