@@ -177,9 +177,10 @@ pub struct TrainArgs {
     #[arg(long, value_parser = parse_checkpoint)]
     pub checkpoint: Option<Strategy>,
     /// Attention's core: fused (one kernel, q, k and v read in place, no [T, T] matrix
-    /// stored) or composite (GEMMs and a softmax) [default: fused]. The fused kernel runs
-    /// where it applies: a backend that has one (the CPU), f32, no --doc-mask; elsewhere
-    /// the composite path runs whatever this says. Every engine (--dp, --tp, --pp)
+    /// stored) or composite (GEMMs and a softmax) [default: fused; composite with a
+    /// --checkpoint strategy, whose planner counts the composite's [T, T] scores]. The
+    /// fused kernel runs where it applies: a backend that has one (the CPU), f32, no
+    /// --doc-mask; elsewhere the composite path runs whatever this says. Every engine (--dp, --tp, --pp)
     /// follows it. Saved with the run; given on --resume, it changes from there.
     #[arg(long, value_enum)]
     pub attention: Option<AttentionArg>,
@@ -243,6 +244,17 @@ impl AttentionArg {
 
     fn name(fused: bool) -> &'static str {
         if fused { "fused" } else { "composite" }
+    }
+}
+
+/// `--attention`, or its default for a new run: fused, unless `--checkpoint` plans
+/// recomputation (its planner models the composite path's `[T, T]` scores, which is what
+/// `selective` recomputes). The model also falls back to the composite path where the
+/// kernel does not apply (see the flag's help).
+fn default_fused_attention(args: &TrainArgs) -> bool {
+    match args.attention {
+        Some(a) => a.fused(),
+        None => args.checkpoint.is_none_or(|c| c == Strategy::None),
     }
 }
 
@@ -326,9 +338,7 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         amp: amp_from_args(args),
         data: data_dir_string(args),
         document_mask: args.doc_mask,
-        // Fused unless asked otherwise: the model falls back to the composite path
-        // where the kernel does not apply (see the flag's help).
-        fused_attention: args.attention.is_none_or(AttentionArg::fused),
+        fused_attention: default_fused_attention(args),
     };
     let cfg = with_data_tokenizer(cfg)?;
     cfg.validate()?;

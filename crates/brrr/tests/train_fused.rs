@@ -189,3 +189,24 @@ fn attention_changes_on_resume() {
     let config = std::fs::read_to_string(d.join("run/config.toml")).unwrap();
     assert!(config.contains("fused_attention = true"), "{config}");
 }
+
+/// A `--checkpoint` strategy makes the composite path the default: its planner counts
+/// the composite's `[T, T]` scores (what `selective` recomputes). `--attention` overrides.
+#[test]
+fn a_checkpoint_strategy_defaults_to_the_composite_attention() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fused = |checkpoint: Option<&str>, attention: Option<AttentionArg>| {
+        let a = TrainArgs {
+            checkpoint: checkpoint.map(|c| c.parse().unwrap()),
+            attention,
+            ..args(tmp.path(), "cfg", true)
+        };
+        train::config_from_args(&a).unwrap().fused_attention
+    };
+    assert!(fused(None, None));
+    assert!(fused(Some("none"), None));
+    assert!(!fused(Some("selective"), None));
+    assert!(!fused(Some("every:2"), None));
+    assert!(fused(Some("selective"), Some(AttentionArg::Fused)));
+    assert!(!fused(None, Some(AttentionArg::Composite)));
+}
