@@ -57,6 +57,10 @@ mod strided;
 mod tests;
 
 pub use brrr_backend::HostData;
+/// Query rows per task of the fused attention ([`brrr_backend::Backend::attention`]): a
+/// block of this many rows of one sequence keeps its scores in a `rows × T` scratch
+/// instead of a `[T, T]` matrix per head.
+pub const ATTENTION_QUERY_ROWS: usize = nn::attention::ROWS;
 pub use buffer::CpuBuffer;
 pub use cache::DEFAULT_CACHE_LIMIT;
 

@@ -253,8 +253,8 @@ mod tests {
     fn composite_and_fused_agree_on_the_cpu() {
         let cpu = CpuBackend::new();
         assert!(cpu.has_fused_attention());
-        // 80 rows: one whole 64-row block of the fused kernel and a partial one.
-        let s = AttentionSize::page(80);
+        // One whole block of the fused kernel's query rows and a partial one.
+        let s = AttentionSize::page(brrr_cpu::ATTENTION_QUERY_ROWS + 16);
         let qkv = random_qkv(&cpu, s, 7).unwrap();
         let a = block_on(agreement(&qkv, s)).unwrap();
         assert!(a.max_diff < TOLERANCE, "max |difference| {}", a.max_diff);

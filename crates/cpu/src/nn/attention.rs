@@ -24,7 +24,7 @@ use brrr_backend::{AttentionSpec, HostData, Result};
 
 /// Query rows per block. The block's scores (`ROWS × T` f32, twice in the backward)
 /// are the only scratch that grows with the context: 64 KiB per 256 keys.
-const ROWS: usize = 64;
+pub(crate) const ROWS: usize = 64;
 
 /// A strided matrix inside a slice: element `(i, j)` is at `off + i·rs + j·cs`.
 #[derive(Clone, Copy, Debug)]

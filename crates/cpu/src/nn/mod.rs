@@ -6,7 +6,7 @@
 //! and stored once.
 
 mod activation;
-mod attention;
+pub(crate) mod attention;
 mod embedding;
 mod layernorm;
 mod loss;

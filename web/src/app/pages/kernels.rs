@@ -14,7 +14,7 @@ use crate::logic::attention::{
 use crate::logic::kernels::{Measurement, RowKernel, gemm_sizes, overhead_sizes, row_sizes};
 use crate::logic::site::PageId;
 use brrr_backend::{Backend, DType, HostData, Result};
-use brrr_cpu::CpuBackend;
+use brrr_cpu::{ATTENTION_QUERY_ROWS, CpuBackend};
 use brrr_perf::table;
 use brrr_wgpu::MatmulKernel;
 use std::cell::Cell;
@@ -452,7 +452,7 @@ fn attention_section(r: &Results) -> Html {
             <p class="muted">{ format!("Causal self-attention of B = {BATCH}, H = {HEADS} heads of D = {HEAD_DIM} on the same random \
                 [B, T, 3·H·D] input, two ways. Composite, as brrr-nn's layer runs it: copy q, k, v out into [B·H, T, D], \
                 q·kᵀ as a GEMM, the causal scaled softmax, P·v as a GEMM, merge the heads; it keeps the [B·H, T, T] \
-                probabilities for the backward. Fused (brrr-cpu's Backend::attention): q, k, v read in place, 64 query rows \
+                probabilities for the backward. Fused (brrr-cpu's Backend::attention): q, k, v read in place, {ATTENTION_QUERY_ROWS} query rows \
                 at a time, only the keys each row can see; it keeps a log-sum-exp per row (B·T·H f32) and recomputes the \
                 probabilities in the backward. Differences above {TOLERANCE:.0e} are marked red; 0 means the same bits.") }</p>
             if let Some(note) = &r.attention_note {
