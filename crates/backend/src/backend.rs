@@ -101,6 +101,23 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
     /// Starts a new peak: [`MemoryStats::peak_bytes`] becomes the bytes in use now.
     fn reset_peak_memory(&self) {}
 
+    /// Whether this backend records named regions ([`Backend::begin_region`]); callers
+    /// ask first so that they build a region's name only when it is kept. The default
+    /// is `false`: only a profiling wrapper records them.
+    fn records_regions(&self) -> bool {
+        false
+    }
+    /// Opens a named region of work (a layer's forward or backward) on this backend's
+    /// timeline, as PyTorch's `record_function` or an NVTX range does; the ops issued
+    /// until the matching [`Backend::end_region`] belong to it. Regions nest. The
+    /// default does nothing.
+    fn begin_region(&self, name: &str) {
+        let _ = name;
+    }
+    /// Closes the region opened last by [`Backend::begin_region`]. The default does
+    /// nothing.
+    fn end_region(&self) {}
+
     /// Sets every element to `value` (converted to the buffer's dtype).
     fn fill(&self, buf: &mut Self::Buffer, value: f64) -> Result<()>;
     /// Copies the view `src_layout` of `src` into the view `dst_layout` of `dst` (same

@@ -77,6 +77,11 @@ fn profile_prints_the_table_and_traces_ops_inside_phases() {
         "by phase of the step",
         "zero_grad",
         "backward",
+        "by layer, all blocks together",
+        "h.*.attn forward",
+        "h.*.mlp backward",
+        "embedding forward",
+        "head backward",
     ] {
         assert!(text.contains(needle), "no {needle:?} in:\n{text}");
     }

@@ -1,3 +1,4 @@
+use crate::region::in_region;
 use crate::{CausalSelfAttention, LayerNorm, MicroBatch, Mlp, Module, Param};
 use brrr_backend::{Backend, DType, Result};
 use brrr_tensor::Tensor;
@@ -6,6 +7,9 @@ use rand::Rng;
 /// A pre-norm transformer block (GPT-2, Radford et al. 2019, §2.3):
 /// `x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))`.
 pub struct Block<B: Backend> {
+    /// The block's name (`h.3`): its parameters' prefix, and the name of its regions
+    /// in a profile ([`Backend::begin_region`]).
+    pub name: String,
     pub ln_1: LayerNorm<B>,
     pub attn: CausalSelfAttention<B>,
     pub ln_2: LayerNorm<B>,
@@ -23,6 +27,7 @@ impl<B: Backend> Block<B> {
         rng: &mut impl Rng,
     ) -> Result<Self> {
         Ok(Block {
+            name: name.to_string(),
             ln_1: LayerNorm::new(backend, &format!("{name}.ln_1"), n_embd, dtype)?,
             attn: CausalSelfAttention::new(
                 backend,
@@ -47,20 +52,41 @@ impl<B: Backend> Block<B> {
 
     /// `[B, T, C] -> [B, T, C]`, saving under `mb`.
     pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let a = self.attn.forward(mb, &self.ln_1.forward(mb, x)?)?;
-        let x1 = x.add(&a)?;
-        let m = self.mlp.forward(mb, &self.ln_2.forward(mb, &x1)?)?;
-        x1.add(&m)
+        let (be, n) = (x.backend(), &self.name);
+        in_region(
+            be,
+            || format!("{n} forward"),
+            || {
+                let h = in_region(
+                    be,
+                    || format!("{n}.ln_1 forward"),
+                    || self.ln_1.forward(mb, x),
+                )?;
+                let a = in_region(
+                    be,
+                    || format!("{n}.attn forward"),
+                    || self.attn.forward(mb, &h),
+                )?;
+                let x1 = x.add(&a)?;
+                let h = in_region(
+                    be,
+                    || format!("{n}.ln_2 forward"),
+                    || self.ln_2.forward(mb, &x1),
+                )?;
+                let m = in_region(
+                    be,
+                    || format!("{n}.mlp forward"),
+                    || self.mlp.forward(mb, &h),
+                )?;
+                x1.add(&m)
+            },
+        )
     }
 
     /// The residual connections pass the gradient straight through and add the
     /// branch's gradient to it.
     pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
-        let mut dx1 = self.ln_2.backward(mb, &self.mlp.backward(mb, dout)?)?;
-        dx1.add_(dout)?;
-        let mut dx = self.ln_1.backward(mb, &self.attn.backward(mb, &dx1)?)?;
-        dx.add_(&dx1)?;
-        Ok(dx)
+        self.backward_parts(mb, dout, false)
     }
 
     /// [`Block::backward`] with the four projections' weight gradients deferred to
@@ -70,21 +96,67 @@ impl<B: Backend> Block<B> {
     /// would keep their inputs alive longer for nothing (Qi et al. 2023 split only the
     /// matmuls as well). Returns bitwise the `dx` of [`Block::backward`].
     pub fn backward_input(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
-        let mut dx1 = self
-            .ln_2
-            .backward(mb, &self.mlp.backward_input(mb, dout)?)?;
-        dx1.add_(dout)?;
-        let mut dx = self
-            .ln_1
-            .backward(mb, &self.attn.backward_input(mb, &dx1)?)?;
-        dx.add_(&dx1)?;
-        Ok(dx)
+        self.backward_parts(mb, dout, true)
+    }
+
+    /// The backward, with the projections' weight gradients deferred when `split`.
+    fn backward_parts(
+        &mut self,
+        mb: MicroBatch,
+        dout: &Tensor<B>,
+        split: bool,
+    ) -> Result<Tensor<B>> {
+        let (be, n) = (dout.backend(), &self.name);
+        let pass = if split { "backward_input" } else { "backward" };
+        in_region(
+            be,
+            || format!("{n} {pass}"),
+            || {
+                let dm = in_region(
+                    be,
+                    || format!("{n}.mlp {pass}"),
+                    || match split {
+                        false => self.mlp.backward(mb, dout),
+                        true => self.mlp.backward_input(mb, dout),
+                    },
+                )?;
+                let mut dx1 = in_region(
+                    be,
+                    || format!("{n}.ln_2 backward"),
+                    || self.ln_2.backward(mb, &dm),
+                )?;
+                dx1.add_(dout)?;
+                let da = in_region(
+                    be,
+                    || format!("{n}.attn {pass}"),
+                    || match split {
+                        false => self.attn.backward(mb, &dx1),
+                        true => self.attn.backward_input(mb, &dx1),
+                    },
+                )?;
+                let mut dx = in_region(
+                    be,
+                    || format!("{n}.ln_1 backward"),
+                    || self.ln_1.backward(mb, &da),
+                )?;
+                dx.add_(&dx1)?;
+                Ok(dx)
+            },
+        )
     }
 
     /// The projections' weight gradients of micro-batch `mb` (the zero-bubble "W").
     pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
-        self.mlp.backward_weight(mb)?;
-        self.attn.backward_weight(mb)
+        let be = self.ln_1.gamma.value.backend().clone();
+        let n = &self.name;
+        in_region(
+            &be,
+            || format!("{n} backward_weight"),
+            || {
+                self.mlp.backward_weight(mb)?;
+                self.attn.backward_weight(mb)
+            },
+        )
     }
 }
 

@@ -1,3 +1,4 @@
+use crate::region::in_region;
 use crate::{Block, Embedding, LayerNorm, MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
@@ -248,9 +249,7 @@ impl<B: Backend> Gpt<B> {
         for block in self.h.iter_mut().rev() {
             dx = block.backward(mb, &dx)?;
         }
-        self.wpe.backward(mb, &dx)?;
-        self.wte.backward(mb, &dx)?;
-        Ok(())
+        embed_backward(&mut self.wte, &mut self.wpe, mb, &dx)
     }
 
     /// [`Gpt::backward_mb`] with the blocks' projection weight gradients deferred to
@@ -271,9 +270,7 @@ impl<B: Backend> Gpt<B> {
         for block in self.h.iter_mut().rev() {
             dx = block.backward_input(mb, &dx)?;
         }
-        self.wpe.backward(mb, &dx)?;
-        self.wte.backward(mb, &dx)?;
-        Ok(())
+        embed_backward(&mut self.wte, &mut self.wpe, mb, &dx)
     }
 
     /// The blocks' projection weight gradients of micro-batch `mb` (the zero-bubble
@@ -342,8 +339,7 @@ impl<B: Backend> Gpt<B> {
 
     /// The embeddings' backward from the gradient of the first block's input.
     pub fn embed_backward_mb(&mut self, mb: MicroBatch, dx: &Tensor<B>) -> Result<()> {
-        self.wpe.backward(mb, dx)?;
-        self.wte.backward(mb, dx)
+        embed_backward(&mut self.wte, &mut self.wpe, mb, dx)
     }
 
     /// The micro-batches whose forward ran and whose backward has not (in increasing
@@ -385,9 +381,33 @@ pub(crate) fn embed<B: Backend>(
             format!("sequence length {t} exceeds block_size {block_size}"),
         ));
     }
-    let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
-    let pos = Tensor::from_u32(ids.backend(), &positions, [b, t])?;
-    wte.forward(mb, ids)?.add(&wpe.forward(mb, &pos)?)
+    in_region(
+        ids.backend(),
+        || "embedding forward".into(),
+        || {
+            let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
+            let pos = Tensor::from_u32(ids.backend(), &positions, [b, t])?;
+            wte.forward(mb, ids)?.add(&wpe.forward(mb, &pos)?)
+        },
+    )
+}
+
+/// The embeddings' backward from the gradient of the first block's input: position
+/// embedding, then token embedding (the order every path keeps).
+pub(crate) fn embed_backward<B: Backend>(
+    wte: &mut Embedding<B>,
+    wpe: &mut Embedding<B>,
+    mb: MicroBatch,
+    dx: &Tensor<B>,
+) -> Result<()> {
+    in_region(
+        dx.backend(),
+        || "embedding backward".into(),
+        || {
+            wpe.backward(mb, dx)?;
+            wte.backward(mb, dx)
+        },
+    )
 }
 
 /// The head's forward: `ln_f`, then the tied projection `logits = x · wteᵀ`,
@@ -407,19 +427,25 @@ pub(crate) fn head_forward<B: Backend>(
     }
     let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
     let vocab = wte.dims()[0];
-    let x_final = ln_f.forward(mb, x)?.reshape([b * t, c])?;
-    // Tied head: logits = x · wteᵀ (the transpose is a view).
-    let logits = x_final.matmul(&wte.transpose(0, 1)?)?;
-    saved.put(
-        mb,
-        HeadSaved {
-            x_final,
-            logits: None,
-            targets: None,
-            bt: (b, t),
+    in_region(
+        x.backend(),
+        || "head forward".into(),
+        || {
+            let x_final = ln_f.forward(mb, x)?.reshape([b * t, c])?;
+            // Tied head: logits = x · wteᵀ (the transpose is a view).
+            let logits = x_final.matmul(&wte.transpose(0, 1)?)?;
+            saved.put(
+                mb,
+                HeadSaved {
+                    x_final,
+                    logits: None,
+                    targets: None,
+                    bt: (b, t),
+                },
+            );
+            logits.reshape([b, t, vocab])
         },
-    );
-    logits.reshape([b, t, vocab])
+    )
 }
 
 /// Per-position cross-entropy of the logits `head_forward` just returned for `mb`;
@@ -430,7 +456,11 @@ pub(crate) fn head_loss<B: Backend>(
     logits: Tensor<B>,
     targets: &Tensor<B>,
 ) -> Result<Tensor<B>> {
-    let losses = logits.cross_entropy(targets)?;
+    let losses = in_region(
+        targets.backend(),
+        || "loss forward".into(),
+        || logits.cross_entropy(targets),
+    )?;
     let s = saved
         .get_mut(mb)
         .ok_or_else(|| Error::invalid("Gpt head", format!("no forward saved for {mb}")))?;
@@ -448,13 +478,20 @@ pub(crate) fn head_backward<B: Backend>(
     mb: MicroBatch,
     dloss: f32,
 ) -> Result<Tensor<B>> {
-    let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
-    let (v, c) = (wte.value.dims()[0], wte.value.dims()[1]);
-    debug_assert_eq!(dlogits.dims(), [b * t, v]);
-    // Tied head: dwte += dlogitsᵀ · x, dx = dlogits · wte.
-    Tensor::matmul_into(&mut wte.grad, &dlogits.transpose(0, 1)?, &x_final, 1.0, 1.0)?;
-    let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
-    ln_f.backward(mb, &dx)
+    let be = wte.value.backend().clone();
+    in_region(
+        &be,
+        || "head backward".into(),
+        || {
+            let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
+            let (v, c) = (wte.value.dims()[0], wte.value.dims()[1]);
+            debug_assert_eq!(dlogits.dims(), [b * t, v]);
+            // Tied head: dwte += dlogitsᵀ · x, dx = dlogits · wte.
+            Tensor::matmul_into(&mut wte.grad, &dlogits.transpose(0, 1)?, &x_final, 1.0, 1.0)?;
+            let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
+            ln_f.backward(mb, &dx)
+        },
+    )
 }
 
 /// What the head's W needs: the logits' gradient `[B·T, V]` and the projection's input
@@ -474,10 +511,16 @@ pub(crate) fn head_backward_input<B: Backend>(
     mb: MicroBatch,
     dloss: f32,
 ) -> Result<(Tensor<B>, HeadPendingW<B>)> {
-    let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
-    let c = wte.value.dims()[1];
-    let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
-    Ok((ln_f.backward(mb, &dx)?, (dlogits, x_final)))
+    in_region(
+        wte.value.backend(),
+        || "head backward_input".into(),
+        || {
+            let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
+            let c = wte.value.dims()[1];
+            let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
+            Ok((ln_f.backward(mb, &dx)?, (dlogits, x_final)))
+        },
+    )
 }
 
 /// The tied projection's weight gradient from what [`head_backward_input`] returned:

@@ -42,6 +42,7 @@ pub mod loss;
 mod mlp;
 mod optim;
 mod param;
+mod region;
 mod schedule;
 mod stage;
 mod stash;

@@ -9,8 +9,8 @@
 //! an all-reduce over the embedding group).
 
 use crate::gpt::{
-    HeadSaved, embed, head_backward, head_backward_input, head_backward_weight, head_forward,
-    head_loss,
+    HeadSaved, embed, embed_backward, head_backward, head_backward_input, head_backward_weight,
+    head_forward, head_loss,
 };
 use crate::{Block, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, Error, Result};
@@ -40,9 +40,8 @@ impl<B: Backend> EmbeddingStage<B> {
 
     /// Scatter-adds the gradient of the residual stream `[B, T, C]` into both tables.
     pub fn backward(&mut self, mb: MicroBatch, dx: &Tensor<B>) -> Result<()> {
-        // The order Gpt::backward_mb uses.
-        self.wpe.backward(mb, dx)?;
-        self.wte.backward(mb, dx)
+        // The kernels and order of Gpt::backward_mb.
+        embed_backward(&mut self.wte, &mut self.wpe, mb, dx)
     }
 }
 

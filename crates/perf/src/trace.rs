@@ -181,6 +181,20 @@ impl Tracer {
         }
     }
 
+    /// [`Tracer::record_cpu_span`] in category `cat` (e.g. `layer`), which Perfetto can
+    /// filter by.
+    pub fn record_cpu_span_in(
+        &self,
+        cat: &'static str,
+        name: impl Into<Cow<'static, str>>,
+        start_us: f64,
+        dur_us: f64,
+    ) {
+        if self.enabled {
+            self.push_host(name.into(), cat, start_us, dur_us.max(0.0));
+        }
+    }
+
     /// [`Tracer::record_cpu_span`] with Chrome's `args` (an object of details, e.g. an op's
     /// shape and FLOPs), which Perfetto shows when the span is selected. Category `op`.
     pub fn record_cpu_span_with_args(

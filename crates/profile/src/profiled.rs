@@ -13,11 +13,20 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+/// Locks `m`, going on with the data of a thread that panicked while holding it (the
+/// totals and regions stay usable for a report).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// What every clone of one [`ProfiledBackend`] shares: the tracer and the running totals.
 #[derive(Debug)]
 struct Shared {
     tracer: Arc<Tracer>,
     totals: Mutex<BTreeMap<&'static str, OpStats>>,
+    /// The regions open now ([`Backend::begin_region`]), innermost last, with their
+    /// start times.
+    regions: Mutex<Vec<(String, f64)>>,
     synchronize_each_op: bool,
 }
 
@@ -71,6 +80,7 @@ impl<B: Backend> ProfiledBackend<B> {
             shared: Arc::new(Shared {
                 tracer,
                 totals: Mutex::new(BTreeMap::new()),
+                regions: Mutex::new(Vec::new()),
                 synchronize_each_op: !cfg!(target_arch = "wasm32"),
             }),
         }
@@ -196,6 +206,28 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
 
     fn supports(&self, dtype: DType) -> bool {
         self.inner.supports(dtype)
+    }
+
+    fn records_regions(&self) -> bool {
+        true
+    }
+
+    fn begin_region(&self, name: &str) {
+        let start = self.now();
+        lock(&self.shared.regions).push((name.to_string(), start));
+    }
+
+    /// Records the region as a span of category `layer`, after waiting for the device
+    /// as an op does. A synchronisation error is left to the next op, which reports it.
+    fn end_region(&self) {
+        let Some((name, start)) = lock(&self.shared.regions).pop() else {
+            return;
+        };
+        let _ = self.wait();
+        let dur = (self.now() - start).max(0.0);
+        self.shared
+            .tracer
+            .record_cpu_span_in("layer", name, start, dur);
     }
 
     fn dtype(&self, buf: &Self::Buffer) -> DType {

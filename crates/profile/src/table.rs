@@ -98,29 +98,56 @@ impl Profile {
         window: &str,
         skip: usize,
     ) -> (Self, f64) {
+        Self::ranges_from_chrome_trace(trace, window, skip, "cpu", str::to_string)
+    }
+
+    /// The layers' regions of the windows (category `layer`, recorded by
+    /// [`crate::ProfiledBackend`] around each layer's forward and backward), grouped by
+    /// layer with the block index left out (`h.3.attn forward` counts as
+    /// `h.*.attn forward`), in the manner of [`Profile::phases_from_chrome_trace`]. Regions
+    /// nest, so a block's time includes its parts'; an op's FLOPs and bytes go to the
+    /// innermost region around it. Returns them and the windows' summed duration.
+    pub fn layers_from_chrome_trace(
+        trace: &serde_json::Value,
+        window: &str,
+        skip: usize,
+    ) -> (Self, f64) {
+        Self::ranges_from_chrome_trace(trace, window, skip, "layer", layer_kind)
+    }
+
+    /// Host spans of category `cat` inside the windows, grouped by `key(name)`, with the
+    /// op spans' FLOPs and bytes given to the innermost one around each op.
+    fn ranges_from_chrome_trace(
+        trace: &serde_json::Value,
+        window: &str,
+        skip: usize,
+        cat: &str,
+        key: impl Fn(&str) -> String,
+    ) -> (Self, f64) {
         let events = trace["traceEvents"].as_array().map_or(&[][..], |v| &v[..]);
         let windows = windows_of(events, window, skip);
         let inside = |ts: f64| innermost(&windows, ts).is_some();
-        let mut phases: Vec<(f64, f64, &str)> = events
+        let mut ranges: Vec<(f64, f64, String)> = events
             .iter()
-            .filter(|e| e["ph"] == "X" && e["cat"] == "cpu" && e["name"] != window)
+            .filter(|e| e["ph"] == "X" && e["cat"] == cat && e["name"] != window)
             .filter_map(|e| Some((e["ts"].as_f64()?, e["dur"].as_f64()?, e["name"].as_str()?)))
             .filter(|(ts, _, _)| inside(*ts))
+            .map(|(ts, dur, name)| (ts, dur, key(name)))
             .collect();
-        phases.sort_by(|a, b| a.0.total_cmp(&b.0));
+        ranges.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut totals: BTreeMap<String, OpStats> = BTreeMap::new();
-        for (_, dur, name) in &phases {
-            let s = totals.entry(name.to_string()).or_default();
+        for (_, dur, name) in &ranges {
+            let s = totals.entry(name.clone()).or_default();
             s.calls += 1;
             s.total_us += dur;
         }
-        let spans: Vec<(f64, f64)> = phases.iter().map(|(t, d, _)| (*t, *d)).collect();
+        let spans: Vec<(f64, f64)> = ranges.iter().map(|(t, d, _)| (*t, *d)).collect();
         for e in events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "op") {
             let Some(ts) = e["ts"].as_f64() else { continue };
             let Some(i) = innermost(&spans, ts) else {
                 continue;
             };
-            let s = totals.entry(phases[i].2.to_string()).or_default();
+            let s = totals.entry(ranges[i].2.clone()).or_default();
             s.flops = s
                 .flops
                 .saturating_add(e["args"]["flops"].as_u64().unwrap_or(0));
@@ -309,12 +336,13 @@ fn windows_of(events: &[serde_json::Value], window: &str, skip: usize) -> Vec<(f
     windows.split_off(skip.min(windows.len()))
 }
 
-/// The index of the span of `spans` (sorted by start, not overlapping: steps and the
-/// phases of a step run one after another) that contains `ts`: the only candidate is the
-/// last one starting at or before it.
+/// The index of the innermost span of `spans` (sorted by start) that contains `ts`.
 fn innermost(spans: &[(f64, f64)], ts: f64) -> Option<usize> {
     let i = spans.partition_point(|(s, _)| *s <= ts);
-    (i > 0 && ts <= spans[i - 1].0 + spans[i - 1].1).then(|| i - 1)
+    // Spans may nest (a block's region holds its layers'): the innermost one around
+    // `ts` is the last-starting one that still contains it, maybe before a sibling
+    // that has already ended.
+    (0..i).rev().find(|&j| ts <= spans[j].0 + spans[j].1)
 }
 
 /// The name column's width: the longest name, at least 24.
@@ -358,10 +386,42 @@ fn write_row(out: &mut String, r: &OpRow, width: usize) {
     );
 }
 
+/// A layer region's name with its block index replaced by `*` (`h.3.attn forward` ->
+/// `h.*.attn forward`), so that one row sums a layer over all blocks.
+fn layer_kind(name: &str) -> String {
+    let Some(rest) = name.strip_prefix("h.") else {
+        return name.to_string();
+    };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    if digits == 0 {
+        return name.to_string();
+    }
+    format!("h.*{}", &rest[digits..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use brrr_backend::DType;
+
+    #[test]
+    fn innermost_looks_past_a_sibling_that_ended() {
+        // A block [0, 100] holding layers [1, 10] and [11, 50]; nothing after 100.
+        let spans = [(0.0, 100.0), (1.0, 9.0), (11.0, 39.0)];
+        assert_eq!(innermost(&spans, 5.0), Some(1));
+        assert_eq!(innermost(&spans, 20.0), Some(2));
+        assert_eq!(innermost(&spans, 60.0), Some(0));
+        assert_eq!(innermost(&spans, 120.0), None);
+        assert_eq!(innermost(&spans, -1.0), None);
+    }
+
+    #[test]
+    fn layer_kinds_leave_out_the_block_index() {
+        assert_eq!(layer_kind("h.12.attn forward"), "h.*.attn forward");
+        assert_eq!(layer_kind("h.0 backward"), "h.* backward");
+        assert_eq!(layer_kind("head forward"), "head forward");
+        assert_eq!(layer_kind("h.x forward"), "h.x forward");
+    }
 
     fn call(kind: &'static str, flops: u64, bytes: u64) -> OpCall {
         OpCall {

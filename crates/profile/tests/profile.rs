@@ -299,3 +299,90 @@ fn every_op_of_a_step_falls_in_a_phase() {
     assert!(phases.get("forward").unwrap().flops > 0);
     assert!(phases.total_us() <= wall, "{} > {wall}", phases.total_us());
 }
+
+/// A span of the trace: name, start and end (µs).
+type Span = (String, f64, f64);
+
+fn spans_of(trace: &serde_json::Value, cat: &str) -> Vec<Span> {
+    let events = trace["traceEvents"].as_array().unwrap();
+    events
+        .iter()
+        .filter(|e| e["cat"] == cat)
+        .map(|e| {
+            let ts = e["ts"].as_f64().unwrap();
+            let name = e["name"].as_str().unwrap().to_string();
+            (name, ts, ts + e["dur"].as_f64().unwrap())
+        })
+        .collect()
+}
+
+fn within(inner: &Span, outer: &Span) -> bool {
+    outer.1 <= inner.1 && inner.2 <= outer.2
+}
+
+/// Layer regions (`Backend::begin_region`, category `layer`): every layer's forward and
+/// backward is a span, they nest (`h.0.attn forward` inside `h.0 forward`), and every op
+/// of the model's passes lies inside one (all but the trainer's sum of the losses).
+#[test]
+fn every_op_of_the_passes_falls_in_a_layer_region() {
+    let cfg = config();
+    let tracer = Arc::new(Tracer::new());
+    let backend = ProfiledBackend::with_tracer(CpuBackend::new(), tracer.clone()).unwrap();
+    let mut t = trainer(&backend, &cfg);
+    t.set_shared_tracer(tracer.clone());
+    t.step_blocking().unwrap();
+    let trace = tracer.to_chrome_value();
+    let layers = spans_of(&trace, "layer");
+    let find = |n: &str| {
+        layers
+            .iter()
+            .find(|l| l.0 == n)
+            .unwrap_or_else(|| panic!("no region {n}: {layers:?}"))
+    };
+    for (inner, outer) in [
+        ("h.0.ln_1 forward", "h.0 forward"),
+        ("h.0.attn forward", "h.0 forward"),
+        ("h.1.mlp forward", "h.1 forward"),
+        ("h.1.ln_2 backward", "h.1 backward"),
+        ("h.0.attn backward", "h.0 backward"),
+    ] {
+        assert!(within(find(inner), find(outer)), "{inner} not in {outer}");
+    }
+    for n in [
+        "embedding forward",
+        "head forward",
+        "loss forward",
+        "head backward",
+    ] {
+        find(n);
+    }
+    find("embedding backward");
+    let passes: Vec<Span> = spans_of(&trace, "cpu")
+        .into_iter()
+        .filter(|p| p.0 == "forward" || p.0 == "backward")
+        .collect();
+    let ops: Vec<Span> = spans_of(&trace, "op")
+        .into_iter()
+        .filter(|o| passes.iter().any(|p| within(o, p)))
+        .collect();
+    assert!(ops.len() > 50, "{} ops in the passes", ops.len());
+    let outside: Vec<&Span> = ops
+        .iter()
+        .filter(|op| !layers.iter().any(|l| within(op, l)))
+        .collect();
+    // The one exception is the trainer's own: it sums the model's per-position losses
+    // (a reduce into a new buffer) after the forward.
+    let names: Vec<&str> = outside.iter().map(|o| o.0.as_str()).collect();
+    assert_eq!(
+        names,
+        ["alloc", "reduce"],
+        "in no layer's region: {outside:?}"
+    );
+}
+
+/// The plain backend records no regions, so layers never build a region's name there.
+#[test]
+fn only_the_profiler_records_regions() {
+    assert!(!CpuBackend::new().records_regions());
+    assert!(ProfiledBackend::new(CpuBackend::new()).records_regions());
+}
