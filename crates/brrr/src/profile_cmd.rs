@@ -101,14 +101,13 @@ pub fn report(trace: &serde_json::Value, info: &BackendInfo, synchronized: bool)
     );
     out.push_str(&phases.top_table(usize::MAX, wall_us, None, "phase"));
     // As PyTorch's module-level view: each layer's regions over all blocks. They nest,
-    // so a block's time holds its parts' and the shares add up to more than 100%.
+    // so a block's time and work hold its parts' and the shares add up to more than 100%.
     let (layers, _) = Profile::layers_from_chrome_trace(trace, "step", skip);
     if layers.total_calls() > 0 {
         let _ = writeln!(
             out,
-            "
-by layer, all blocks together (regions nest: a block's time includes its \
-             layers'; rates: of the ops directly inside):\n"
+            "\nby layer, all blocks together (regions nest: a block's time and rates \
+             include its layers'):\n"
         );
         out.push_str(&layers.top_table(usize::MAX, wall_us, None, "layer"));
     }

@@ -105,8 +105,7 @@ impl Profile {
     /// [`crate::ProfiledBackend`] around each layer's forward and backward), grouped by
     /// layer with the block index left out (`h.3.attn forward` counts as
     /// `h.*.attn forward`), in the manner of [`Profile::phases_from_chrome_trace`]. Regions
-    /// nest, so a block's time includes its parts'; an op's FLOPs and bytes go to the
-    /// innermost region around it. Returns them and the windows' summed duration.
+    /// nest, so a block's time and work include its parts'. Returns them and the windows' summed duration.
     pub fn layers_from_chrome_trace(
         trace: &serde_json::Value,
         window: &str,
@@ -115,8 +114,9 @@ impl Profile {
         Self::ranges_from_chrome_trace(trace, window, skip, "layer", layer_kind)
     }
 
-    /// Host spans of category `cat` inside the windows, grouped by `key(name)`, with the
-    /// op spans' FLOPs and bytes given to the innermost one around each op.
+    /// Host spans of category `cat` inside the windows, grouped by `key(name)`, with each
+    /// op span's FLOPs and bytes given to every span around it (time and work both
+    /// inclusive, so a nested span's rate is that of everything inside it).
     fn ranges_from_chrome_trace(
         trace: &serde_json::Value,
         window: &str,
@@ -141,19 +141,18 @@ impl Profile {
             s.calls += 1;
             s.total_us += dur;
         }
-        let spans: Vec<(f64, f64)> = ranges.iter().map(|(t, d, _)| (*t, *d)).collect();
+        let nested = Nested::new(ranges.iter().map(|(t, d, _)| (*t, *d)).collect());
         for e in events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "op") {
             let Some(ts) = e["ts"].as_f64() else { continue };
-            let Some(i) = innermost(&spans, ts) else {
-                continue;
-            };
-            let s = totals.entry(ranges[i].2.clone()).or_default();
-            s.flops = s
-                .flops
-                .saturating_add(e["args"]["flops"].as_u64().unwrap_or(0));
-            s.bytes = s
-                .bytes
-                .saturating_add(e["args"]["bytes"].as_u64().unwrap_or(0));
+            for i in nested.around(ts) {
+                let s = totals.entry(ranges[i].2.clone()).or_default();
+                s.flops = s
+                    .flops
+                    .saturating_add(e["args"]["flops"].as_u64().unwrap_or(0));
+                s.bytes = s
+                    .bytes
+                    .saturating_add(e["args"]["bytes"].as_u64().unwrap_or(0));
+            }
         }
         let wall = windows.iter().map(|(_, d)| d).sum();
         (Profile { totals }, wall)
@@ -336,13 +335,52 @@ fn windows_of(events: &[serde_json::Value], window: &str, skip: usize) -> Vec<(f
     windows.split_off(skip.min(windows.len()))
 }
 
-/// The index of the innermost span of `spans` (sorted by start) that contains `ts`.
+/// The index of the innermost span of `spans` (sorted by start, not overlapping:
+/// windows and phases run one after another) that contains `ts`.
 fn innermost(spans: &[(f64, f64)], ts: f64) -> Option<usize> {
     let i = spans.partition_point(|(s, _)| *s <= ts);
-    // Spans may nest (a block's region holds its layers'): the innermost one around
-    // `ts` is the last-starting one that still contains it, maybe before a sibling
-    // that has already ended.
-    (0..i).rev().find(|&j| ts <= spans[j].0 + spans[j].1)
+    (i > 0 && ts <= spans[i - 1].0 + spans[i - 1].1).then(|| i - 1)
+}
+
+/// Spans `(start, duration)` sorted by start that may nest (a block's region holds its
+/// layers') but do not cross, with each one's parent: the latest-starting span that
+/// contains it.
+struct Nested {
+    spans: Vec<(f64, f64)>,
+    parent: Vec<Option<usize>>,
+}
+
+impl Nested {
+    fn new(spans: Vec<(f64, f64)>) -> Self {
+        let end = |(s, d): (f64, f64)| s + d;
+        let mut parent = Vec::with_capacity(spans.len());
+        let mut open: Vec<usize> = Vec::new();
+        for (j, &span) in spans.iter().enumerate() {
+            while open.last().is_some_and(|&k| end(spans[k]) < span.0) {
+                open.pop();
+            }
+            parent.push(open.last().copied());
+            open.push(j);
+        }
+        Nested { spans, parent }
+    }
+
+    /// The spans that contain `ts`, innermost first. Any span around `ts` holds the
+    /// last one starting at or before it (spans do not cross), so the walk goes up
+    /// from there: as long as the nesting is deep, not as long as the trace.
+    fn around(&self, ts: f64) -> impl Iterator<Item = usize> + '_ {
+        let i = self.spans.partition_point(|(s, _)| *s <= ts);
+        let mut next = i.checked_sub(1);
+        std::iter::from_fn(move || {
+            while let Some(j) = next {
+                next = self.parent[j];
+                if ts <= self.spans[j].0 + self.spans[j].1 {
+                    return Some(j);
+                }
+            }
+            None
+        })
+    }
 }
 
 /// The name column's width: the longest name, at least 24.
@@ -405,14 +443,24 @@ mod tests {
     use brrr_backend::DType;
 
     #[test]
-    fn innermost_looks_past_a_sibling_that_ended() {
-        // A block [0, 100] holding layers [1, 10] and [11, 50]; nothing after 100.
-        let spans = [(0.0, 100.0), (1.0, 9.0), (11.0, 39.0)];
-        assert_eq!(innermost(&spans, 5.0), Some(1));
-        assert_eq!(innermost(&spans, 20.0), Some(2));
-        assert_eq!(innermost(&spans, 60.0), Some(0));
-        assert_eq!(innermost(&spans, 120.0), None);
-        assert_eq!(innermost(&spans, -1.0), None);
+    fn around_walks_up_past_a_sibling_that_ended() {
+        // Block [0, 100] holding layers [1, 10] and [11, 50], the second holding
+        // [12, 20]; another block [200, 300].
+        let n = Nested::new(vec![
+            (0.0, 100.0),
+            (1.0, 9.0),
+            (11.0, 39.0),
+            (12.0, 8.0),
+            (200.0, 100.0),
+        ]);
+        let around = |ts: f64| n.around(ts).collect::<Vec<_>>();
+        assert_eq!(around(5.0), [1, 0]);
+        assert_eq!(around(15.0), [3, 2, 0]);
+        assert_eq!(around(30.0), [2, 0]);
+        assert_eq!(around(60.0), [0]);
+        assert_eq!(around(150.0), [] as [usize; 0]);
+        assert_eq!(around(250.0), [4]);
+        assert_eq!(around(-1.0), [] as [usize; 0]);
     }
 
     #[test]
