@@ -46,6 +46,19 @@ fn weights<B: Backend>(t: &Trainer<B>) -> Vec<HostData> {
         .collect()
 }
 
+/// The Chrome trace of `steps` training steps of [`config`] on a profiled CPU backend,
+/// with the trainer's phases recorded in the same tracer.
+fn traced_steps(steps: usize) -> serde_json::Value {
+    let tracer = Arc::new(Tracer::new());
+    let backend = ProfiledBackend::with_tracer(CpuBackend::new(), tracer.clone()).unwrap();
+    let mut t = trainer(&backend, &config());
+    t.set_shared_tracer(tracer.clone());
+    for _ in 0..steps {
+        t.step_blocking().unwrap();
+    }
+    tracer.to_chrome_value()
+}
+
 /// One step: each layer's ops appear as often as the model's structure says, and the
 /// GEMM FLOPs add up to the GPT's matmul count exactly.
 #[test]
@@ -243,13 +256,7 @@ fn the_trace_gives_the_same_totals_inside_the_steps() {
 /// FLOPs add up to the per-kind totals.
 #[test]
 fn by_shape_splits_the_gemms_and_adds_up() {
-    let cfg = config();
-    let tracer = Arc::new(Tracer::new());
-    let backend = ProfiledBackend::with_tracer(CpuBackend::new(), tracer.clone()).unwrap();
-    let mut t = trainer(&backend, &cfg);
-    t.set_shared_tracer(tracer.clone());
-    t.step_blocking().unwrap();
-    let trace = tracer.to_chrome_value();
+    let trace = traced_steps(1);
     let (kinds, _) = brrr_profile::Profile::from_chrome_trace(&trace, "step", 0);
     let (shapes, wall) = brrr_profile::Profile::from_chrome_trace_by_shape(&trace, "step", 0);
     let gemms: Vec<_> = shapes
@@ -268,14 +275,7 @@ fn by_shape_splits_the_gemms_and_adds_up() {
 /// wall time fits in the steps'.
 #[test]
 fn every_op_of_a_step_falls_in_a_phase() {
-    let cfg = config();
-    let tracer = Arc::new(Tracer::new());
-    let backend = ProfiledBackend::with_tracer(CpuBackend::new(), tracer.clone()).unwrap();
-    let mut t = trainer(&backend, &cfg);
-    t.set_shared_tracer(tracer.clone());
-    t.step_blocking().unwrap();
-    t.step_blocking().unwrap();
-    let trace = tracer.to_chrome_value();
+    let trace = traced_steps(2);
     let (kinds, wall) = brrr_profile::Profile::from_chrome_trace(&trace, "step", 1);
     let (phases, wall2) = brrr_profile::Profile::phases_from_chrome_trace(&trace, "step", 1);
     assert_eq!(wall, wall2);
@@ -325,13 +325,7 @@ fn within(inner: &Span, outer: &Span) -> bool {
 /// of the model's passes lies inside one (all but the trainer's sum of the losses).
 #[test]
 fn every_op_of_the_passes_falls_in_a_layer_region() {
-    let cfg = config();
-    let tracer = Arc::new(Tracer::new());
-    let backend = ProfiledBackend::with_tracer(CpuBackend::new(), tracer.clone()).unwrap();
-    let mut t = trainer(&backend, &cfg);
-    t.set_shared_tracer(tracer.clone());
-    t.step_blocking().unwrap();
-    let trace = tracer.to_chrome_value();
+    let trace = traced_steps(1);
     let layers = spans_of(&trace, "layer");
     let find = |n: &str| {
         layers
