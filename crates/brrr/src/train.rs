@@ -180,8 +180,9 @@ pub struct TrainArgs {
     /// stored) or composite (GEMMs and a softmax) [default: fused; composite with a
     /// --checkpoint strategy, whose planner counts the composite's [T, T] scores]. The
     /// fused kernel runs where it applies: a backend that has one (the CPU), f32, no
-    /// --doc-mask; elsewhere the composite path runs whatever this says. Every engine (--dp, --tp, --pp)
-    /// follows it. Saved with the run; given on --resume, it changes from there.
+    /// --doc-mask; elsewhere the composite path runs whatever this says. Every engine
+    /// (--dp, --tp, --pp) follows it. Saved with the run; given on --resume, it changes
+    /// from there.
     #[arg(long, value_enum)]
     pub attention: Option<AttentionArg>,
     /// Mixed precision: GEMMs and attention in bf16 or fp16 with f32 master weights
@@ -267,6 +268,16 @@ pub fn resume_attention(args: &TrainArgs, cfg: &mut TrainConfig, notes: &mut Vec
             AttentionArg::name(cfg.fused_attention)
         ));
         cfg.fused_attention = a.fused();
+    }
+}
+
+/// [`resume_attention`] for the engines that print no resume line of their own
+/// (`--dp`, `--pp`): the change, if any, goes to stderr unless `--quiet`.
+pub fn resume_attention_saying(args: &TrainArgs, cfg: &mut TrainConfig) {
+    let mut notes = Vec::new();
+    resume_attention(args, cfg, &mut notes);
+    if !args.quiet && !notes.is_empty() {
+        eprintln!("resuming now with {}", notes.join(", "));
     }
 }
 

@@ -136,11 +136,7 @@ fn job(args: &TrainArgs, dp: DpConfig) -> Result<Job> {
                 c.steps = s;
             }
             // As on one device: given on --resume, --attention changes from there.
-            let mut notes = Vec::new();
-            crate::train::resume_attention(args, &mut c, &mut notes);
-            if !args.quiet && !notes.is_empty() {
-                eprintln!("resuming now with {}", notes.join(", "));
-            }
+            crate::train::resume_attention_saying(args, &mut c);
             c
         }
         None => config_from_args(args)?,

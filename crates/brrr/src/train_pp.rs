@@ -485,11 +485,7 @@ pub fn run(args: &TrainArgs, dp: usize) -> Result<String> {
             c.steps = args.steps.unwrap_or(c.steps);
             c.eval_every = args.eval_every.unwrap_or(c.eval_every);
             // As on one device: given on --resume, --attention changes from there.
-            let mut notes = Vec::new();
-            train::resume_attention(args, &mut c, &mut notes);
-            if !args.quiet && !notes.is_empty() {
-                eprintln!("resuming now with {}", notes.join(", "));
-            }
+            train::resume_attention_saying(args, &mut c);
             c
         }
         None => train::config_from_args(args)?,
