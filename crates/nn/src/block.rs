@@ -1,4 +1,4 @@
-use crate::region::in_region;
+use crate::region::Region;
 use crate::{CausalSelfAttention, LayerNorm, MicroBatch, Mlp, Module, Param};
 use brrr_backend::{Backend, DType, Result};
 use brrr_tensor::Tensor;
@@ -53,34 +53,28 @@ impl<B: Backend> Block<B> {
     /// `[B, T, C] -> [B, T, C]`, saving under `mb`.
     pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
         let (be, n) = (x.backend(), &self.name);
-        in_region(
-            be,
-            || format!("{n} forward"),
-            || {
-                let h = in_region(
-                    be,
-                    || format!("{n}.ln_1 forward"),
-                    || self.ln_1.forward(mb, x),
-                )?;
-                let a = in_region(
-                    be,
-                    || format!("{n}.attn forward"),
-                    || self.attn.forward(mb, &h),
-                )?;
-                let x1 = x.add(&a)?;
-                let h = in_region(
-                    be,
-                    || format!("{n}.ln_2 forward"),
-                    || self.ln_2.forward(mb, &x1),
-                )?;
-                let m = in_region(
-                    be,
-                    || format!("{n}.mlp forward"),
-                    || self.mlp.forward(mb, &h),
-                )?;
-                x1.add(&m)
-            },
-        )
+        let _block = Region::open(be, || format!("{n} forward"));
+        // Each branch in a scope: its region closes, and the LayerNorm's output is freed,
+        // as soon as the branch is done, as in one expression (brrr-checkpoint counts
+        // the memory a block holds, and its test measures it).
+        let a = {
+            let h = {
+                let _r = Region::open(be, || format!("{n}.ln_1 forward"));
+                self.ln_1.forward(mb, x)?
+            };
+            let _r = Region::open(be, || format!("{n}.attn forward"));
+            self.attn.forward(mb, &h)?
+        };
+        let x1 = x.add(&a)?;
+        let m = {
+            let h = {
+                let _r = Region::open(be, || format!("{n}.ln_2 forward"));
+                self.ln_2.forward(mb, &x1)?
+            };
+            let _r = Region::open(be, || format!("{n}.mlp forward"));
+            self.mlp.forward(mb, &h)?
+        };
+        x1.add(&m)
     }
 
     /// The residual connections pass the gradient straight through and add the
@@ -108,55 +102,40 @@ impl<B: Backend> Block<B> {
     ) -> Result<Tensor<B>> {
         let (be, n) = (dout.backend(), &self.name);
         let pass = if split { "backward_input" } else { "backward" };
-        in_region(
-            be,
-            || format!("{n} {pass}"),
-            || {
-                let dm = in_region(
-                    be,
-                    || format!("{n}.mlp {pass}"),
-                    || match split {
-                        false => self.mlp.backward(mb, dout),
-                        true => self.mlp.backward_input(mb, dout),
-                    },
-                )?;
-                let mut dx1 = in_region(
-                    be,
-                    || format!("{n}.ln_2 backward"),
-                    || self.ln_2.backward(mb, &dm),
-                )?;
-                dx1.add_(dout)?;
-                let da = in_region(
-                    be,
-                    || format!("{n}.attn {pass}"),
-                    || match split {
-                        false => self.attn.backward(mb, &dx1),
-                        true => self.attn.backward_input(mb, &dx1),
-                    },
-                )?;
-                let mut dx = in_region(
-                    be,
-                    || format!("{n}.ln_1 backward"),
-                    || self.ln_1.backward(mb, &da),
-                )?;
-                dx.add_(&dx1)?;
-                Ok(dx)
-            },
-        )
+        let _block = Region::open(be, || format!("{n} {pass}"));
+        let mut dx1 = {
+            let dm = {
+                let _r = Region::open(be, || format!("{n}.mlp {pass}"));
+                match split {
+                    false => self.mlp.backward(mb, dout)?,
+                    true => self.mlp.backward_input(mb, dout)?,
+                }
+            };
+            let _r = Region::open(be, || format!("{n}.ln_2 backward"));
+            self.ln_2.backward(mb, &dm)?
+        };
+        dx1.add_(dout)?;
+        let mut dx = {
+            let da = {
+                let _r = Region::open(be, || format!("{n}.attn {pass}"));
+                match split {
+                    false => self.attn.backward(mb, &dx1)?,
+                    true => self.attn.backward_input(mb, &dx1)?,
+                }
+            };
+            let _r = Region::open(be, || format!("{n}.ln_1 backward"));
+            self.ln_1.backward(mb, &da)?
+        };
+        dx.add_(&dx1)?;
+        Ok(dx)
     }
 
     /// The projections' weight gradients of micro-batch `mb` (the zero-bubble "W").
     pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
-        let be = self.ln_1.gamma.value.backend().clone();
-        let n = &self.name;
-        in_region(
-            &be,
-            || format!("{n} backward_weight"),
-            || {
-                self.mlp.backward_weight(mb)?;
-                self.attn.backward_weight(mb)
-            },
-        )
+        let be = self.ln_1.gamma.value.backend();
+        let _block = Region::open(be, || format!("{} backward_weight", self.name));
+        self.mlp.backward_weight(mb)?;
+        self.attn.backward_weight(mb)
     }
 }
 

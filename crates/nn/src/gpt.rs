@@ -1,4 +1,4 @@
-use crate::region::in_region;
+use crate::region::Region;
 use crate::{Block, Embedding, LayerNorm, MicroBatch, Module, Param, Stash};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
@@ -381,15 +381,10 @@ pub(crate) fn embed<B: Backend>(
             format!("sequence length {t} exceeds block_size {block_size}"),
         ));
     }
-    in_region(
-        ids.backend(),
-        || "embedding forward".into(),
-        || {
-            let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
-            let pos = Tensor::from_u32(ids.backend(), &positions, [b, t])?;
-            wte.forward(mb, ids)?.add(&wpe.forward(mb, &pos)?)
-        },
-    )
+    let _region = Region::open(ids.backend(), || "embedding forward".into());
+    let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
+    let pos = Tensor::from_u32(ids.backend(), &positions, [b, t])?;
+    wte.forward(mb, ids)?.add(&wpe.forward(mb, &pos)?)
 }
 
 /// The embeddings' backward from the gradient of the first block's input: position
@@ -400,14 +395,9 @@ pub(crate) fn embed_backward<B: Backend>(
     mb: MicroBatch,
     dx: &Tensor<B>,
 ) -> Result<()> {
-    in_region(
-        dx.backend(),
-        || "embedding backward".into(),
-        || {
-            wpe.backward(mb, dx)?;
-            wte.backward(mb, dx)
-        },
-    )
+    let _region = Region::open(dx.backend(), || "embedding backward".into());
+    wpe.backward(mb, dx)?;
+    wte.backward(mb, dx)
 }
 
 /// The head's forward: `ln_f`, then the tied projection `logits = x · wteᵀ`,
@@ -427,25 +417,20 @@ pub(crate) fn head_forward<B: Backend>(
     }
     let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
     let vocab = wte.dims()[0];
-    in_region(
-        x.backend(),
-        || "head forward".into(),
-        || {
-            let x_final = ln_f.forward(mb, x)?.reshape([b * t, c])?;
-            // Tied head: logits = x · wteᵀ (the transpose is a view).
-            let logits = x_final.matmul(&wte.transpose(0, 1)?)?;
-            saved.put(
-                mb,
-                HeadSaved {
-                    x_final,
-                    logits: None,
-                    targets: None,
-                    bt: (b, t),
-                },
-            );
-            logits.reshape([b, t, vocab])
+    let _region = Region::open(x.backend(), || "head forward".into());
+    let x_final = ln_f.forward(mb, x)?.reshape([b * t, c])?;
+    // Tied head: logits = x · wteᵀ (the transpose is a view).
+    let logits = x_final.matmul(&wte.transpose(0, 1)?)?;
+    saved.put(
+        mb,
+        HeadSaved {
+            x_final,
+            logits: None,
+            targets: None,
+            bt: (b, t),
         },
-    )
+    );
+    logits.reshape([b, t, vocab])
 }
 
 /// Per-position cross-entropy of the logits `head_forward` just returned for `mb`;
@@ -456,11 +441,10 @@ pub(crate) fn head_loss<B: Backend>(
     logits: Tensor<B>,
     targets: &Tensor<B>,
 ) -> Result<Tensor<B>> {
-    let losses = in_region(
-        targets.backend(),
-        || "loss forward".into(),
-        || logits.cross_entropy(targets),
-    )?;
+    let losses = {
+        let _region = Region::open(targets.backend(), || "loss forward".into());
+        logits.cross_entropy(targets)?
+    };
     let s = saved
         .get_mut(mb)
         .ok_or_else(|| Error::invalid("Gpt head", format!("no forward saved for {mb}")))?;
@@ -478,20 +462,16 @@ pub(crate) fn head_backward<B: Backend>(
     mb: MicroBatch,
     dloss: f32,
 ) -> Result<Tensor<B>> {
+    // A clone: the region outlives the mutable borrows of `wte` below.
     let be = wte.value.backend().clone();
-    in_region(
-        &be,
-        || "head backward".into(),
-        || {
-            let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
-            let (v, c) = (wte.value.dims()[0], wte.value.dims()[1]);
-            debug_assert_eq!(dlogits.dims(), [b * t, v]);
-            // Tied head: dwte += dlogitsᵀ · x, dx = dlogits · wte.
-            Tensor::matmul_into(&mut wte.grad, &dlogits.transpose(0, 1)?, &x_final, 1.0, 1.0)?;
-            let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
-            ln_f.backward(mb, &dx)
-        },
-    )
+    let _region = Region::open(&be, || "head backward".into());
+    let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
+    let (v, c) = (wte.value.dims()[0], wte.value.dims()[1]);
+    debug_assert_eq!(dlogits.dims(), [b * t, v]);
+    // Tied head: dwte += dlogitsᵀ · x, dx = dlogits · wte.
+    Tensor::matmul_into(&mut wte.grad, &dlogits.transpose(0, 1)?, &x_final, 1.0, 1.0)?;
+    let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
+    ln_f.backward(mb, &dx)
 }
 
 /// What the head's W needs: the logits' gradient `[B·T, V]` and the projection's input
@@ -511,16 +491,11 @@ pub(crate) fn head_backward_input<B: Backend>(
     mb: MicroBatch,
     dloss: f32,
 ) -> Result<(Tensor<B>, HeadPendingW<B>)> {
-    in_region(
-        wte.value.backend(),
-        || "head backward_input".into(),
-        || {
-            let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
-            let c = wte.value.dims()[1];
-            let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
-            Ok((ln_f.backward(mb, &dx)?, (dlogits, x_final)))
-        },
-    )
+    let _region = Region::open(wte.value.backend(), || "head backward_input".into());
+    let (dlogits, x_final, (b, t)) = head_dlogits(wte, saved, mb, dloss)?;
+    let c = wte.value.dims()[1];
+    let dx = dlogits.matmul(&wte.value)?.reshape([b, t, c])?;
+    Ok((ln_f.backward(mb, &dx)?, (dlogits, x_final)))
 }
 
 /// The tied projection's weight gradient from what [`head_backward_input`] returned:

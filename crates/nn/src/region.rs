@@ -4,20 +4,28 @@
 //! but a profiling wrapper) a region costs one call that returns `false`: its name is
 //! never built.
 
-use brrr_backend::{Backend, Result};
+use brrr_backend::Backend;
 
-/// Runs `f` inside a region named `name()` on `backend`. The region is closed whether
-/// `f` succeeds or fails, so an error leaves no region open.
-pub(crate) fn in_region<B: Backend, T>(
-    backend: &B,
-    name: impl FnOnce() -> String,
-    f: impl FnOnce() -> Result<T>,
-) -> Result<T> {
-    if !backend.records_regions() {
-        return f();
+/// An open region, closed when dropped: at the end of its scope, or on the way out of
+/// an early return (`?`), so an error leaves no region open and nested regions close
+/// innermost first.
+pub(crate) struct Region<'a, B: Backend>(Option<&'a B>);
+
+impl<'a, B: Backend> Region<'a, B> {
+    /// Opens a region named `name()` on `backend`, if it records regions.
+    pub(crate) fn open(backend: &'a B, name: impl FnOnce() -> String) -> Self {
+        if !backend.records_regions() {
+            return Region(None);
+        }
+        backend.begin_region(&name());
+        Region(Some(backend))
     }
-    backend.begin_region(&name());
-    let out = f();
-    backend.end_region();
-    out
+}
+
+impl<B: Backend> Drop for Region<'_, B> {
+    fn drop(&mut self) {
+        if let Some(backend) = self.0 {
+            backend.end_region();
+        }
+    }
 }
