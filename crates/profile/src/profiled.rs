@@ -25,7 +25,8 @@ struct Shared {
     tracer: Arc<Tracer>,
     totals: Mutex<BTreeMap<&'static str, OpStats>>,
     /// The regions open now ([`Backend::begin_region`]), innermost last, with their
-    /// start times.
+    /// start times. One stack for every clone: regions assume one thread issues the ops
+    /// (as one training step on one device does), else they would interleave.
     regions: Mutex<Vec<(String, f64)>>,
     synchronize_each_op: bool,
 }
