@@ -7,10 +7,11 @@
 // benchmark them (`brrr bench gemm --backend wgpu`).
 //
 // Operands are addressed through strides, which is how transposes cost nothing:
-//   op(A)(i, q) = a[batch*stride_a + i*a_rs + q*a_cs]    (row-major A: a_rs = k, a_cs = 1;
-//                                                          Aᵀ stored k×m: a_rs = 1, a_cs = m)
-//   op(B)(q, j) = b[batch*stride_b + q*b_rs + j*b_cs]
-//   C(i, j)     = c[batch*stride_c + i*n + j]
+//   op(A)(i, q) = a[off_a + batch*stride_a + i*a_rs + q*a_cs]  (row-major A: a_rs = k,
+//                                                   a_cs = 1; Aᵀ stored k×m: a_rs = 1, a_cs = m)
+//   op(B)(q, j) = b[off_b + batch*stride_b + q*b_rs + j*b_cs]
+//   C(i, j)     = c[off_c + batch*stride_c + i*n + j]
+// The offsets let an operand live part-way into a larger buffer (a flat parameter buffer).
 // The batch index is the grid's z (plus `batch_base` when the batch is split into several
 // dispatches because one grid dimension holds at most 65535 workgroups).
 //
@@ -32,6 +33,7 @@ struct Params {
     a_rs: u32, a_cs: u32, b_rs: u32, b_cs: u32,
     stride_a: u32, stride_b: u32, stride_c: u32, batch_base: u32,
     alpha: f32, beta: f32, trans_a: u32, trans_b: u32,
+    off_a: u32, off_b: u32, off_c: u32, _pad: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -54,13 +56,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (row >= p.m || col >= p.n) {
         return;
     }
-    let a0 = bat * p.stride_a + row * p.a_rs;
-    let b0 = bat * p.stride_b + col * p.b_cs;
+    let a0 = p.off_a + bat * p.stride_a + row * p.a_rs;
+    let b0 = p.off_b + bat * p.stride_b + col * p.b_cs;
     var acc = 0.0;
     for (var q = 0u; q < p.k; q = q + 1u) {
         acc = acc + a[a0 + q * p.a_cs] * b[b0 + q * p.b_rs];
     }
-    store_c(bat * p.stride_c + row * p.n + col, acc);
+    store_c(p.off_c + bat * p.stride_c + row * p.n + col, acc);
 }
 
 // ==== kernel: v2_tiled ====
@@ -77,6 +79,7 @@ struct Params {
     a_rs: u32, a_cs: u32, b_rs: u32, b_cs: u32,
     stride_a: u32, stride_b: u32, stride_c: u32, batch_base: u32,
     alpha: f32, beta: f32, trans_a: u32, trans_b: u32,
+    off_a: u32, off_b: u32, off_c: u32, _pad: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -100,8 +103,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let row = wid.y * T + lid.y;
     let col = wid.x * T + lid.x;
     let bat = wid.z + p.batch_base;
-    let abase = bat * p.stride_a;
-    let bbase = bat * p.stride_b;
+    let abase = p.off_a + bat * p.stride_a;
+    let bbase = p.off_b + bat * p.stride_b;
     var acc = 0.0;
     let tiles = (p.k + T - 1u) / T;
     for (var t = 0u; t < tiles; t = t + 1u) {
@@ -124,7 +127,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
     }
     if (row < p.m && col < p.n) {
-        store_c(bat * p.stride_c + row * p.n + col, acc);
+        store_c(p.off_c + bat * p.stride_c + row * p.n + col, acc);
     }
 }
 
@@ -144,6 +147,7 @@ struct Params {
     a_rs: u32, a_cs: u32, b_rs: u32, b_cs: u32,
     stride_a: u32, stride_b: u32, stride_c: u32, batch_base: u32,
     alpha: f32, beta: f32, trans_a: u32, trans_b: u32,
+    off_a: u32, off_b: u32, off_c: u32, _pad: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -170,8 +174,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
     let bat = wid.z + p.batch_base;
-    let abase = bat * p.stride_a;
-    let bbase = bat * p.stride_b;
+    let abase = p.off_a + bat * p.stride_a;
+    let bbase = p.off_b + bat * p.stride_b;
     var acc: array<f32, 16>;
     let tiles = (p.k + BK - 1u) / BK;
     for (var t = 0u; t < tiles; t = t + 1u) {
@@ -227,7 +231,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         for (var cc = 0u; cc < 4u; cc = cc + 1u) {
             let col = col0 + lid.x + 16u * cc;
             if (row < p.m && col < p.n) {
-                store_c(bat * p.stride_c + row * p.n + col, acc[r * 4u + cc]);
+                store_c(p.off_c + bat * p.stride_c + row * p.n + col, acc[r * 4u + cc]);
             }
         }
     }
@@ -246,6 +250,7 @@ struct Params {
     a_rs: u32, a_cs: u32, b_rs: u32, b_cs: u32,
     stride_a: u32, stride_b: u32, stride_c: u32, batch_base: u32,
     alpha: f32, beta: f32, trans_a: u32, trans_b: u32,
+    off_a: u32, off_b: u32, off_c: u32, _pad: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
@@ -272,8 +277,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
     let bat = wid.z + p.batch_base;
-    let abase = bat * p.stride_a;
-    let bbase = bat * p.stride_b;
+    let abase = p.off_a + bat * p.stride_a;
+    let bbase = p.off_b + bat * p.stride_b;
     var acc: array<vec4<f32>, 16>;
     let tiles = (p.k + BK - 1u) / BK;
     for (var t = 0u; t < tiles; t = t + 1u) {
@@ -352,7 +357,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 for (var j = 0u; j < 4u; j = j + 1u) {
                     let col = col0 + 64u * ci + 4u * lid.x + j;
                     if (row < p.m && col < p.n) {
-                        store_c(bat * p.stride_c + row * p.n + col, v[j]);
+                        store_c(p.off_c + bat * p.stride_c + row * p.n + col, v[j]);
                     }
                 }
             }

@@ -11,6 +11,9 @@
 // With AMP, `inv_scale` (the inverse loss scale) and `found_inf` live on the device, so the
 // step needs no host round trip: when found_inf[0] != 0 every invocation returns without
 // touching anything, which is GradScaler's "skip the step".
+//
+// `off` is where the update starts in every buffer: invocation j updates element off + j,
+// so one parameter inside flat buffers (a ZeRO shard's segment) is updated in place.
 
 // ==== kernel: adamw ====
 struct Params {
@@ -25,7 +28,7 @@ struct Params {
     grad_scale: f32,
     has_inv_scale: u32,
     has_found_inf: u32,
-    _pad: u32,
+    off: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> grad: array<f32>;
@@ -38,13 +41,14 @@ struct Params {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let i = flat_id(wid, nwg, lid);
-    if (i >= p.n) {
+    let j = flat_id(wid, nwg, lid);
+    if (j >= p.n) {
         return;
     }
     if (p.has_found_inf != 0u && found_inf[0] != 0.0) {
         return;
     }
+    let i = p.off + j;
     var gs = p.grad_scale;
     if (p.has_inv_scale != 0u) {
         gs = gs * inv_scale[0];
@@ -81,7 +85,7 @@ struct Params {
     grad_scale: f32,
     has_inv_scale: u32,
     has_found_inf: u32,
-    _pad: u32,
+    off: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> grad: array<f32>;
@@ -127,27 +131,31 @@ fn update(i: u32, gs: f32) -> f32 {
 @compute @workgroup_size(256)
 fn single(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
-    let i = flat_id(wid, nwg, lid);
-    if (i >= p.n || skipped()) {
+    let j = flat_id(wid, nwg, lid);
+    if (j >= p.n || skipped()) {
         return;
     }
+    let i = p.off + j;
     param_copy[i] = store(update(i, gscale()));
 }
 
 @compute @workgroup_size(256)
 fn pairs(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
-    let w = flat_id(wid, nwg, lid);
-    let i = 2u * w;
-    if (i >= p.n || skipped()) {
+    // `off` is even (the host checks): word w of the range holds elements off + 2w and
+    // off + 2w + 1.
+    let j = 2u * flat_id(wid, nwg, lid);
+    if (j >= p.n || skipped()) {
         return;
     }
+    let i = p.off + j;
+    let w = i / 2u;
     let gs = gscale();
     var word = store(update(i, gs)) & 0xffffu;
-    if (i + 1u < p.n) {
+    if (j + 1u < p.n) {
         word = word | (store(update(i + 1u, gs)) << 16u);
     } else {
-        // The last word of an odd-length buffer: keep the upper half as it was.
+        // The range ends inside this word (an odd length): keep the upper half as it was.
         word = word | (param_copy[w] & 0xffff0000u);
     }
     param_copy[w] = word;

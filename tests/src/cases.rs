@@ -3,8 +3,8 @@
 use crate::compare::{Tol, compare, tolerance};
 use crate::{Outcome, SuiteOptions};
 use brrr_backend::{
-    AdamWParams, Backend, BinaryOp, DType, GemmSpec, HostData, LayerNormSpec, Layout, ReduceOp,
-    Result, ScaleUpdateParams, SegmentMask, Shape, SoftmaxSpec, UnaryOp,
+    AdamWParams, Backend, BinaryOp, DType, ElemRange, GemmSpec, HostData, LayerNormSpec, Layout,
+    ReduceOp, Result, ScaleUpdateParams, SegmentMask, Shape, SoftmaxSpec, UnaryOp,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -129,6 +129,9 @@ impl Attn {
             stride_a: t * d,
             stride_b: t * d,
             stride_c: t * t,
+            offset_a: 0,
+            offset_b: 0,
+            offset_c: 0,
         }
     }
     fn softmax(&self) -> SoftmaxSpec {
@@ -154,6 +157,9 @@ impl Attn {
             stride_a: t * t,
             stride_b: t * d,
             stride_c: t * d,
+            offset_a: 0,
+            offset_b: 0,
+            offset_c: 0,
         }
     }
 
@@ -276,6 +282,9 @@ impl Op {
                     stride_a: a.t * a.d,
                     stride_b: a.t * a.d,
                     stride_c: a.t * a.t,
+                    offset_a: 0,
+                    offset_b: 0,
+                    offset_c: 0,
                 };
                 x.gemm(&dp_spec, dout, v, &mut dp)?;
                 // dS = softmax'(P, dP) (the scale included)
@@ -688,6 +697,30 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
         stride_b: 0,
         ..plain(4, 8, 12, 16).trans_b(true)
     });
+    // Operands part-way into larger buffers (parameters and gradients in one flat
+    // buffer): odd offsets, and multiples of 4 that wgpu's vec4 kernel takes.
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        gemms.push(
+            plain(1, 17, 33, 19)
+                .trans_a(ta)
+                .trans_b(tb)
+                .offsets(5, 3, 7),
+        );
+        gemms.push(
+            plain(2, 20, 24, 28)
+                .trans_a(ta)
+                .trans_b(tb)
+                .offsets(8, 4, 12),
+        );
+    }
+    gemms.push(
+        GemmSpec {
+            stride_b: 0,
+            ..plain(4, 8, 12, 16).trans_b(true)
+        }
+        .beta(1.0)
+        .offsets(1, 96, 2),
+    );
     if large {
         gemms.push(plain(1, 65, 127, 129));
         gemms.push(plain(1, 128, 96, 256).trans_a(true));
@@ -701,7 +734,7 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
     }
     for s in gemms {
         let label = format!(
-            "b={} m={} n={} k={}{}{}{}{}{}",
+            "b={} m={} n={} k={}{}{}{}{}{}{}",
             s.batch,
             s.m,
             s.n,
@@ -723,10 +756,16 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
             } else {
                 ""
             },
+            if (s.offset_a, s.offset_b, s.offset_c) != (0, 0, 0) {
+                format!(" offsets={},{},{}", s.offset_a, s.offset_b, s.offset_c)
+            } else {
+                String::new()
+            },
         );
         b.add("gemm", label, |g, d| {
             let (la, lb, lc) = s.required_lens().expect("the suite's specs fit usize");
-            let c = if s.beta != 0.0 {
+            // C before its offset must keep its values: initialised, never poisoned.
+            let c = if s.beta != 0.0 || s.offset_c != 0 {
                 Out::init("c", g.data(d, lc, -1.0, 1.0))
             } else {
                 Out::poison("c", d, lc)
@@ -1164,6 +1203,7 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
                 weight_decay: 0.1,
                 step,
                 grad_scale: 0.5,
+                range: None,
             };
             let label = format!(
                 "n={n} step={step}{}",
@@ -1198,6 +1238,39 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
                 )
             });
         }
+    }
+
+    // One parameter's segment of flat buffers (`range`): the elements outside it must
+    // come out exactly as they went in (every output buffer is compared whole).
+    for (offset, len, total, amp) in [(300usize, 1001usize, 1500usize, false), (7, 64, 80, true)] {
+        let p = AdamWParams {
+            step: 4,
+            grad_scale: 0.5,
+            range: Some(ElemRange::new(offset, len)),
+            ..AdamWParams::default()
+        };
+        let label = format!("range {offset}..{} of {total}", offset + len);
+        b.add("adamw", label, |g, d| {
+            let mut inputs = vec![g.data(d, total, -1.0, 1.0)];
+            if amp {
+                inputs.push(HostData::F32(vec![0.5]));
+                inputs.push(HostData::F32(vec![0.0]));
+            }
+            (
+                Op::AdamW {
+                    p,
+                    inv: amp,
+                    found: amp,
+                },
+                inputs,
+                vec![
+                    Out::init("param", g.data(d, total, -1.0, 1.0)),
+                    Out::init("m", g.data(DType::F32, total, -0.1, 0.1)),
+                    Out::init("v", g.data(DType::F32, total, 0.0, 0.01)),
+                ],
+                tol.times(4.0),
+            )
+        });
     }
 
     // ---- AMP -----------------------------------------------------------------------

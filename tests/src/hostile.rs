@@ -8,7 +8,8 @@
 
 use crate::{CaseResult, Outcome};
 use brrr_backend::{
-    AdamWParams, AttentionSpec, Backend, BinaryOp, DType, GemmSpec, HostData, Layout, Shape,
+    AdamWParams, AttentionSpec, Backend, BinaryOp, DType, ElemRange, GemmSpec, HostData, Layout,
+    Shape,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -87,6 +88,26 @@ fn gemm_cases() -> Vec<GemmCase> {
                 batch: 3,
                 stride_c: TOP,
                 ..one
+            },
+            lens: (4, 4, 4),
+        },
+        GemmCase {
+            // offset + size wraps to 1: an unchecked end passes the length check.
+            label: "gemm: offset_c usize::MAX (offset + size wraps)",
+            spec: one.offsets(0, 0, usize::MAX),
+            lens: (4, 4, 4),
+        },
+        GemmCase {
+            label: "gemm: offset_a one past the buffer (offset 4, buffer of 4)",
+            spec: one.offsets(4, 0, 0),
+            lens: (4, 4, 4),
+        },
+        GemmCase {
+            label: "gemm: batch 2 × stride 2^(bits - 1) + offset 1 in B",
+            spec: GemmSpec {
+                batch: 2,
+                stride_b: TOP,
+                ..one.offsets(0, TOP, 0)
             },
             lens: (4, 4, 4),
         },
@@ -179,6 +200,41 @@ pub(crate) fn run<X: Backend>(x: &X) -> Vec<CaseResult> {
                 outcome,
             ));
         }
+    }
+    // AdamW on part of flat buffers: a range that ends past a buffer, or past usize::MAX.
+    for (label, range, lens) in [
+        (
+            "adamw: range end wraps past usize::MAX",
+            ElemRange::new(usize::MAX, 2),
+            [8; 4],
+        ),
+        (
+            "adamw: range 4..12 of 8-element buffers",
+            ElemRange::new(4, 8),
+            [8; 4],
+        ),
+        (
+            "adamw: range fits param but not v",
+            ElemRange::new(2, 4),
+            [8, 8, 8, 5],
+        ),
+    ] {
+        let hp = AdamWParams {
+            range: Some(range),
+            ..AdamWParams::default()
+        };
+        let outcome = expect_err(|| {
+            let (mut p, g) = (buf(lens[0])?, buf(lens[1])?);
+            let (mut m, mut v) = (buf(lens[2])?, buf(lens[3])?);
+            x.adamw(&hp, &mut p, &g, &mut m, &mut v, None, None)
+        });
+        out.push(result(name, dt, label.to_string(), outcome));
+        let outcome = expect_err(|| {
+            let (mut w, mut c, g) = (buf(lens[0])?, buf(lens[0])?, buf(lens[1])?);
+            let (mut m, mut v) = (buf(lens[2])?, buf(lens[3])?);
+            x.adamw_master(&hp, &mut w, &mut c, &g, &mut m, &mut v, None, None)
+        });
+        out.push(result(name, dt, format!("{label} (master)"), outcome));
     }
     let dense = Layout::contiguous([3, 2]);
     for (label, l) in hostile_layouts() {

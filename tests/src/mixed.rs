@@ -3,7 +3,7 @@
 
 use crate::cases::{Builder, Op, Out};
 use crate::compare::{Tol, tolerance};
-use brrr_backend::{AdamWParams, DType, GemmSpec, HostData};
+use brrr_backend::{AdamWParams, DType, ElemRange, GemmSpec, HostData};
 
 pub(crate) fn add_cases(b: &mut Builder<'_>, dtype: DType, large: bool) {
     if matches!(dtype, DType::F16 | DType::BF16) {
@@ -11,6 +11,7 @@ pub(crate) fn add_cases(b: &mut Builder<'_>, dtype: DType, large: bool) {
     }
     if matches!(dtype, DType::F16 | DType::BF16 | DType::F32) {
         adamw_master(b, dtype);
+        adamw_master_range(b);
     }
     if dtype == DType::F32 {
         clip_coefficient(b);
@@ -86,6 +87,7 @@ fn adamw_master(b: &mut Builder<'_>, dtype: DType) {
                     weight_decay: 0.1,
                     step,
                     grad_scale: 0.5,
+                    range: None,
                 };
                 let label = format!(
                     "n={n} grad={gd} step={step}{}",
@@ -126,6 +128,42 @@ fn adamw_master(b: &mut Builder<'_>, dtype: DType) {
             }
         }
     }
+}
+
+/// AdamW with master weights on one parameter's segment of flat buffers: an even
+/// offset (wgpu writes a 16-bit copy a word, two elements, at a time) and an odd length,
+/// so the segment ends inside a word whose other half must be kept.
+fn adamw_master_range(b: &mut Builder<'_>) {
+    let (offset, len, total) = (6usize, 1001usize, 1100usize);
+    let p = AdamWParams {
+        step: 4,
+        grad_scale: 0.5,
+        range: Some(ElemRange::new(offset, len)),
+        ..AdamWParams::default()
+    };
+    b.add(
+        "adamw_master",
+        format!("range {offset}..{} of {total}", offset + len),
+        |g, d| {
+            let master = g.data(DType::F32, total, -1.0, 1.0);
+            let copy = HostData::from_f64(d, &master.to_f64());
+            (
+                Op::AdamWMaster {
+                    p,
+                    inv: false,
+                    found: false,
+                },
+                vec![g.data(DType::F32, total, -1.0, 1.0)],
+                vec![
+                    Out::init("master", master),
+                    Out::init("copy", copy),
+                    Out::init("m", g.data(DType::F32, total, -0.1, 0.1)),
+                    Out::init("v", g.data(DType::F32, total, 0.0, 0.01)),
+                ],
+                tolerance(d).times(4.0),
+            )
+        },
+    );
 }
 
 /// The clip factor from a sum of squares. brrr-cpu and CUDA compute in f64, WGSL in f32:

@@ -2,6 +2,7 @@
 //! buffers are passed separately so that the borrow checker sees which are written.
 
 use crate::{Error, Result};
+use std::ops::Range;
 
 /// `C[b] = alpha * op(A[b]) · op(B[b]) + beta * C[b]` for `b` in `0..batch`.
 ///
@@ -9,6 +10,12 @@ use crate::{Error, Result};
 /// or `k × m` when `trans_a` (so `op(A) = Aᵀ`); `B[b]` is stored `k × n`, or `n × k`
 /// when `trans_b`. Matrix `b` of A starts at element `b * stride_a` (likewise B and C);
 /// a stride of 0 reuses one matrix for the whole batch (a weight shared across a batch).
+///
+/// Each operand may start part-way into its buffer: matrix `b` of A starts at element
+/// `offset_a + b * stride_a` (likewise B and C). This is candle's `start_offset` and a
+/// pointer offset in BLAS: a parameter or gradient that lives in a flat buffer beside
+/// others (a DDP bucket, a ZeRO shard, llm.c's one `params_memory`) is used in place,
+/// without a copy. The offsets are 0 unless set with [`GemmSpec::offsets`].
 ///
 /// `beta = 1` accumulates into C, which is how parameter gradients add up over
 /// micro-batches without an extra kernel.
@@ -25,6 +32,9 @@ pub struct GemmSpec {
     pub stride_a: usize,
     pub stride_b: usize,
     pub stride_c: usize,
+    pub offset_a: usize,
+    pub offset_b: usize,
+    pub offset_c: usize,
 }
 
 impl GemmSpec {
@@ -43,6 +53,9 @@ impl GemmSpec {
             stride_a: m.saturating_mul(k),
             stride_b: k.saturating_mul(n),
             stride_c: m.saturating_mul(n),
+            offset_a: 0,
+            offset_b: 0,
+            offset_c: 0,
         }
     }
 
@@ -70,6 +83,13 @@ impl GemmSpec {
         self.beta = b;
         self
     }
+    /// Where A, B and C start in their buffers (elements).
+    pub fn offsets(mut self, a: usize, b: usize, c: usize) -> Self {
+        self.offset_a = a;
+        self.offset_b = b;
+        self.offset_c = c;
+        self
+    }
 
     /// Floating-point operations: one multiply and one add per term. An error when the
     /// count does not fit a `u64` (the sizes come from callers; a wrapped count would
@@ -90,25 +110,35 @@ impl GemmSpec {
         })
     }
 
-    /// Elements each operand (A, B, C) must hold: `(batch - 1) * stride + rows * cols`,
-    /// or 0 when the batch or the matrix is empty. Checked: the spec comes from the caller,
-    /// and a wrapped length would pass every backend's length check and let a kernel read
-    /// or write out of bounds, so an overflow is an error naming the operand.
+    /// Elements each operand (A, B, C) must hold: `offset + (batch - 1) * stride +
+    /// rows * cols`, or 0 when the batch or the matrix is empty (an empty operand is never
+    /// touched, wherever it starts). Checked: the spec comes from the caller, and a
+    /// wrapped length would pass every backend's length check and let a kernel read or
+    /// write out of bounds, so an overflow is an error naming the operand.
     pub fn required_lens(&self) -> Result<(usize, usize, usize)> {
+        let (a, b, c) = self.operand_ranges()?;
+        Ok((a.end, b.end, c.end))
+    }
+
+    /// The elements of each buffer (A, B, C) the product reads or writes, from the
+    /// first matrix's start to one past the last one's end (`0..0` when empty); checked
+    /// as [`GemmSpec::required_lens`].
+    pub fn operand_ranges(&self) -> Result<(Range<usize>, Range<usize>, Range<usize>)> {
         Ok((
-            self.required_len("A", self.stride_a, self.m, self.k)?,
-            self.required_len("B", self.stride_b, self.k, self.n)?,
-            self.required_len("C", self.stride_c, self.m, self.n)?,
+            self.operand_range("A", self.offset_a, self.stride_a, self.m, self.k)?,
+            self.operand_range("B", self.offset_b, self.stride_b, self.k, self.n)?,
+            self.operand_range("C", self.offset_c, self.stride_c, self.m, self.n)?,
         ))
     }
 
-    fn required_len(
+    fn operand_range(
         &self,
         operand: &str,
+        offset: usize,
         stride: usize,
         rows: usize,
         cols: usize,
-    ) -> Result<usize> {
+    ) -> Result<Range<usize>> {
         const OP: &str = "gemm";
         let size = rows.checked_mul(cols).ok_or_else(|| {
             Error::invalid(
@@ -117,20 +147,23 @@ impl GemmSpec {
             )
         })?;
         if self.batch == 0 || size == 0 {
-            return Ok(0);
+            return Ok(0..0);
         }
-        (self.batch - 1)
+        let end = (self.batch - 1)
             .checked_mul(stride)
             .and_then(|x| x.checked_add(size))
+            .and_then(|x| x.checked_add(offset))
             .ok_or_else(|| {
                 Error::invalid(
                     OP,
                     format!(
-                        "{operand}: batch {} × stride {stride} + {size} elements overflows usize",
+                        "{operand}: offset {offset} + batch {} × stride {stride} + {size} \
+                         elements overflows usize",
                         self.batch
                     ),
                 )
-            })
+            })?;
+        Ok(offset..end)
     }
 }
 
@@ -352,6 +385,51 @@ pub struct AdamWParams {
     pub weight_decay: f32,
     pub step: u32,
     pub grad_scale: f32,
+    /// Which elements to update. `None` (the default): all of `param`, every other
+    /// buffer at least as long. `Some(r)`: elements `r` of every buffer alike (`param`,
+    /// `grad`, `m`, `v`, and in `adamw_master` the master and its compute copy), the
+    /// rest untouched: one parameter's segment of flat buffers, as llm.c updates
+    /// parameters inside its one `params_memory` and a ZeRO shard holds several
+    /// parameters' segments. Each buffer must hold [`ElemRange::end`] elements.
+    pub range: Option<ElemRange>,
+}
+
+impl AdamWParams {
+    /// The elements an update touches for a `param` of `param_len` elements (see
+    /// [`AdamWParams::range`]); an error naming `op` when the range's end overflows.
+    pub fn elements(&self, op: &'static str, param_len: usize) -> Result<Range<usize>> {
+        match self.range {
+            None => Ok(0..param_len),
+            Some(r) => Ok(r.offset..r.end(op)?),
+        }
+    }
+}
+
+/// Elements `offset .. offset + len` of a buffer: one part of a flat buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ElemRange {
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl ElemRange {
+    pub fn new(offset: usize, len: usize) -> Self {
+        ElemRange { offset, len }
+    }
+
+    /// One past the last element: the length a buffer must have. Checked: a range
+    /// comes from the caller, and a wrapped end would pass a length check.
+    pub fn end(&self, op: &'static str) -> Result<usize> {
+        self.offset.checked_add(self.len).ok_or_else(|| {
+            Error::invalid(
+                op,
+                format!(
+                    "range of {} elements at offset {} ends past usize::MAX",
+                    self.len, self.offset
+                ),
+            )
+        })
+    }
 }
 
 impl Default for AdamWParams {
@@ -365,6 +443,7 @@ impl Default for AdamWParams {
             weight_decay: 0.01,
             step: 1,
             grad_scale: 1.0,
+            range: None,
         }
     }
 }
@@ -433,6 +512,20 @@ mod tests {
             (0, 0, 0)
         );
         assert_eq!(GemmSpec::new(0, 5, 6).required_lens().unwrap(), (0, 30, 0));
+    }
+
+    #[test]
+    fn offsets_move_each_operand() {
+        let s = GemmSpec::batched(3, 4, 5, 6).offsets(10, 20, 30);
+        assert_eq!(s.required_lens().unwrap(), (82, 110, 90));
+        let (a, b, c) = s.operand_ranges().unwrap();
+        assert_eq!((a, b, c), (10..82, 20..110, 30..90));
+        // An empty product touches nothing, wherever its operands would start.
+        let empty = GemmSpec::new(0, 5, 6).offsets(7, 8, 9);
+        assert_eq!(empty.operand_ranges().unwrap(), (0..0, 8..38, 0..0));
+        let wraps = GemmSpec::new(2, 2, 2).offsets(0, usize::MAX - 3, 0);
+        let e = wraps.required_lens().unwrap_err().to_string();
+        assert!(e.contains("B") && e.contains("offset"), "{e}");
     }
 
     #[test]

@@ -69,10 +69,10 @@ pub(crate) fn gemm(
     kernel: GemmKernel,
 ) -> Result<()> {
     const OP: &str = "gemm";
-    let (need_a, need_b, need_c) = spec.required_lens()?;
-    check::len(OP, a, need_a)?;
-    check::len(OP, b, need_b)?;
-    check::len(OP, c, need_c)?;
+    let (ra, rb, rc) = spec.operand_ranges()?;
+    check::len(OP, a, ra.end)?;
+    check::len(OP, b, rb.end)?;
+    check::len(OP, c, rc.end)?;
     if !spec.alpha.is_finite() || !spec.beta.is_finite() {
         return Err(Error::invalid(
             OP,
@@ -84,34 +84,58 @@ pub(crate) fn gemm(
     }
     match (a, b, &mut *c) {
         (HostData::F32(a), HostData::F32(b), HostData::F32(c)) => {
-            batched(spec, &a[..need_a], &b[..need_b], &mut c[..need_c], kernel);
+            batched(
+                spec,
+                &a[ra.clone()],
+                &b[rb.clone()],
+                &mut c[rc.clone()],
+                kernel,
+            );
         }
         (HostData::F64(a), HostData::F64(b), HostData::F64(c)) => {
-            batched(spec, &a[..need_a], &b[..need_b], &mut c[..need_c], kernel);
+            batched(
+                spec,
+                &a[ra.clone()],
+                &b[rb.clone()],
+                &mut c[rc.clone()],
+                kernel,
+            );
         }
         (HostData::F16(a), HostData::F16(b), HostData::F16(c)) => {
-            via_f32(spec, &a[..need_a], &b[..need_b], &mut c[..need_c], kernel);
+            via_f32(
+                spec,
+                &a[ra.clone()],
+                &b[rb.clone()],
+                &mut c[rc.clone()],
+                kernel,
+            );
         }
         (HostData::BF16(a), HostData::BF16(b), HostData::BF16(c)) => {
-            via_f32(spec, &a[..need_a], &b[..need_b], &mut c[..need_c], kernel);
+            via_f32(
+                spec,
+                &a[ra.clone()],
+                &b[rb.clone()],
+                &mut c[rc.clone()],
+                kernel,
+            );
         }
         // Mixed precision: 16-bit operands, f32 C (a gradient or master buffer). The
         // operands are widened exactly, and C is read and written in f32 directly.
         (HostData::F16(a), HostData::F16(b), HostData::F32(c)) => {
             batched(
                 spec,
-                &widen(&a[..need_a]),
-                &widen(&b[..need_b]),
-                &mut c[..need_c],
+                &widen(&a[ra.clone()]),
+                &widen(&b[rb.clone()]),
+                &mut c[rc.clone()],
                 kernel,
             );
         }
         (HostData::BF16(a), HostData::BF16(b), HostData::F32(c)) => {
             batched(
                 spec,
-                &widen(&a[..need_a]),
-                &widen(&b[..need_b]),
-                &mut c[..need_c],
+                &widen(&a[ra.clone()]),
+                &widen(&b[rb.clone()]),
+                &mut c[rc.clone()],
                 kernel,
             );
         }

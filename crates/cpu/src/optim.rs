@@ -22,10 +22,12 @@ pub(crate) fn adamw(
     found_inf: Option<&HostData>,
 ) -> Result<()> {
     const OP: &str = "adamw";
-    let n = param.len();
-    check::len(OP, grad, n)?;
-    let m = check::f32s_mut(OP, m, n)?;
-    let v = check::f32s_mut(OP, v, n)?;
+    let r = p.elements(OP, param.len())?;
+    let end = r.end;
+    check::len(OP, param, end)?;
+    check::len(OP, grad, end)?;
+    let m = &mut check::f32s_mut(OP, m, end)?[r.clone()];
+    let v = &mut check::f32s_mut(OP, v, end)?[r.clone()];
     if p.step == 0 {
         return Err(Error::invalid(
             OP,
@@ -42,11 +44,12 @@ pub(crate) fn adamw(
         return Ok(());
     }
     let k = Consts::new(p, inv_scale);
+    let rr = || r.clone();
     match (&mut *param, grad) {
-        (HostData::F16(w), HostData::F16(g)) => step_typed(&k, w, &g[..n], m, v),
-        (HostData::BF16(w), HostData::BF16(g)) => step_typed(&k, w, &g[..n], m, v),
-        (HostData::F32(w), HostData::F32(g)) => step_typed(&k, w, &g[..n], m, v),
-        (HostData::F64(w), HostData::F64(g)) => step_typed(&k, w, &g[..n], m, v),
+        (HostData::F16(w), HostData::F16(g)) => step_typed(&k, &mut w[rr()], &g[rr()], m, v),
+        (HostData::BF16(w), HostData::BF16(g)) => step_typed(&k, &mut w[rr()], &g[rr()], m, v),
+        (HostData::F32(w), HostData::F32(g)) => step_typed(&k, &mut w[rr()], &g[rr()], m, v),
+        (HostData::F64(w), HostData::F64(g)) => step_typed(&k, &mut w[rr()], &g[rr()], m, v),
         (w, g) => return Err(check::dtype_error(OP, &[w, g])),
     }
     Ok(())
@@ -164,12 +167,13 @@ pub(crate) fn adamw_master(
     found_inf: Option<&HostData>,
 ) -> Result<()> {
     const OP: &str = "adamw_master";
-    let n = master.len();
-    let w = check::f32s_mut(OP, master, n)?;
-    check::len(OP, copy, n)?;
-    check::len(OP, grad, n)?;
-    let m = check::f32s_mut(OP, m, n)?;
-    let v = check::f32s_mut(OP, v, n)?;
+    let r = p.elements(OP, master.len())?;
+    let end = r.end;
+    let w = &mut check::f32s_mut(OP, master, end)?[r.clone()];
+    check::len(OP, copy, end)?;
+    check::len(OP, grad, end)?;
+    let m = &mut check::f32s_mut(OP, m, end)?[r.clone()];
+    let v = &mut check::f32s_mut(OP, v, end)?[r.clone()];
     if p.step == 0 {
         return Err(Error::invalid(
             OP,
@@ -195,11 +199,21 @@ pub(crate) fn adamw_master(
     }
     let k = Consts::new(p, inv_scale);
     match (&mut *copy, grad) {
-        (HostData::F16(c), HostData::F32(g)) => step_master(&k, w, &g[..n], &mut c[..n], m, v),
-        (HostData::F16(c), HostData::F16(g)) => step_master(&k, w, &g[..n], &mut c[..n], m, v),
-        (HostData::BF16(c), HostData::F32(g)) => step_master(&k, w, &g[..n], &mut c[..n], m, v),
-        (HostData::BF16(c), HostData::BF16(g)) => step_master(&k, w, &g[..n], &mut c[..n], m, v),
-        (HostData::F32(c), HostData::F32(g)) => step_master(&k, w, &g[..n], &mut c[..n], m, v),
+        (HostData::F16(c), HostData::F32(g)) => {
+            step_master(&k, w, &g[r.clone()], &mut c[r.clone()], m, v)
+        }
+        (HostData::F16(c), HostData::F16(g)) => {
+            step_master(&k, w, &g[r.clone()], &mut c[r.clone()], m, v)
+        }
+        (HostData::BF16(c), HostData::F32(g)) => {
+            step_master(&k, w, &g[r.clone()], &mut c[r.clone()], m, v)
+        }
+        (HostData::BF16(c), HostData::BF16(g)) => {
+            step_master(&k, w, &g[r.clone()], &mut c[r.clone()], m, v)
+        }
+        (HostData::F32(c), HostData::F32(g)) => {
+            step_master(&k, w, &g[r.clone()], &mut c[r.clone()], m, v)
+        }
         (c, g) => return Err(check::dtype_error(OP, &[&*c, g])),
     }
     Ok(())

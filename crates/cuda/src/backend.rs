@@ -1237,9 +1237,11 @@ impl Backend for CudaBackend {
         if params.step == 0 {
             return Err(Error::invalid(OP, "step counts from 1"));
         }
-        let n = param.len;
-        for len in [grad.len, m.len, v.len] {
-            Error::check_len(OP, n, len)?;
+        // One parameter's segment of flat buffers, or all of `param`.
+        let r = params.elements(OP, param.len)?;
+        let n = r.len();
+        for len in [param.len, grad.len, m.len, v.len] {
+            Error::check_len(OP, r.end, len)?;
         }
         for b in [inv_scale, found_inf].into_iter().flatten() {
             same_dtype(OP, DType::F32, b.dtype)?;
@@ -1254,10 +1256,11 @@ impl Backend for CudaBackend {
             &format!("adamw_{}_{}", suffix(param.dtype), suffix(grad.dtype)),
             self.flat_cfg(n),
             &[
-                Arg::Ptr(param.device_ptr()),
-                Arg::Ptr(grad.device_ptr()),
-                Arg::Ptr(m.device_ptr()),
-                Arg::Ptr(v.device_ptr()),
+                // In range: `r.start` is below the checked `r.end`.
+                Arg::Ptr(param.ptr_at(r.start)),
+                Arg::Ptr(grad.ptr_at(r.start)),
+                Arg::Ptr(m.ptr_at(r.start)),
+                Arg::Ptr(v.ptr_at(r.start)),
                 Arg::U64(n as u64),
                 Arg::pod(&args),
                 Arg::Ptr(inv_scale.map_or(0, CudaBuffer::device_ptr)),
@@ -1297,9 +1300,10 @@ impl Backend for CudaBackend {
         if params.step == 0 {
             return Err(Error::invalid(OP, "step counts from 1"));
         }
-        let n = master.len;
-        for len in [param_copy.len, grad.len, m.len, v.len] {
-            Error::check_len(OP, n, len)?;
+        let r = params.elements(OP, master.len)?;
+        let n = r.len();
+        for len in [master.len, param_copy.len, grad.len, m.len, v.len] {
+            Error::check_len(OP, r.end, len)?;
         }
         for b in [inv_scale, found_inf].into_iter().flatten() {
             same_dtype(OP, DType::F32, b.dtype)?;
@@ -1313,11 +1317,11 @@ impl Backend for CudaBackend {
             &format!("adamw_master_{}_{}", suffix(copy_dt), suffix(grad.dtype)),
             self.flat_cfg(n),
             &[
-                Arg::Ptr(master.device_ptr()),
-                Arg::Ptr(param_copy.device_ptr()),
-                Arg::Ptr(grad.device_ptr()),
-                Arg::Ptr(m.device_ptr()),
-                Arg::Ptr(v.device_ptr()),
+                Arg::Ptr(master.ptr_at(r.start)),
+                Arg::Ptr(param_copy.ptr_at(r.start)),
+                Arg::Ptr(grad.ptr_at(r.start)),
+                Arg::Ptr(m.ptr_at(r.start)),
+                Arg::Ptr(v.ptr_at(r.start)),
                 Arg::U64(n as u64),
                 Arg::pod(&adamw_args(params)),
                 Arg::Ptr(inv_scale.map_or(0, CudaBuffer::device_ptr)),

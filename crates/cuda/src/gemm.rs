@@ -194,6 +194,9 @@ impl CudaBackend {
             && cc.0 >= 8
             && lda_contig.is_multiple_of(8)
             && ldb_contig.is_multiple_of(8)
+            && spec.offset_a.is_multiple_of(8)
+            && spec.offset_b.is_multiple_of(8)
+            && spec.offset_c.is_multiple_of(8)
             && (spec.batch <= 1
                 || (spec.stride_a.is_multiple_of(8) && spec.stride_b.is_multiple_of(8)))
     }
@@ -222,7 +225,9 @@ impl CudaBackend {
         if spec.k == 0 && matches!(which, GemmImpl::Cublas | GemmImpl::CublasLt) {
             which = GemmImpl::V1Naive;
         }
-        if which == GemmImpl::CublasLt && (spec.batch > 1 || mixed) {
+        // cuBLASLt's heuristics assume 256-byte aligned operands unless told otherwise;
+        // an operand inside a flat buffer may start anywhere, so it takes plain cuBLAS.
+        if which == GemmImpl::CublasLt && (spec.batch > 1 || mixed || has_offsets(spec)) {
             which = GemmImpl::Cublas;
         }
         if which == GemmImpl::V4TensorCore && (mixed || !self.v4_eligible(spec, dtype)) {
@@ -261,18 +266,18 @@ impl CudaBackend {
     ) -> Result<()> {
         let (dtype, c_dtype) = (a.dtype(), c.dtype());
         let tf32 = self.allow_tf32();
+        let (pa, pb, pc) = operand_ptrs(spec, a, b, c);
         if !c_overlaps(spec) {
-            let ptrs = (a.device_ptr(), b.device_ptr(), c.device_ptr());
-            let g = blas_for(spec, ptrs.0, ptrs.1, ptrs.2, (dtype, c_dtype), tf32);
+            let g = blas_for(spec, pa, pb, pc, (dtype, c_dtype), tf32);
             return self.dev().blas_gemm(&g);
         }
         let one = GemmSpec { batch: 1, ..*spec };
         let (es, es_c) = (dtype.size_in_bytes(), c_dtype.size_in_bytes());
         for i in 0..spec.batch {
             // In range: `i * stride` is below the checked `required_lens`.
-            let a_i = a.device_ptr() + (i * spec.stride_a * es) as u64;
-            let b_i = b.device_ptr() + (i * spec.stride_b * es) as u64;
-            let c_i = c.device_ptr() + (i * spec.stride_c * es_c) as u64;
+            let a_i = pa + (i * spec.stride_a * es) as u64;
+            let b_i = pb + (i * spec.stride_b * es) as u64;
+            let c_i = pc + (i * spec.stride_c * es_c) as u64;
             let g = blas_for(&one, a_i, b_i, c_i, (dtype, c_dtype), tf32);
             self.dev().blas_gemm(&g)?;
         }
@@ -291,14 +296,8 @@ impl CudaBackend {
         for (what, v) in [("gemm m", spec.m), ("gemm n", spec.n), ("gemm k", spec.k)] {
             check_i32("gemm", what, v)?;
         }
-        let g = blas_for(
-            spec,
-            a.device_ptr(),
-            b.device_ptr(),
-            c.device_ptr(),
-            (a.dtype(), c.dtype()),
-            self.allow_tf32(),
-        );
+        let (pa, pb, pc) = operand_ptrs(spec, a, b, c);
+        let g = blas_for(spec, pa, pb, pc, (a.dtype(), c.dtype()), self.allow_tf32());
         self.dev().lt_matmul(&LtMatmul {
             gemm: g,
             bias: bias.map(CudaBuffer::device_ptr),
@@ -326,6 +325,13 @@ impl CudaBackend {
             return Err(Error::invalid(
                 OP,
                 format!("batch must be 1, got {}", spec.batch),
+            ));
+        }
+        if has_offsets(spec) {
+            // cuBLASLt assumes 256-byte aligned operands (see `gemm_with`).
+            return Err(Error::invalid(
+                OP,
+                "operands start at element 0 of their buffers (offsets are for `gemm`)",
             ));
         }
         if let Some(bias) = bias {
@@ -403,6 +409,7 @@ impl CudaBackend {
             trans_a: i32::from(spec.trans_a),
             trans_b: i32::from(spec.trans_b),
         };
+        let (pa, pb, pc) = operand_ptrs(spec, a, b, c);
         let mut start = 0;
         while start < spec.batch {
             // Overlapping C matrices are written one launch at a time, in batch order.
@@ -422,9 +429,9 @@ impl CudaBackend {
                     smem,
                 },
                 &[
-                    Arg::Ptr(c.device_ptr() + off(spec.stride_c, es_c)),
-                    Arg::Ptr(a.device_ptr() + off(spec.stride_a, es)),
-                    Arg::Ptr(b.device_ptr() + off(spec.stride_b, es)),
+                    Arg::Ptr(pc + off(spec.stride_c, es_c)),
+                    Arg::Ptr(pa + off(spec.stride_a, es)),
+                    Arg::Ptr(pb + off(spec.stride_b, es)),
                     Arg::pod(&args),
                 ],
             )?;
@@ -432,6 +439,29 @@ impl CudaBackend {
         }
         Ok(())
     }
+}
+
+/// Whether any operand starts part-way into its buffer.
+fn has_offsets(spec: &GemmSpec) -> bool {
+    spec.offset_a != 0 || spec.offset_b != 0 || spec.offset_c != 0
+}
+
+/// Where A, B and C start: each buffer's address plus the spec's offset, in bytes. In
+/// range: an offset is below the checked [`GemmSpec::required_lens`] (or the operand is
+/// empty and never touched).
+fn operand_ptrs(
+    spec: &GemmSpec,
+    a: &CudaBuffer,
+    b: &CudaBuffer,
+    c: &CudaBuffer,
+) -> (u64, u64, u64) {
+    let es = a.dtype().size_in_bytes() as u64;
+    let es_c = c.dtype().size_in_bytes() as u64;
+    (
+        a.device_ptr() + spec.offset_a as u64 * es,
+        b.device_ptr() + spec.offset_b as u64 * es,
+        c.device_ptr() + spec.offset_c as u64 * es_c,
+    )
 }
 
 /// Whether the batch's C matrices overlap (`stride_c < m n`), so that they must be

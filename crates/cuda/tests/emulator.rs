@@ -10,8 +10,8 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use brrr_backend::{
-    AdamWParams, Backend, BinaryOp, DType, Error, GemmSpec, HostData, LayerNormSpec, Layout,
-    ReduceOp, ScaleUpdateParams, Shape, SoftmaxSpec, UnaryOp, block_on,
+    AdamWParams, Backend, BinaryOp, DType, ElemRange, Error, GemmSpec, HostData, LayerNormSpec,
+    Layout, ReduceOp, ScaleUpdateParams, Shape, SoftmaxSpec, UnaryOp, block_on,
 };
 use brrr_cpu::{CpuBackend, CpuBuffer};
 use brrr_cuda::{CudaBackend, CudaBuffer, GemmImpl};
@@ -709,17 +709,22 @@ fn adamw_and_the_amp_kernels() {
         let hg = data(dt, &rand_vec(&mut r, n, -1.0, 1.0));
         let hm = data(DType::F32, &rand_vec(&mut r, n, -0.1, 0.1));
         let hv = data(DType::F32, &rand_vec(&mut r, n, 0.0, 0.1));
-        let params = AdamWParams {
-            lr: 1e-2,
-            step: 3,
-            grad_scale: 0.5,
-            ..AdamWParams::default()
-        };
-        for (inv, found) in [
-            (None, None),
-            (Some(0.25f32), Some(0.0f32)),
-            (Some(0.25), Some(1.0)),
+        // All of the buffers, then elements 5..65 of them (a parameter inside flat
+        // buffers: the elements outside must come back untouched).
+        for (range, inv, found) in [
+            (None, None, None),
+            (None, Some(0.25f32), Some(0.0f32)),
+            (None, Some(0.25), Some(1.0)),
+            (Some(ElemRange::new(5, 60)), None, None),
+            (Some(ElemRange::new(5, 60)), Some(0.25), Some(0.0)),
         ] {
+            let params = AdamWParams {
+                lr: 1e-2,
+                step: 3,
+                grad_scale: 0.5,
+                range,
+                ..AdamWParams::default()
+            };
             let hinv = inv.map(|s| HostData::F32(vec![s]));
             let hfound = found.map(|s| HostData::F32(vec![s]));
             let (inv_b, found_b) = (
@@ -749,7 +754,7 @@ fn adamw_and_the_amp_kernels() {
                 hfound.as_ref().map(on_cpu).as_ref(),
             )
             .unwrap();
-            let tag = format!("adamw {dt} inv {inv:?} found {found:?}");
+            let tag = format!("adamw {dt} {range:?} inv {inv:?} found {found:?}");
             assert_close(&tag, &get(cuda, &p), &wp, units(dt) * 2.0, 1.0);
             assert_close(&tag, &get(cuda, &m), &wm, 64.0, 1e-2);
             assert_close(&tag, &get(cuda, &v), &wv, 64.0, 1e-3);
@@ -848,7 +853,7 @@ fn gemm_case(
     let hb = data(dt, &rand_vec(r, nb, -1.0, 1.0));
     let hc = data(dt, &rand_vec(r, nc, -1.0, 1.0));
     let (a, b) = (up(cuda, &ha), up(cuda, &hb));
-    let mut c = if spec.beta == 0.0 {
+    let mut c = if spec.beta == 0.0 && spec.offset_c == 0 {
         // Fresh memory (NaN garbage in the emulator): beta = 0 must not read it.
         cuda.upload(&data(dt, &vec![f64::NAN; nc])).unwrap()
     } else {
@@ -907,6 +912,16 @@ fn gemm_every_implementation_layout_and_dtype() {
             &mut r,
             None,
         );
+        // Operands part-way into their buffers (a flat parameter buffer); C's elements
+        // before its offset must keep their values. cuBLASLt hands these to cuBLAS.
+        let expect = (which == GemmImpl::CublasLt).then_some(GemmImpl::Cublas);
+        for dt in FLOATS {
+            let spec = GemmSpec::batched(2, 19, 37, 45)
+                .trans_b(true)
+                .beta(0.5)
+                .offsets(3, 5, 7);
+            gemm_case(cuda, which, dt, spec, &mut r, expect);
+        }
     }
 }
 
@@ -944,6 +959,23 @@ fn gemm_v4_tensor_cores() {
         &mut r,
         Some(GemmImpl::V4TensorCore),
     );
+    // Offsets that keep 16-byte alignment run on tensor cores; an odd one falls back.
+    for (offsets, ran) in [
+        ((8, 16, 24), GemmImpl::V4TensorCore),
+        ((8, 3, 0), GemmImpl::V3RegisterBlocked),
+    ] {
+        let spec = GemmSpec::new(136, 72, 40)
+            .beta(0.5)
+            .offsets(offsets.0, offsets.1, offsets.2);
+        gemm_case(
+            cuda,
+            GemmImpl::V4TensorCore,
+            DType::BF16,
+            spec,
+            &mut r,
+            Some(ran),
+        );
+    }
     // Not eligible (k not a multiple of 8 with A not transposed): falls back to v3.
     let spec = GemmSpec::new(16, 16, 13);
     gemm_case(

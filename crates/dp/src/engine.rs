@@ -772,6 +772,7 @@ impl<B: Backend> DataParallel<B> {
                 weight_decay: if decays { c.weight_decay } else { 0.0 },
                 step: self.adamw_step,
                 grad_scale: coef,
+                range: None,
             };
             let r = seg.in_chunk.clone();
             let n = r.len();

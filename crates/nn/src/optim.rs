@@ -110,6 +110,7 @@ impl<B: Backend> AdamW<B> {
                 },
                 step: self.step,
                 grad_scale,
+                range: None,
             };
             let backend = p.value.backend().clone();
             let grad = p.grad.contiguous()?;

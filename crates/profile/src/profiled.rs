@@ -661,7 +661,7 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
             .adamw(params, param, grad, m, v, inv_scale, found_inf)?;
         // Reads the gradient; reads and writes the parameter and both f32 moments.
         self.finish(t0, || {
-            let n = self.n(param);
+            let n = updated(params, self.n(param));
             let bytes = bytes_of(self.dt(param), n)
                 .saturating_mul(2)
                 .saturating_add(bytes_of(self.dt(grad), n))
@@ -686,7 +686,7 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
             .adamw_master(params, master, param_copy, grad, m, v, inv_scale, found_inf)?;
         // As `adamw` on the f32 master, plus the rounded copy written (one more FLOP).
         self.finish(t0, || {
-            let n = self.n(master);
+            let n = updated(params, self.n(master));
             let bytes = bytes_of(DType::F32, n)
                 .saturating_mul(6)
                 .saturating_add(bytes_of(self.dt(grad), n))
@@ -747,4 +747,9 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
             OpCall::elementwise("update_loss_scale", DType::F32, 1, 2, bytes)
         })
     }
+}
+
+/// The elements an AdamW call updated: its range's, or the whole parameter's.
+fn updated(params: &AdamWParams, param_len: usize) -> usize {
+    params.range.map_or(param_len, |r| r.len)
 }

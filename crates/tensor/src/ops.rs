@@ -211,6 +211,7 @@ impl<B: Backend> Tensor<B> {
         let k = a.dims()[a.rank() - 1];
         let (a, ta, sa) = gemm_operand(a, batch)?;
         let (b, tb, sb) = gemm_operand(b, batch)?;
+        let (out_buf, offset_c) = out.contiguous_buffer_mut("matmul")?;
         let spec = GemmSpec {
             batch,
             m,
@@ -225,9 +226,12 @@ impl<B: Backend> Tensor<B> {
             stride_c: m.checked_mul(n).ok_or_else(|| {
                 Error::shape("matmul", format!("output of {m} × {n} overflows usize"))
             })?,
+            offset_a: a.layout.offset,
+            offset_b: b.layout.offset,
+            offset_c,
         };
-        let backend = out.backend.clone();
-        backend.gemm(&spec, &a.buf, &b.buf, out.buffer_mut()?)
+        // The output's backend handle, not `out`'s: `out`'s buffer is borrowed mutably.
+        a.backend.gemm(&spec, &a.buf, &b.buf, out_buf)
     }
 }
 
@@ -268,9 +272,10 @@ fn matmul_out_dims<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<(Vec<usiz
     Ok((a_batch.to_vec(), m, n))
 }
 
-/// How a GEMM reads an operand: the tensor to pass (offset 0), whether its matrices are
-/// stored transposed, and the element stride between batch entries (0 = shared).
-/// Layouts a GEMM cannot read directly are made contiguous first.
+/// How a GEMM reads an operand: the tensor to pass (its layout's offset is where the
+/// GEMM starts reading: a view into a flat buffer is read in place), whether its
+/// matrices are stored transposed, and the element stride between batch entries (0 =
+/// shared). Layouts a GEMM cannot read directly are made contiguous first.
 fn gemm_operand<B: Backend>(t: &Tensor<B>, batch: usize) -> Result<(Tensor<B>, bool, usize)> {
     let r = t.rank();
     let (rows, cols) = (t.dims()[r - 2], t.dims()[r - 1]);
@@ -293,7 +298,7 @@ fn gemm_operand<B: Backend>(t: &Tensor<B>, batch: usize) -> Result<(Tensor<B>, b
     };
     // A rank-2 operand of a batched product is one matrix shared by the whole batch.
     let stride = if r == 2 && batch > 1 { 0 } else { mat };
-    if t.layout.offset == 0 && (row_major || col_major) && batch_ok(mat) {
+    if (row_major || col_major) && batch_ok(mat) {
         return Ok((t.clone(), col_major, stride));
     }
     Ok((t.deep_clone()?, false, stride))

@@ -203,6 +203,35 @@ impl<B: Backend> Tensor<B> {
         })
     }
 
+    /// The underlying buffer, writable, and where this view starts in it: for kernels
+    /// that take an offset (as [`GemmSpec`](brrr_backend::GemmSpec) does), so a
+    /// contiguous view part-way into a buffer is written in place. Fails if the view is
+    /// not contiguous or the buffer is shared with another tensor. `op` names the caller
+    /// in the error.
+    pub fn contiguous_buffer_mut(&mut self, op: &'static str) -> Result<(&mut B::Buffer, usize)> {
+        if !self.layout.is_contiguous() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "output view {:?} of shape {} is not contiguous",
+                    self.layout.strides, self.layout.shape
+                ),
+            ));
+        }
+        let offset = self.layout.offset;
+        let shared = Arc::strong_count(&self.buf);
+        let buf = Arc::get_mut(&mut self.buf).ok_or_else(|| {
+            Error::invalid(
+                op,
+                format!(
+                    "the output's buffer is shared by {shared} tensors; writing in place would \
+                     change the others (use deep_clone() for a private copy)"
+                ),
+            )
+        })?;
+        Ok((buf, offset))
+    }
+
     // ---- to the host ---------------------------------------------------------------
 
     /// Reads the tensor back in row-major order. The one operation that waits.

@@ -211,3 +211,76 @@ fn dtype_round_trip() {
         }
     }
 }
+
+/// Parameters laid end to end in one flat buffer (llm.c's `params_memory`): a matmul
+/// reads a weight that is a view part-way into it in place, plain or transposed (the
+/// device's peak grows by the output alone: no copy), and writes into a view part-way
+/// into another buffer (a flat gradient buffer), accumulating with `beta = 1`.
+#[test]
+fn matmul_reads_and_writes_views_part_way_into_flat_buffers() {
+    use brrr_tensor::Backend;
+    let cpu = be();
+    let (m, k, n) = (8, 16, 24);
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    let flat_v: Vec<f64> = (0..5 + k * n + 3)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    let flat = Tensor::from_f64(&cpu, &flat_v, [flat_v.len()], DType::F64).unwrap();
+    let w = flat.narrow(0, 5, k * n).unwrap().reshape([k, n]).unwrap();
+    assert_eq!(w.layout().offset, 5);
+    // On the same device as the flat buffer (`rand_t` opens its own).
+    let x_v: Vec<f64> = (0..m * k).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let x = Tensor::from_f64(&cpu, &x_v, [m, k], DType::F64).unwrap();
+    let want = x.matmul(&w.deep_clone().unwrap()).unwrap();
+
+    for (what, w) in [
+        ("plain view", w.clone()),
+        // The same elements read as [n, k] and transposed back: a column-major operand
+        // at an offset.
+        (
+            "transposed view",
+            flat.narrow(0, 5, k * n)
+                .unwrap()
+                .reshape([n, k])
+                .unwrap()
+                .transpose(0, 1)
+                .unwrap(),
+        ),
+    ] {
+        // The same layout in a buffer of its own (offset 0): the same GEMM, bit for bit.
+        let own = Tensor::from_f64(&cpu, &flat_v[5..5 + k * n], [k * n], DType::F64).unwrap();
+        let own = if what == "plain view" {
+            own.reshape([k, n]).unwrap()
+        } else {
+            own.reshape([n, k]).unwrap().transpose(0, 1).unwrap()
+        };
+        let reference = x.matmul(&own).unwrap();
+        let before = cpu.memory_stats().bytes_in_use;
+        cpu.reset_peak_memory();
+        let y = x.matmul(&w).unwrap();
+        let grew = cpu.memory_stats().peak_bytes - before;
+        assert_eq!(grew, (m * n * 8) as u64, "{what}: only the output is allocated");
+        assert_eq!(
+            y.to_vec_f64().unwrap(),
+            reference.to_vec_f64().unwrap(),
+            "{what}"
+        );
+    }
+
+    // The output: elements 3.. of a buffer nothing else holds, written twice with beta = 1.
+    let mut g = Tensor::zeros(&cpu, [3 + m * n + 2], DType::F64)
+        .unwrap()
+        .narrow(0, 3, m * n)
+        .unwrap()
+        .reshape([m, n])
+        .unwrap();
+    Tensor::matmul_into(&mut g, &x, &w, 1.0, 1.0).unwrap();
+    Tensor::matmul_into(&mut g, &x, &w, 1.0, 1.0).unwrap();
+    let twice: Vec<f64> = want.to_vec_f64().unwrap().iter().map(|v| 2.0 * v).collect();
+    assert_eq!(g.to_vec_f64().unwrap(), twice);
+    // A view whose buffer another tensor still holds is refused, naming the op.
+    let parent = Tensor::zeros(&cpu, [m * n + 1], DType::F64).unwrap();
+    let mut shared = parent.narrow(0, 1, m * n).unwrap().reshape([m, n]).unwrap();
+    let e = Tensor::matmul_into(&mut shared, &x, &w, 1.0, 0.0).unwrap_err();
+    assert!(e.to_string().contains("matmul") && e.to_string().contains("shared"), "{e}");
+}

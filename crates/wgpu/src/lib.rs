@@ -100,7 +100,7 @@ impl MatmulKernel {
 
     /// Whether this version can run `spec` (only [`MatmulKernel::V4Vec4`] has
     /// conditions: 16-byte loads need the contiguous axis of A and of B, and their batch
-    /// strides, to be multiples of 4).
+    /// strides and offsets, to be multiples of 4).
     pub fn supports(self, spec: &GemmSpec) -> bool {
         match self {
             MatmulKernel::V4Vec4 => {
@@ -108,6 +108,8 @@ impl MatmulKernel {
                 let b_axis = if spec.trans_b { spec.k } else { spec.n };
                 a_axis.is_multiple_of(4)
                     && b_axis.is_multiple_of(4)
+                    && spec.offset_a.is_multiple_of(4)
+                    && spec.offset_b.is_multiple_of(4)
                     && (spec.batch <= 1
                         || (spec.stride_a.is_multiple_of(4) && spec.stride_b.is_multiple_of(4)))
             }

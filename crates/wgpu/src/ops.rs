@@ -221,8 +221,8 @@ impl WgpuBackend {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "matmul kernel {kernel} needs the contiguous axis of A and B (and their batch strides) \
-                     to be multiples of 4; got {spec:?}"
+                    "matmul kernel {kernel} needs the contiguous axis of A and B (and their batch strides \
+                     and offsets) to be multiples of 4; got {spec:?}"
                 ),
             ));
         }
@@ -275,7 +275,11 @@ impl WgpuBackend {
                 .f(spec.alpha)
                 .f(spec.beta)
                 .u(u32::from(spec.trans_a))
-                .u(u32::from(spec.trans_b));
+                .u(u32::from(spec.trans_b))
+                .u(u32_of(spec.offset_a)?)
+                .u(u32_of(spec.offset_b)?)
+                .u(u32_of(spec.offset_c)?)
+                .u(0);
             self.inner.dispatch(
                 &kern,
                 &p,
@@ -425,12 +429,17 @@ fn fill_bits(dtype: DType, value: f64) -> Result<u32> {
 
 /// The uniform of optimizer.wgsl's `adamw` and `adamw_master` kernels: bias corrections
 /// from the host in f64, rounded to f32.
-fn adamw_params(params: &AdamWParams, n: usize, inv: bool, found: bool) -> Result<Params> {
+fn adamw_params(
+    params: &AdamWParams,
+    r: std::ops::Range<usize>,
+    inv: bool,
+    found: bool,
+) -> Result<Params> {
     let step = i32::try_from(params.step).unwrap_or(i32::MAX);
     let bc1 = 1.0 - f64::from(params.beta1).powi(step);
     let bc2 = 1.0 - f64::from(params.beta2).powi(step);
     Ok(Params::new()
-        .u(u32_of(n)?)
+        .u(u32_of(r.len())?)
         .f(params.lr)
         .f(params.beta1)
         .f(params.beta2)
@@ -441,7 +450,7 @@ fn adamw_params(params: &AdamWParams, n: usize, inv: bool, found: bool) -> Resul
         .f(params.grad_scale)
         .u(u32::from(inv))
         .u(u32::from(found))
-        .u(0))
+        .u(u32_of(r.start)?))
 }
 
 /// optimizer.wgsl's `adamw_master` for a compute copy of dtype `copy`; `subst` holds its
@@ -1198,10 +1207,12 @@ impl Backend for WgpuBackend {
         let name = "adamw";
         check_float(name, param.dtype)?;
         check_float(name, grad.dtype)?;
-        let n = param.len;
-        Error::check_len(name, n, grad.len)?;
-        check_f32(name, m, "m", n)?;
-        check_f32(name, v, "v", n)?;
+        let r = params.elements(name, param.len)?;
+        let (n, end) = (r.len(), r.end);
+        Error::check_len(name, end, param.len)?;
+        Error::check_len(name, end, grad.len)?;
+        check_f32(name, m, "m", end)?;
+        check_f32(name, v, "v", end)?;
         if let Some(s) = inv_scale {
             check_f32(name, s, "inv_scale", 1)?;
         }
@@ -1214,7 +1225,8 @@ impl Backend for WgpuBackend {
         if n == 0 {
             return Ok(());
         }
-        let p = adamw_params(params, n, inv_scale.is_some(), found_inf.is_some())?;
+        u32_of(end)?;
+        let p = adamw_params(params, r, inv_scale.is_some(), found_inf.is_some())?;
         let wg = self.widen(name, grad)?;
         let wp = self.widen_out(name, param, true)?;
         let s = inv_scale.map_or(&self.inner.dummy[0], |b| &b.buf);
@@ -1240,10 +1252,11 @@ impl Backend for WgpuBackend {
         found_inf: Option<&WgpuBuffer>,
     ) -> Result<()> {
         let name = "adamw_master";
-        let n = master.len;
-        check_f32(name, master, "master", n)?;
-        check_f32(name, m, "m", n)?;
-        check_f32(name, v, "v", n)?;
+        let r = params.elements(name, master.len)?;
+        let (n, end) = (r.len(), r.end);
+        check_f32(name, master, "master", end)?;
+        check_f32(name, m, "m", end)?;
+        check_f32(name, v, "v", end)?;
         let copy_dt = param_copy.dtype;
         if !matches!(copy_dt, DType::F16 | DType::BF16 | DType::F32)
             || !(grad.dtype == DType::F32 || grad.dtype == copy_dt)
@@ -1257,8 +1270,19 @@ impl Backend for WgpuBackend {
                 ),
             ));
         }
-        Error::check_len(name, n, param_copy.len)?;
-        Error::check_len(name, n, grad.len)?;
+        Error::check_len(name, end, param_copy.len)?;
+        Error::check_len(name, end, grad.len)?;
+        if copy_dt != DType::F32 && !r.start.is_multiple_of(2) {
+            // A 16-bit copy is written a u32 word (two elements) per invocation.
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "a {copy_dt} compute copy's range must start at an even element on wgpu, \
+                     got offset {}",
+                    r.start
+                ),
+            ));
+        }
         if let Some(s) = inv_scale {
             check_f32(name, s, "inv_scale", 1)?;
         }
@@ -1271,7 +1295,8 @@ impl Backend for WgpuBackend {
         if n == 0 {
             return Ok(());
         }
-        let p = adamw_params(params, n, inv_scale.is_some(), found_inf.is_some())?;
+        u32_of(end)?;
+        let p = adamw_params(params, r, inv_scale.is_some(), found_inf.is_some())?;
         let wg = self.widen(name, grad)?;
         let s = inv_scale.map_or(&self.inner.dummy[0], |b| &b.buf);
         let f = found_inf.map_or(&self.inner.dummy[1], |b| &b.buf);

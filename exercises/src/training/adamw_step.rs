@@ -78,6 +78,7 @@ fn compare(rng: &mut impl Rng) -> Outcome {
             weight_decay: 0.1,
             step,
             grad_scale: rng.random_range(0.5..1.0),
+            range: None,
         };
         adamw_step(&hp, &mut param, &grad, &mut m, &mut v);
         let g_dev = cpu.upload(&HostData::F32(grad)).map_err(err)?;

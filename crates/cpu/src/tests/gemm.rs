@@ -99,6 +99,44 @@ fn batched_with_shared_and_gapped_operands() {
 }
 
 #[test]
+fn operands_part_way_into_their_buffers() {
+    // A, B and C start at an offset (a parameter in a flat buffer): the product reads
+    // and writes only its own elements, and C's elements before the offset and in the
+    // gaps keep their values (the reference leaves them, and `check` compares all of C).
+    for (i, dtype) in DType::FLOATS.into_iter().enumerate() {
+        let s = 200 + i as u64 * 10;
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let spec = GemmSpec::new(7, 33, 17)
+                .trans_a(ta)
+                .trans_b(tb)
+                .beta(0.5)
+                .offsets(5, 11, 3);
+            check(
+                "offsets",
+                dtype,
+                spec,
+                s + u64::from(ta) + 2 * u64::from(tb),
+            );
+        }
+        let mut spec = GemmSpec::batched(3, 5, 7, 9).offsets(13, 1, 29);
+        spec.stride_c = 40;
+        check("batched offsets", dtype, spec, s + 5);
+        let mut spec = GemmSpec::batched(4, 9, 12, 8).offsets(0, 100, 7);
+        spec.stride_b = 0;
+        check("shared B at an offset", dtype, spec, s + 6);
+    }
+    // Big enough for the threaded split, at an odd offset.
+    check(
+        "big offsets",
+        DType::F32,
+        GemmSpec::new(257, 129, 300)
+            .trans_b(true)
+            .offsets(3, 1001, 17),
+        291,
+    );
+}
+
+#[test]
 fn sizes_that_take_the_threaded_paths() {
     // One product big enough for gemm's own threading, and a batch of small ones that
     // is spread one matrix per task.
@@ -211,6 +249,13 @@ fn sixteen_bit_operands_into_an_f32_c() {
             dtype,
             GemmSpec::batched(5, 7, 33, 17).beta(0.5),
             seed + 101,
+        );
+        // A bf16 weight inside a flat buffer, its f32 gradient inside another.
+        check_mixed(
+            "offsets",
+            dtype,
+            GemmSpec::batched(2, 7, 33, 17).beta(1.0).offsets(9, 3, 21),
+            seed + 102,
         );
     }
 }

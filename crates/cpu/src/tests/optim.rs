@@ -267,3 +267,77 @@ fn clip_coefficient_is_bitwise_the_host_formula() {
     let mut empty = buf(HostData::F32(vec![]));
     assert!(c.clip_coefficient(&one, 1.0, &mut empty, &mut o.1).is_err());
 }
+
+/// Parameters laid end to end in flat buffers, each updated through its `range`, end
+/// bitwise where updating each in its own buffers puts them; and an element outside
+/// every range is never touched.
+#[test]
+fn ranges_of_flat_buffers_update_like_separate_buffers() {
+    let mut r = rng(31_000);
+    let sizes = [33usize, 1, 20_001, 7];
+    let total: usize = sizes.iter().sum::<usize>() + 1; // one spare element at the end
+    let slices = |h: &HostData| -> Vec<Vec<f64>> {
+        let all = h.to_f64();
+        let mut at = 0;
+        sizes
+            .iter()
+            .map(|&n| {
+                at += n;
+                all[at - n..at].to_vec()
+            })
+            .collect()
+    };
+    for dtype in [DType::F32, DType::BF16] {
+        let (p, mut flat_p) = input(&mut r, dtype, total, -2.0, 2.0);
+        let (g, flat_g) = input(&mut r, dtype, total, -1.0, 1.0);
+        let mut flat_m = cpu().zeros(DType::F32, total).unwrap();
+        let mut flat_v = cpu().zeros(DType::F32, total).unwrap();
+        let mut offset = 0;
+        let mut want = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let hp = AdamWParams {
+                lr: 0.05,
+                // Weight decay differs per parameter, which is why llm.c and ZeRO launch
+                // one update per parameter rather than one over the whole buffer.
+                weight_decay: if i % 2 == 0 { 0.1 } else { 0.0 },
+                step: 2,
+                ..Default::default()
+            };
+            cpu()
+                .adamw(
+                    &AdamWParams {
+                        range: Some(brrr_backend::ElemRange::new(offset, n)),
+                        ..hp
+                    },
+                    &mut flat_p,
+                    &flat_g,
+                    &mut flat_m,
+                    &mut flat_v,
+                    None,
+                    None,
+                )
+                .unwrap();
+            let part = |x: &[f64]| buf(HostData::from_f64(dtype, &x[offset..offset + n]));
+            let (mut pb, gb) = (part(&p), part(&g));
+            let mut mb = cpu().zeros(DType::F32, n).unwrap();
+            let mut vb = cpu().zeros(DType::F32, n).unwrap();
+            cpu()
+                .adamw(&hp, &mut pb, &gb, &mut mb, &mut vb, None, None)
+                .unwrap();
+            want.push((read(&pb), read(&mb), read(&vb)));
+            offset += n;
+        }
+        let (fp, fm, fv) = (slices(&flat_p), slices(&flat_m), slices(&flat_v));
+        for (i, (wp, wm, wv)) in want.iter().enumerate() {
+            assert_eq!(&fp[i], wp, "{dtype} parameter {i}");
+            assert_eq!(&fm[i], wm, "{dtype} m {i}");
+            assert_eq!(&fv[i], wv, "{dtype} v {i}");
+        }
+        assert_eq!(
+            read(&flat_p)[total - 1],
+            p[total - 1],
+            "{dtype}: outside every range"
+        );
+        assert_eq!(read(&flat_m)[total - 1], 0.0);
+    }
+}

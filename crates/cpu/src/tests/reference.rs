@@ -11,7 +11,11 @@ pub fn gemm(s: &GemmSpec, a: &[f64], b: &[f64], c: &[f64]) -> (Vec<f64>, Vec<f64
     let mut mag = vec![0.0; c.len()];
     let (alpha, beta) = (f64::from(s.alpha), f64::from(s.beta));
     for bt in 0..s.batch {
-        let (oa, ob, oc) = (bt * s.stride_a, bt * s.stride_b, bt * s.stride_c);
+        let (oa, ob, oc) = (
+            s.offset_a + bt * s.stride_a,
+            s.offset_b + bt * s.stride_b,
+            s.offset_c + bt * s.stride_c,
+        );
         for i in 0..s.m {
             for j in 0..s.n {
                 let (mut acc, mut absacc) = (0.0, 0.0);
