@@ -125,12 +125,12 @@ impl<B: Backend> DataParallel<B> {
                     self.chunk_of(g, |i| self.opt.moments[i].1.to_vec_f32())?,
                 ),
                 _ => {
-                    let (mut m, mut v) = (vec![0.0; c], vec![0.0; c]);
-                    let s = &self.shards[g];
-                    for (seg, (mt, vt)) in s.segments.iter().zip(&s.moments) {
-                        m[seg.in_chunk.clone()].copy_from_slice(&mt.to_vec_f32()?);
-                        v[seg.in_chunk.clone()].copy_from_slice(&vt.to_vec_f32()?);
-                    }
+                    // The flat moments cover the chunk's parameter elements; the padding
+                    // after them is saved as zeros.
+                    let (mt, vt) = &self.shards[g].moments;
+                    let (mut m, mut v) = (mt.to_vec_f32()?, vt.to_vec_f32()?);
+                    m.resize(c, 0.0);
+                    v.resize(c, 0.0);
                     (m, v)
                 }
             };
@@ -275,16 +275,12 @@ impl<B: Backend> DataParallel<B> {
                     moments[i] = Some((t(&fm[r.clone()])?, t(&fv[r])?));
                 }
             } else {
-                let backend = self.backend.clone();
                 let s = &mut self.shards[g];
-                for (seg, mv) in s.segments.iter().zip(&mut s.moments) {
-                    let r = seg.in_chunk.clone();
-                    let n = r.len();
-                    *mv = (
-                        Tensor::from_f32(&backend, &m[r.clone()], [n], DType::F32)?,
-                        Tensor::from_f32(&backend, &v[r], [n], DType::F32)?,
-                    );
-                }
+                let n = crate::layout::covered_len(&s.segments);
+                s.moments = (
+                    Tensor::from_f32(&self.backend, &m[..n], [n], DType::F32)?,
+                    Tensor::from_f32(&self.backend, &v[..n], [n], DType::F32)?,
+                );
             }
         }
         if self.dp.zero == 0 {

@@ -4,10 +4,10 @@
 
 use crate::bucket::{Bucket, assign_buckets, chunk_len, padded_len};
 use crate::config::DpConfig;
-use crate::layout::{FlatLayout, Pieces, Segment, segments};
+use crate::layout::{FlatLayout, Pieces, Segment, covered_len, segments};
 use crate::overlap::hidden_fraction;
 use brrr_amp::DynamicLossScaler;
-use brrr_backend::{AdamWParams, Backend, DType, Error, Result};
+use brrr_backend::{AdamWParams, Backend, DType, ElemRange, Error, Result};
 use brrr_collectives::{CommStats, Communicator, Handle, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param, clip_grad_norm_on_device};
 use brrr_perf::trace::Tracer;
@@ -60,8 +60,10 @@ impl StepReport {
 /// A rank's shard of one bucket (ZeRO stages 1-3).
 pub(crate) struct GroupShard<B: Backend> {
     pub(crate) segments: Vec<Segment>,
-    /// AdamW's moments per segment.
-    pub(crate) moments: Vec<(Tensor<B>, Tensor<B>)>,
+    /// AdamW's two moments for the chunk's parameter elements (the segments laid end to
+    /// end, [`covered_len`] elements: no padding), one flat buffer each; AdamW updates
+    /// each segment in place through [`AdamWParams::range`].
+    pub(crate) moments: (Tensor<B>, Tensor<B>),
     /// The averaged gradient chunk, after the reduce-scatter.
     pub(crate) grad: Option<Tensor<B>>,
     /// Stage 3: this rank's chunk of the parameters (the only copy between uses; with
@@ -211,13 +213,8 @@ impl<B: Backend> DataParallel<B> {
         }
         for g in 0..self.groups.len() {
             let segs = segments(&self.layout, &self.groups[g], self.dp.world, self.rank);
-            let moments = segs
-                .iter()
-                .map(|s| {
-                    let z = || Tensor::zeros(&self.backend, [s.in_chunk.len()], DType::F32);
-                    Ok((z()?, z()?))
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let z = || Tensor::zeros(&self.backend, [covered_len(&segs)], DType::F32);
+            let moments = (z()?, z()?);
             let param = match self.dp.zero {
                 3 => {
                     let chunk = self.group_chunk(g, |p| &p.value)?;
@@ -732,37 +729,56 @@ impl<B: Backend> DataParallel<B> {
     /// AdamW on this rank's chunk of bucket `g` (its f32 master with `--amp`), then the
     /// new values where they live: stage 3 keeps the chunk; stages 1-2 all-gather it
     /// into every rank's (compute-dtype) parameters.
+    ///
+    /// The chunk, its gradient and the moments are flat buffers holding several
+    /// parameters' segments; each segment is updated in place (its own weight decay),
+    /// so the whole update costs one upload of the gradient and, at stages 1-2, one
+    /// read of the new chunk, however many parameters the bucket holds.
     fn update_group(&mut self, g: usize, grad: &[f32], lr: f32, coef: f32) -> Result<()> {
-        let mut chunk = match (&self.shards[g].param, &self.shards[g].master) {
-            (Some(p), _) | (None, Some(p)) => p.to_vec_f32()?,
-            (None, None) => self.group_chunk(g, |p| &p.value)?,
+        let had_master = self.shards[g].master.is_some();
+        // Stage 3's chunk and `--amp`'s master already live on the device; otherwise
+        // the chunk is read from the model's (f32) values.
+        let mut chunk = match (self.shards[g].param.take(), self.shards[g].master.take()) {
+            (Some(p), master) => {
+                self.shards[g].master = master;
+                p
+            }
+            (None, Some(m)) => m,
+            (None, None) => {
+                let host = self.group_chunk(g, |p| &p.value)?;
+                Tensor::from_f32(&self.backend, &host, [host.len()], DType::F32)?
+            }
         };
         self.update_chunk(g, &mut chunk, grad, lr, coef)?;
-        let keep = || Tensor::from_f32(&self.backend, &chunk, [chunk.len()], DType::F32);
         if self.dp.zero == 3 {
-            self.shards[g].param = Some(keep()?);
+            self.shards[g].param = Some(chunk);
             return Ok(());
         }
-        if self.shards[g].master.is_some() {
-            self.shards[g].master = Some(keep()?);
+        let host = chunk.to_vec_f32()?;
+        if had_master {
+            self.shards[g].master = Some(chunk);
         }
-        let full = self.comm.all_gather(&chunk)?;
+        let full = self.comm.all_gather(&host)?;
         self.write_params(g, &full)
     }
 
-    /// AdamW (the backend's fused kernel) on each parameter segment of bucket `g`'s chunk.
+    /// AdamW (the backend's fused kernel) on each parameter segment of bucket `g`'s
+    /// chunk, in place: `chunk`, the gradient and the moments are flat, and each launch
+    /// names its segment with [`AdamWParams::range`].
     fn update_chunk(
         &mut self,
         g: usize,
-        chunk: &mut [f32],
+        chunk: &mut Tensor<B>,
         grad: &[f32],
         lr: f32,
         coef: f32,
     ) -> Result<()> {
         let c = self.opt.config;
         let backend = self.backend.clone();
+        let grad = Tensor::from_f32(&backend, grad, [grad.len()], DType::F32)?;
         let shard = &mut self.shards[g];
-        for (seg, (m, v)) in shard.segments.iter().zip(&mut shard.moments) {
+        let (m, v) = &mut shard.moments;
+        for seg in &shard.segments {
             let decays = self.layout.params[seg.param].dims.len() >= 2;
             let hp = AdamWParams {
                 lr,
@@ -772,22 +788,17 @@ impl<B: Backend> DataParallel<B> {
                 weight_decay: if decays { c.weight_decay } else { 0.0 },
                 step: self.adamw_step,
                 grad_scale: coef,
-                range: None,
+                range: Some(ElemRange::new(seg.in_chunk.start, seg.in_chunk.len())),
             };
-            let r = seg.in_chunk.clone();
-            let n = r.len();
-            let mut p = Tensor::from_f32(&backend, &chunk[r.clone()], [n], DType::F32)?;
-            let gt = Tensor::from_f32(&backend, &grad[r.clone()], [n], DType::F32)?;
             backend.adamw(
                 &hp,
-                p.buffer_mut()?,
-                gt.buffer()?,
+                chunk.buffer_mut()?,
+                grad.buffer()?,
                 m.buffer_mut()?,
                 v.buffer_mut()?,
                 None,
                 None,
             )?;
-            chunk[r].copy_from_slice(&p.to_vec_f32()?);
         }
         Ok(())
     }

@@ -122,6 +122,12 @@ pub struct Segment {
     pub in_chunk: Range<usize>,
 }
 
+/// Elements of a chunk that hold parameters: its segments laid end to end from the
+/// chunk's start (what follows is padding).
+pub fn covered_len(segments: &[Segment]) -> usize {
+    segments.last().map_or(0, |s| s.in_chunk.end)
+}
+
 /// The parameters (or parts of them) in rank `rank`'s chunk of `bucket`, in order.
 pub fn segments(layout: &FlatLayout, bucket: &Bucket, world: usize, rank: usize) -> Vec<Segment> {
     let own = shard_range(bucket.len(), world, rank);
@@ -177,6 +183,17 @@ mod tests {
             }
         }
         assert!(covered.iter().all(|&c| c == 1), "{covered:?}");
+        // Each rank's segments lie end to end from its chunk's start (the flat moments
+        // hold exactly them): 12 elements over 5 ranks of 3 are 3, 3, 3, 3 and 0.
+        for (r, want) in [3, 3, 3, 3, 0].into_iter().enumerate() {
+            let segs = segments(&l, &b, 5, r);
+            let mut at = 0;
+            for s in &segs {
+                assert_eq!(s.in_chunk.start, at, "rank {r}");
+                at = s.in_chunk.end;
+            }
+            assert_eq!(covered_len(&segs), want, "rank {r}");
+        }
         // Rank 1 of 5 owns elements 3..6 of the bucket: p1[3..3]? no: p2[0..3].
         assert_eq!(
             segments(&l, &b, 5, 1),

@@ -15,8 +15,10 @@
 //!   Training Trillion Parameter Models", SC 2020): every bucket is a flat buffer padded to
 //!   a multiple of the world size and rank `r` owns chunk `r` ([`shard_range`]). Stage 1
 //!   keeps only its chunk of AdamW's moments: gradients are reduce-scattered to their
-//!   owner, who updates its chunk with the backend's fused AdamW kernel, then the
-//!   parameters are all-gathered. Stage 2 also frees each bucket's full gradients once
+//!   owner, who updates its chunk with the backend's fused AdamW kernel, in place: the
+//!   chunk, its gradient and the moments are flat buffers and each parameter segment is
+//!   one launch on its [`brrr_backend::AdamWParams::range`]; then the parameters are
+//!   all-gathered. Stage 2 also frees each bucket's full gradients once
 //!   reduced. Stage 3 (FSDP) keeps only its chunk of the parameters too: each part of
 //!   the model (embeddings, every block, the final LayerNorm) is one bucket, gathered
 //!   before its forward and its backward and freed after. The next unit's all-gather is
