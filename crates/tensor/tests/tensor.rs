@@ -259,7 +259,11 @@ fn matmul_reads_and_writes_views_part_way_into_flat_buffers() {
         cpu.reset_peak_memory();
         let y = x.matmul(&w).unwrap();
         let grew = cpu.memory_stats().peak_bytes - before;
-        assert_eq!(grew, (m * n * 8) as u64, "{what}: only the output is allocated");
+        assert_eq!(
+            grew,
+            (m * n * 8) as u64,
+            "{what}: only the output is allocated"
+        );
         assert_eq!(
             y.to_vec_f64().unwrap(),
             reference.to_vec_f64().unwrap(),
@@ -282,5 +286,8 @@ fn matmul_reads_and_writes_views_part_way_into_flat_buffers() {
     let parent = Tensor::zeros(&cpu, [m * n + 1], DType::F64).unwrap();
     let mut shared = parent.narrow(0, 1, m * n).unwrap().reshape([m, n]).unwrap();
     let e = Tensor::matmul_into(&mut shared, &x, &w, 1.0, 0.0).unwrap_err();
-    assert!(e.to_string().contains("matmul") && e.to_string().contains("shared"), "{e}");
+    assert!(
+        e.to_string().contains("matmul") && e.to_string().contains("shared"),
+        "{e}"
+    );
 }

@@ -4,6 +4,7 @@
 //! cargo run --release -p brrr-wgpu --example bench            # gemm and overhead
 //! cargo run --release -p brrr-wgpu --example bench -- gemm 64,256,1024
 //! cargo run --release -p brrr-wgpu --example bench -- overhead
+//! cargo run --release -p brrr-wgpu --example bench -- upload 4096,65536,262144
 //! ```
 //!
 //! On a software adapter (lavapipe, SwiftShader) the numbers describe a CPU pretending
@@ -14,7 +15,7 @@ fn main() {} // timing needs std::time, and the browser demos have their own
 
 #[cfg(not(target_arch = "wasm32"))]
 use brrr_wgpu::bench::{
-    GEMM_SIZES, OVERHEAD_SIZES, Row, bench_gemm, bench_overhead, overhead_crossover,
+    GEMM_SIZES, OVERHEAD_SIZES, Row, bench_gemm, bench_overhead, bench_upload, overhead_crossover,
 };
 #[cfg(not(target_arch = "wasm32"))]
 use brrr_wgpu::{MatmulKernel, WgpuBackend};
@@ -54,7 +55,7 @@ fn main() -> brrr_backend::Result<()> {
         print("GEMM, f32, n×n×n (GFLOP/s)", &rows);
     }
     if what == "all" || what == "overhead" {
-        let sizes = sizes.unwrap_or(OVERHEAD_SIZES.to_vec());
+        let sizes = sizes.clone().unwrap_or(OVERHEAD_SIZES.to_vec());
         let rows = bench_overhead(&gpu, &sizes, 50, 0.3)?;
         print(
             "element-wise y = x·1 + 0, f32: time per dispatch (GB/s moved)",
@@ -66,6 +67,15 @@ fn main() -> brrr_backend::Result<()> {
                 None => println!("{k}: overhead-bound at every size measured"),
             }
         }
+    }
+    if what == "all" || what == "upload" {
+        // Token ids of a batch: 16 × 128 (the default run), 64 × 1024, and 4× that.
+        let sizes = sizes.unwrap_or(vec![2048, 65536, 262_144]);
+        let rows = bench_upload(&gpu, &sizes, 0.5)?;
+        print(
+            "upload of u32 token ids, two per step then a wait: time per upload (GB/s)",
+            &rows,
+        );
     }
     Ok(())
 }

@@ -149,6 +149,50 @@ pub const GEMM_SIZES: [usize; 5] = [64, 128, 256, 512, 1024];
 /// Default sizes for [`bench_overhead`]: 1 element to 16M elements, ×16 steps.
 pub const OVERHEAD_SIZES: [usize; 7] = [1, 16, 256, 4096, 65536, 1 << 20, 1 << 24];
 
+/// Seconds per upload of `size` u32 elements (a batch of token ids is 4 bytes a token)
+/// by each [`UploadPath`](crate::UploadPath), as a training step does them: two uploads
+/// (ids, targets), then a wait for the device. Rows `upload direct`/`upload staged` make a
+/// new buffer each time ([`Backend::upload`]); `write direct`/`write staged` refill an
+/// existing one ([`Backend::write`]). The rate is host-to-device GB/s.
+pub fn bench_upload(backend: &WgpuBackend, sizes: &[usize], min_seconds: f64) -> Result<Vec<Row>> {
+    let min = Duration::from_secs_f64(min_seconds);
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let data = HostData::U32(
+            (0..n as u32)
+                .map(|i| i.wrapping_mul(2_654_435_761))
+                .collect(),
+        );
+        for path in [crate::UploadPath::Direct, crate::UploadPath::Staged] {
+            let b = backend.with_upload_path(path);
+            let name = format!("{path:?}").to_lowercase();
+            let secs = time_it(&b, min, 3, || {
+                let _ids = b.upload(&data)?;
+                let _targets = b.upload(&data)?;
+                Ok(())
+            })? / 2.0;
+            rows.push(upload_row(format!("upload {name}"), n, secs));
+            let (mut x, mut y) = (b.alloc(DType::U32, n)?, b.alloc(DType::U32, n)?);
+            let secs = time_it(&b, min, 3, || {
+                b.write(&mut x, &data)?;
+                b.write(&mut y, &data)
+            })? / 2.0;
+            rows.push(upload_row(format!("write {name}"), n, secs));
+        }
+    }
+    Ok(rows)
+}
+
+fn upload_row(kernel: String, n: usize, seconds: f64) -> Row {
+    Row {
+        kernel,
+        size: n,
+        seconds,
+        rate: (4 * n) as f64 / seconds / 1e9,
+        unit: "GB/s",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -123,7 +123,46 @@ pub(crate) struct Inner {
     pub(crate) ordinal: usize,
     /// Bytes of live [`WgpuBuffer`]s (their allocated, padded size).
     pub(crate) memory: Arc<MemoryCounter>,
+    /// The staging ring small uploads go through ([`UploadPath::Staged`]).
+    belt: Mutex<wgpu::util::StagingBelt>,
 }
+
+/// How [`Backend::upload`](brrr_backend::Backend::upload) and
+/// [`Backend::write`](brrr_backend::Backend::write) move data to the device
+/// ([`WgpuBackend::with_upload_path`](crate::WgpuBackend::with_upload_path)).
+///
+/// WebGPU has one queue, so there is no copy engine running beside the kernels as
+/// CUDA's copy stream is; what a program controls is the host side of an upload: how
+/// many times the bytes are copied on the host, and whether staging memory is allocated
+/// per upload or reused. Both paths write the caller's bytes once, straight into
+/// host-visible memory, and queue one copy behind the work already submitted; the host
+/// never waits for the GPU to upload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum UploadPath {
+    /// wgpu's own staging: a new buffer mapped at creation, or
+    /// `Queue::write_buffer_with` into an existing one. wgpu allocates the staging memory
+    /// for each call (natively) and frees it after the copy; the copy rides along with
+    /// the next submission.
+    #[default]
+    Direct,
+    /// A ring of staging buffers that are reused (wgpu's `StagingBelt`), the equivalent
+    /// of CUDA's pinned staging ring: a buffer is mapped again asynchronously once the GPU
+    /// has read it. Uploads up to [`STAGED_MAX_BYTES`] (a batch of token ids, a mask) take
+    /// it; larger ones (weights, once) go direct. Each upload is its own submission.
+    /// On lavapipe it is slower than `Direct` at every batch size measured (a submission
+    /// costs more there than the allocation it saves; `brrr-wgpu`'s `bench_upload`), so
+    /// it is not the default; it is the path to measure on a GPU, where mapped staging
+    /// memory is expensive to allocate.
+    Staged,
+}
+
+/// Bytes of each staging buffer of the ring: a batch of ids and targets of a large
+/// configuration fits (64 × 1024 × 4 bytes = 256 KiB each).
+pub const STAGING_CHUNK_BYTES: u64 = 256 << 10;
+
+/// Uploads larger than this go directly: a staging buffer of their size would stay in
+/// the ring for good after a one-off upload.
+pub const STAGED_MAX_BYTES: u64 = 4 * STAGING_CHUNK_BYTES;
 
 /// Devices opened so far in this process: each [`Inner::create`] opens a new wgpu
 /// device whose buffers no other device can use, so each gets its own ordinal.
@@ -268,6 +307,10 @@ impl Inner {
             })
         };
         let dummy = [mk_dummy(), mk_dummy()];
+        let belt = Mutex::new(wgpu::util::StagingBelt::new(
+            device.clone(),
+            STAGING_CHUNK_BYTES,
+        ));
         let inner = Inner {
             device,
             queue,
@@ -278,6 +321,7 @@ impl Inner {
             dummy,
             ordinal: DEVICES_OPENED.fetch_add(1, Ordering::Relaxed),
             memory: Arc::new(MemoryCounter::new()),
+            belt,
         };
         inner.check_limits_we_need()?;
         Ok(inner)
@@ -396,29 +440,89 @@ impl Inner {
         }
     }
 
+    /// [`UploadPath::Direct`]: a new buffer mapped at creation, `data` written straight
+    /// into the mapping (no intermediate copy on the host), then unmapped.
     pub(crate) fn upload(&self, data: &HostData) -> Result<WgpuBuffer> {
         let size = self.alloc_size(data.dtype(), data.len())?;
-        let mut bytes = data.as_bytes().to_vec();
-        bytes.resize(size as usize, 0);
-        let buf = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: None,
-                contents: &bytes,
-                usage: Self::USAGE,
-            });
+        let bytes = data.as_bytes();
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage: Self::USAGE,
+            mapped_at_creation: true,
+        });
         self.take_error("uploading a buffer")?;
+        {
+            let mut view = buf
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| Error::Backend {
+                    backend: BACKEND,
+                    msg: format!("mapping a new buffer for an upload: {e}"),
+                })?;
+            view.slice(..bytes.len()).copy_from_slice(bytes);
+            view.slice(bytes.len()..).fill(0);
+        }
+        buf.unmap();
         Ok(self.counted(buf, data.dtype(), data.len()))
     }
 
-    pub(crate) fn write(&self, buf: &WgpuBuffer, data: &HostData) -> Result<()> {
-        let mut bytes = data.as_bytes().to_vec();
-        bytes.resize(bytes.len().div_ceil(4) * 4, 0);
-        if bytes.is_empty() {
+    /// [`UploadPath::Staged`]: a new buffer, its contents copied from the staging ring.
+    pub(crate) fn upload_staged(&self, data: &HostData) -> Result<WgpuBuffer> {
+        let buf = self.alloc(data.dtype(), data.len())?;
+        self.write_staged(&buf, data)?;
+        Ok(buf)
+    }
+
+    /// [`UploadPath::Staged`]: `data` written into a mapped staging buffer of the ring,
+    /// then copied into `buf` by a command queued behind everything submitted so far.
+    pub(crate) fn write_staged(&self, buf: &WgpuBuffer, data: &HostData) -> Result<()> {
+        let bytes = data.as_bytes();
+        // Copies move whole 4-byte words; the allocation is padded to 16 bytes.
+        let Some(size) = wgpu::BufferSize::new(bytes.len().div_ceil(4) as u64 * 4) else {
             return Ok(());
+        };
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        // Held from the write to the recall: another thread's recall must not re-map a
+        // staging buffer whose copy this thread has not submitted yet.
+        let mut belt = lock(&self.belt);
+        {
+            let mut view = belt.write_buffer(&mut enc, &buf.buf, 0, size);
+            // Write-only: mapped staging memory may be write-combined, slow to read.
+            view.slice(..bytes.len()).copy_from_slice(bytes);
+            view.slice(bytes.len()..).fill(0);
         }
-        // Ordered after all work submitted so far: every op submits before returning.
-        self.queue.write_buffer(&buf.buf, 0, &bytes);
+        belt.finish();
+        self.queue.submit([enc.finish()]);
+        belt.recall();
+        drop(belt);
+        self.take_error("uploading through the staging ring")
+    }
+
+    /// [`UploadPath::Direct`]: `data` written straight into a staging buffer wgpu
+    /// allocates (`Queue::write_buffer_with`: no intermediate copy on the host), copied
+    /// into `buf` at the next submission, after all work submitted so far (every op
+    /// submits before returning).
+    pub(crate) fn write(&self, buf: &WgpuBuffer, data: &HostData) -> Result<()> {
+        let bytes = data.as_bytes();
+        // Copies move whole 4-byte words; the allocation is padded to 16 bytes.
+        let Some(size) = wgpu::BufferSize::new(bytes.len().div_ceil(4) as u64 * 4) else {
+            return Ok(());
+        };
+        match self.queue.write_buffer_with(&buf.buf, 0, size) {
+            Some(mut view) => {
+                view.slice(..bytes.len()).copy_from_slice(bytes);
+                view.slice(bytes.len()..).fill(0);
+            }
+            None => {
+                return self.take_error("writing a buffer").and(Err(Error::Backend {
+                    backend: BACKEND,
+                    msg: format!("writing {} bytes into a buffer of {}", size, buf.buf.size()),
+                }));
+            }
+        }
         self.take_error("writing a buffer")
     }
 

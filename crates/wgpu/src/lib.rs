@@ -50,7 +50,7 @@ mod oneshot;
 mod ops;
 pub mod shaders;
 
-pub use device::{DeviceReport, WgpuBuffer};
+pub use device::{DeviceReport, STAGED_MAX_BYTES, STAGING_CHUNK_BYTES, UploadPath, WgpuBuffer};
 pub use shaders::{Family, kernel_source};
 
 use brrr_backend::{GemmSpec, Result};
@@ -154,6 +154,8 @@ pub struct WgpuBackend {
     /// `Some(k)`: [`Backend::gemm`](brrr_backend::Backend::gemm) uses version `k`
     /// where it applies (see [`WgpuBackend::with_matmul_kernel`]).
     pub(crate) matmul: Option<MatmulKernel>,
+    /// How uploads and writes reach the device (see [`UploadPath`]).
+    pub(crate) upload: UploadPath,
 }
 
 impl fmt::Debug for WgpuBackend {
@@ -162,6 +164,7 @@ impl fmt::Debug for WgpuBackend {
             .field("device", &self.inner.report.adapter)
             .field("api", &self.inner.report.api)
             .field("matmul", &self.matmul)
+            .field("upload", &self.upload)
             .finish()
     }
 }
@@ -179,6 +182,7 @@ impl WgpuBackend {
         Ok(WgpuBackend {
             inner: Arc::new(device::Inner::create().await?),
             matmul: None,
+            upload: UploadPath::default(),
         })
     }
 
@@ -204,8 +208,17 @@ impl WgpuBackend {
     /// runs once per version this way.
     pub fn with_matmul_kernel(&self, kernel: MatmulKernel) -> Self {
         WgpuBackend {
-            inner: self.inner.clone(),
             matmul: Some(kernel),
+            ..self.clone()
+        }
+    }
+
+    /// The same device, with uploads and writes taking `path` ([`UploadPath::Direct`]
+    /// by default); `bench::bench_upload` (native) measures both in one run.
+    pub fn with_upload_path(&self, path: UploadPath) -> Self {
+        WgpuBackend {
+            upload: path,
+            ..self.clone()
         }
     }
 

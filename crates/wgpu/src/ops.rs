@@ -1,6 +1,6 @@
 //! `Backend` for `WgpuBackend`: argument checks, then one or more kernel dispatches.
 
-use crate::device::{BACKEND, Kernel, Params, WgpuBuffer};
+use crate::device::{BACKEND, Kernel, Params, STAGED_MAX_BYTES, UploadPath, WgpuBuffer};
 use crate::shaders::Family;
 use crate::{MatmulKernel, WgpuBackend};
 use brrr_backend::{
@@ -96,6 +96,12 @@ fn store_expr(d: DType) -> &'static str {
 }
 
 impl WgpuBackend {
+    /// Whether `data` goes through the staging ring ([`UploadPath::Staged`], small).
+    fn staged(&self, data: &HostData) -> bool {
+        let bytes = (data.len() * data.dtype().size_in_bytes()) as u64;
+        self.upload == UploadPath::Staged && bytes <= STAGED_MAX_BYTES
+    }
+
     /// Converts the first `n` elements of `src` into `dst` (dtypes may be anything but f64).
     pub(crate) fn cast_raw(
         &self,
@@ -568,7 +574,11 @@ impl Backend for WgpuBackend {
     }
 
     fn upload(&self, data: &HostData) -> Result<WgpuBuffer> {
-        self.inner.upload(data)
+        if self.staged(data) {
+            self.inner.upload_staged(data)
+        } else {
+            self.inner.upload(data)
+        }
     }
 
     fn write(&self, buf: &mut WgpuBuffer, data: &HostData) -> Result<()> {
@@ -580,7 +590,11 @@ impl Backend for WgpuBackend {
                 format!("buffer has {} elements, data has {}", buf.len, data.len()),
             ));
         }
-        self.inner.write(buf, data)
+        if self.staged(data) {
+            self.inner.write_staged(buf, data)
+        } else {
+            self.inner.write(buf, data)
+        }
     }
 
     async fn read(&self, buf: &WgpuBuffer) -> Result<HostData> {
