@@ -602,6 +602,50 @@ async function tensorParallel(browser) {
   await page.close();
 }
 
+async function profilePage(browser) {
+  console.log('profile');
+  const page = await open(browser, '/profile');
+  await page.waitForSelector('[data-testid="profile-run"]', { timeout: 60000 });
+  const chapter = await page.$eval('[data-testid="chapter-link"]', (el) => el.getAttribute('href'));
+  check(chapter === 'book/regimes.html', `links the book chapter (${chapter})`);
+  // Four steps of the tiny GPT on brrr-cpu in wasm, through the profiled backend.
+  await page.click('[data-testid="profile-run"]');
+  await page.waitForSelector('[data-testid="profile-ops"]', { timeout: 180000 });
+  const kinds = await page.$$eval('[data-testid="profile-ops"] tbody tr td:first-child', (els) => els.map((e) => e.textContent));
+  check(kinds.includes('gemm') && kinds.includes('adamw') && kinds.length >= 10, `the op table has the step's kinds (${kinds.join(' ')})`);
+  const layers = await page.$$eval('[data-testid="profile-layers"] tbody tr td:first-child', (els) => els.map((e) => e.textContent));
+  check(layers.includes('h.*.attn forward') && layers.includes('h.*.mlp backward'), `the layer table sums the blocks (${layers.slice(0, 6).join(', ')}…)`);
+  const ms = await value(page, 'profile-step-ms');
+  const inOps = await value(page, 'profile-in-ops');
+  check(ms > 0 && inOps > 0.3 && inOps <= 1, `a step of ${ms.toFixed(1)} ms, ${(100 * inOps).toFixed(1)}% of it in ops`);
+  const bars = await page.$$eval('[data-testid="profile-timeline"] rect', (els) => els.length);
+  check(bars >= 100, `the timeline draws the step's spans (${bars})`);
+  await shot(page, 'profile');
+  // A trace file (as `brrr train --profile --trace` writes one): two steps, the first
+  // left out, whose second holds one layer region and two ops.
+  const op = (name, ts, dur, flops, bytes) => ({ ph: 'X', cat: 'op', name, ts, dur, pid: 1, tid: 1, args: { flops, bytes, shape: 's', dtype: 'f32' } });
+  const trace = { traceEvents: [
+    { ph: 'X', cat: 'cpu', name: 'step', ts: 0, dur: 100, pid: 1, tid: 1 },
+    op('gemm', 10, 50, 1e6, 1e4),
+    { ph: 'X', cat: 'cpu', name: 'step', ts: 200, dur: 1000, pid: 1, tid: 1 },
+    { ph: 'X', cat: 'layer', name: 'h.0 forward', ts: 300, dur: 600, pid: 1, tid: 1 },
+    op('gemm', 310, 400, 8e8, 1e6),
+    op('gelu', 720, 100, 1e5, 4e5),
+  ] };
+  const file = path.join(shots, 'profile-trace.json');
+  fs.writeFileSync(file, JSON.stringify(trace));
+  const input = await page.$('[data-testid="profile-file"]');
+  await input.uploadFile(file);
+  await page.waitForFunction(() => {
+    const rows = document.querySelectorAll('[data-testid="profile-ops"] tbody tr');
+    return rows.length === 2;
+  }, { timeout: 10000 });
+  const fromFile = await value(page, 'profile-step-ms');
+  check(close(fromFile, 1.0, 1e-9), `the file's second step: 1 ms (got ${fromFile})`);
+  check(close(await value(page, 'profile-in-ops'), 0.5, 1e-9), 'half of it in ops (400 + 100 of 1000 µs)');
+  await page.close();
+}
+
 async function pipelinePage(browser) {
   console.log('pipeline');
   const page = await open(browser, '/pipeline');
@@ -696,7 +740,7 @@ async function dataParallel(browser) {
     const only = process.env.BRRR_E2E_ONLY;
     for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing], ['collectives', collectives],
       ['mixed-precision', mixedPrecision], ['data-loading', dataLoading], ['data-parallel', dataParallel],
-      ['tensor-parallel', tensorParallel], ['pipeline', pipelinePage]]) {
+      ['tensor-parallel', tensorParallel], ['pipeline', pipelinePage], ['profile', profilePage]]) {
       if (only && !only.split(',').includes(name)) {
         console.log(`${name}: SKIPPED (BRRR_E2E_ONLY=${only})`);
         continue;

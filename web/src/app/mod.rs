@@ -58,6 +58,9 @@ pub enum Route {
     /// [`PageId::DataParallel`].
     #[at("/data-parallel")]
     DataParallel,
+    /// [`PageId::Profile`].
+    #[at("/profile")]
+    Profile,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -80,6 +83,7 @@ impl Route {
             PageId::TensorParallel => Route::TensorParallel,
             PageId::Pipeline => Route::Pipeline,
             PageId::DataParallel => Route::DataParallel,
+            PageId::Profile => Route::Profile,
         }
     }
 }
@@ -100,6 +104,7 @@ pub fn render(route: Route) -> Html {
         Route::TensorParallel => html! { <pages::tensor_parallel::TensorParallelPage /> },
         Route::Pipeline => html! { <pages::pipeline::PipelinePage /> },
         Route::DataParallel => html! { <pages::data_parallel::DataParallelPage /> },
+        Route::Profile => html! { <pages::profile::ProfilePage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

@@ -25,6 +25,8 @@ pub enum PageId {
     DataLoading,
     /// How tensor parallelism splits a block, what each rank holds and sends.
     TensorParallel,
+    /// Where a training step's time goes: brrr-profile's tables and timeline of a trace.
+    Profile,
     /// Pipeline schedules from brrr-pp: timeline, bubble and memory.
     Pipeline,
     /// Data parallelism (brrr-dp): bucket all-reduces under the backward, ZeRO memory.
@@ -49,7 +51,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 12] = [
+pub const PAGES: [PageInfo; 13] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -173,6 +175,17 @@ pub const PAGES: [PageInfo; 12] = [
         chapter: "data-parallel.html",
         crates: &["brrr_dp", "brrr_perf"],
     },
+    PageInfo {
+        id: PageId::Profile,
+        path: "/profile",
+        title: "Where the time goes",
+        blurb: "A few training steps profiled in this tab, or a trace from `brrr train \
+                --profile --trace`: every backend op and every layer's forward and backward \
+                on a timeline, and brrr-profile's tables of time, share and achieved \
+                GFLOP/s and GB/s per op kind and per layer.",
+        chapter: "regimes.html",
+        crates: &["brrr_profile", "brrr_train", "brrr_cpu"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -216,6 +229,7 @@ mod tests {
             PageId::TensorParallel,
             PageId::Pipeline,
             PageId::DataParallel,
+            PageId::Profile,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);
