@@ -67,6 +67,12 @@ pub fn all() -> Vec<Exercise> {
             check: regimes::classify::check,
         },
         Exercise {
+            chapter: REGIMES,
+            module: "regimes::op_totals",
+            task: "a profile's time per op kind inside the measured steps",
+            check: regimes::op_totals::check,
+        },
+        Exercise {
             chapter: GPU,
             module: "gpu::compute_ceiling",
             task: "tensor cores or vector units: the peak an op runs under",

@@ -2,4 +2,5 @@
 
 pub mod classify;
 pub mod gemm_cost;
+pub mod op_totals;
 pub mod roofline_time;
