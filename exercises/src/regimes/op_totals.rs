@@ -17,7 +17,6 @@
 use crate::check::{Outcome, close, rng, with_seed};
 use brrr_profile::Profile;
 use rand::Rng;
-use std::collections::BTreeMap;
 
 /// YOUR CODE: microseconds per op kind inside the counted steps, and their wall time.
 #[cfg(not(feature = "solutions"))]
@@ -25,9 +24,9 @@ pub fn op_totals(
     ops: &[(String, f64, f64)],
     steps: &[(f64, f64)],
     skip: usize,
-) -> (BTreeMap<String, f64>, f64) {
+) -> (std::collections::BTreeMap<String, f64>, f64) {
     let _ = (ops, steps, skip);
-    (BTreeMap::new(), 0.0)
+    (std::collections::BTreeMap::new(), 0.0)
 }
 
 #[cfg(feature = "solutions")]
