@@ -211,6 +211,9 @@ impl<B: Backend> Tensor<B> {
         let k = a.dims()[a.rank() - 1];
         let (a, ta, sa) = gemm_operand(a, batch)?;
         let (b, tb, sb) = gemm_operand(b, batch)?;
+        // The output's device runs the product (as before offsets: one CPU instance's
+        // thread pool, one GPU); its handle is cloned before the buffer is borrowed.
+        let backend = out.backend.clone();
         let (out_buf, offset_c) = out.contiguous_buffer_mut("matmul")?;
         let spec = GemmSpec {
             batch,
@@ -230,8 +233,7 @@ impl<B: Backend> Tensor<B> {
             offset_b: b.layout.offset,
             offset_c,
         };
-        // The output's backend handle, not `out`'s: `out`'s buffer is borrowed mutably.
-        a.backend.gemm(&spec, &a.buf, &b.buf, out_buf)
+        backend.gemm(&spec, &a.buf, &b.buf, out_buf)
     }
 }
 
