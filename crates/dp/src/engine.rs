@@ -885,14 +885,13 @@ impl<B: Backend> DataParallel<B> {
             let _s = tracer.span(format!("all-gather bucket {g}"));
             let t0 = origin.elapsed().as_secs_f64();
             let full = c.all_gather(&chunk)?;
-            let base = bucket.elems.start;
-            let upload = slots
-                .iter()
-                .map(|s| {
-                    let r = s.offset - base..s.offset - base + s.numel;
-                    Tensor::from_f32(&backend, &full[r], s.dims.clone(), compute)
-                })
-                .collect::<Result<Vec<_>>>();
+            let upload = bucket_views(
+                &backend,
+                &full[..bucket.len()],
+                &slots,
+                bucket.elems.start,
+                compute,
+            );
             Ok((upload, t0, origin.elapsed().as_secs_f64()))
         })?;
         Ok(Some((g, h)))
@@ -1055,6 +1054,28 @@ impl<B: Backend> DataParallel<B> {
 }
 
 /// Makes every rank's parameters rank 0's (DDP's start: the replicas begin equal).
+/// A gathered bucket on the device as one flat buffer (one upload, in the compute
+/// dtype), and each parameter a view into it at its offset, as llm.c keeps all its
+/// parameters in one `params_memory`. GEMMs read the views in place (`GemmSpec`'s
+/// offsets); ops without offsets (LayerNorm, the embedding) copy the small views they
+/// take. The buffer is freed when the last view is.
+fn bucket_views<B: Backend>(
+    backend: &B,
+    full: &[f32],
+    slots: &[crate::layout::ParamSlot],
+    base: usize,
+    compute: DType,
+) -> Result<Vec<Tensor<B>>> {
+    let flat = Tensor::from_f32(backend, full, [full.len()], compute)?;
+    slots
+        .iter()
+        .map(|s| {
+            flat.narrow(0, s.offset - base, s.numel)?
+                .reshape(s.dims.clone())
+        })
+        .collect()
+}
+
 fn broadcast_params<B: Backend>(comm: &Communicator, model: &mut Gpt<B>) -> Result<()> {
     for p in model.params_mut() {
         let mut host = p.value.to_vec_f32()?;

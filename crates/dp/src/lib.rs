@@ -21,7 +21,9 @@
 //!   all-gathered. Stage 2 also frees each bucket's full gradients once
 //!   reduced. Stage 3 (FSDP) keeps only its chunk of the parameters too: each part of
 //!   the model (embeddings, every block, the final LayerNorm) is one bucket, gathered
-//!   before its forward and its backward and freed after. The next unit's all-gather is
+//!   before its forward and its backward and freed after. A gathered bucket is uploaded
+//!   once, as one flat buffer, and each parameter is a view into it (GEMMs read the
+//!   views in place through `GemmSpec`'s offsets). The next unit's all-gather is
 //!   prefetched: it runs on the communicator's thread while the current unit computes
 //!   ([`DataParallel::set_prefetch`]), so at most two blocks' parameters are gathered at
 //!   once and the peak grows by one block's parameters; the results are bitwise those

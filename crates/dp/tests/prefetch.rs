@@ -10,6 +10,7 @@ mod common;
 use brrr_collectives::run_in_process;
 use brrr_cpu::CpuBackend;
 use brrr_dp::{DataParallel, DpConfig, StepReport};
+use brrr_nn::Module;
 use brrr_train::TrainConfig;
 use common::*;
 
@@ -81,4 +82,44 @@ fn prefetch_is_bitwise_and_holds_at_most_two_blocks() {
 fn deep_outside_blocks(c: &TrainConfig) -> usize {
     let m = &c.model;
     m.vocab_size * m.n_embd + m.block_size * m.n_embd + 2 * m.n_embd
+}
+
+/// A gathered bucket is one flat buffer on the device, each parameter a view into it at
+/// its offset in the bucket (one upload per bucket; GEMMs read the views in place).
+#[test]
+fn a_gathered_bucket_is_one_buffer_with_a_view_per_parameter() {
+    let c = deep(1, 1);
+    let dp = DpConfig {
+        world: 2,
+        ..dp_config(3)
+    };
+    let checked = run_in_process(2, |comm| {
+        let b = CpuBackend::new();
+        let mut e = DataParallel::new(&b, c.clone(), dp.clone(), comm, batcher(&c))?;
+        e.step()?;
+        e.gather_all()?;
+        let params = e.model().params();
+        let mut views = 0;
+        for bucket in e.buckets() {
+            for i in bucket.params.clone() {
+                let (slot, value) = (&e.layout().params[i], &params[i].value);
+                assert_eq!(value.dims(), slot.dims.as_slice(), "{}", slot.name);
+                let offset = slot.offset - bucket.elems.start;
+                assert_eq!(
+                    value.layout().offset,
+                    offset,
+                    "{}: its offset in the bucket",
+                    slot.name
+                );
+                views += usize::from(offset > 0);
+            }
+        }
+        Ok(views)
+    });
+    for views in checked {
+        assert!(
+            views.unwrap() > 0,
+            "some parameter starts part-way into its bucket"
+        );
+    }
 }
