@@ -164,6 +164,12 @@ pub const STAGING_CHUNK_BYTES: u64 = 256 << 10;
 /// the ring for good after a one-off upload.
 pub const STAGED_MAX_BYTES: u64 = 4 * STAGING_CHUNK_BYTES;
 
+/// Bytes a copy of `bytes` moves: copies move whole 4-byte words (allocations are padded
+/// to 16 bytes, so the rounded-up tail fits). `None` for nothing to copy.
+fn copy_size(bytes: &[u8]) -> Option<wgpu::BufferSize> {
+    wgpu::BufferSize::new(bytes.len().div_ceil(4) as u64 * 4)
+}
+
 /// Devices opened so far in this process: each [`Inner::create`] opens a new wgpu
 /// device whose buffers no other device can use, so each gets its own ordinal.
 static DEVICES_OPENED: AtomicUsize = AtomicUsize::new(0);
@@ -478,8 +484,7 @@ impl Inner {
     /// then copied into `buf` by a command queued behind everything submitted so far.
     pub(crate) fn write_staged(&self, buf: &WgpuBuffer, data: &HostData) -> Result<()> {
         let bytes = data.as_bytes();
-        // Copies move whole 4-byte words; the allocation is padded to 16 bytes.
-        let Some(size) = wgpu::BufferSize::new(bytes.len().div_ceil(4) as u64 * 4) else {
+        let Some(size) = copy_size(bytes) else {
             return Ok(());
         };
         let mut enc = self
@@ -507,22 +512,20 @@ impl Inner {
     /// submits before returning).
     pub(crate) fn write(&self, buf: &WgpuBuffer, data: &HostData) -> Result<()> {
         let bytes = data.as_bytes();
-        // Copies move whole 4-byte words; the allocation is padded to 16 bytes.
-        let Some(size) = wgpu::BufferSize::new(bytes.len().div_ceil(4) as u64 * 4) else {
+        let Some(size) = copy_size(bytes) else {
             return Ok(());
         };
-        match self.queue.write_buffer_with(&buf.buf, 0, size) {
-            Some(mut view) => {
-                view.slice(..bytes.len()).copy_from_slice(bytes);
-                view.slice(bytes.len()..).fill(0);
-            }
-            None => {
-                return self.take_error("writing a buffer").and(Err(Error::Backend {
-                    backend: BACKEND,
-                    msg: format!("writing {} bytes into a buffer of {}", size, buf.buf.size()),
-                }));
-            }
-        }
+        let Some(mut view) = self.queue.write_buffer_with(&buf.buf, 0, size) else {
+            // wgpu's own report, when it made one, says more than ours.
+            self.take_error("writing a buffer")?;
+            return Err(Error::Backend {
+                backend: BACKEND,
+                msg: format!("writing {size} bytes into a buffer of {}", buf.buf.size()),
+            });
+        };
+        view.slice(..bytes.len()).copy_from_slice(bytes);
+        view.slice(bytes.len()..).fill(0);
+        drop(view);
         self.take_error("writing a buffer")
     }
 
