@@ -222,6 +222,14 @@ template <class A> struct AxpyFn {
         map2(y, y, x, n, f);                                                                   \
     }                                                                                          \
     BRRR_REGISTER(axpy_##S)                                                                    \
+    /* y at an offset that is not a whole 16-byte pack (one part of a flat buffer) */          \
+    extern "C" __global__ void BRRR_FLAT axpy_unaligned_##S(T* y, const T* x, u64 n, float alpha) {      \
+        AxpyFn<Acc<T>::type> f;                                                                \
+        f.alpha = alpha;                                                                       \
+        for (u64 i = global_thread_id(); i < n; i += global_thread_count())                    \
+            y[i] = from_acc<T>(f(to_acc(y[i]), to_acc(x[i])));                                 \
+    }                                                                                          \
+    BRRR_REGISTER(axpy_unaligned_##S)                                                          \
     extern "C" __global__ void BRRR_FLAT gelu_##S(T* y, const T* x, u64 n) {                             \
         map1(y, x, n, GeluFn<Acc<T>::type>());                                                 \
     }                                                                                          \

@@ -118,10 +118,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 }
 
 // ==== kernel: axpy ====
-// y += alpha * x: the accumulate that gradient accumulation is made of.
+// y[off + i] += alpha * x[i]: the accumulate that gradient accumulation is made of
+// (off > 0 when y is one part of a flat gradient buffer).
 struct Params {
     n: u32,
     alpha: f32,
+    off: u32,
+    _pad: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -134,7 +137,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= p.n) {
         return;
     }
-    y[i] = y[i] + p.alpha * x[i];
+    y[p.off + i] = y[p.off + i] + p.alpha * x[i];
 }
 
 // ==== kernel: gelu ====

@@ -10,7 +10,7 @@ struct Params {
     n: u32,
     dim: u32,
     rows: u32,
-    _pad: u32,
+    off: u32, // the table (or its gradient) starts here in its buffer
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;
@@ -29,7 +29,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let id = ids[i];
     var v = 0.0;
     if (id < p.rows) {
-        v = table[id * p.dim + d];
+        v = table[p.off + id * p.dim + d];
     }
     out[e] = v;
 }
@@ -46,7 +46,7 @@ struct Params {
     n: u32,
     dim: u32,
     rows: u32,
-    _pad: u32,
+    off: u32, // the table (or its gradient) starts here in its buffer
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;
@@ -63,7 +63,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var i = 0u; i < p.n; i = i + 1u) {
         let id = ids[i];
         if (id < p.rows) {
-            let t = id * p.dim + d;
+            let t = p.off + id * p.dim + d;
             dtable[t] = dtable[t] + dout[i * p.dim + d];
         }
     }

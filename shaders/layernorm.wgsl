@@ -10,7 +10,8 @@
 // Backward, with xhat = (x - mean) * rstd and g = dy * gamma:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))        one workgroup per row
 //   dgamma[c] += Σ_rows dy * xhat,  dbeta[c] += Σ_rows dy     one invocation per column
-// The parameter gradients are a reduction over rows; giving each column one invocation
+// gamma, beta and their gradients sit at offsets off_g and off_b of their buffers (views
+// into flat parameter and gradient buffers). The parameter gradients are a reduction over rows; giving each column one invocation
 // that walks the rows keeps it deterministic (no float atomics, which WGSL lacks anyway)
 // and coalesced (neighbouring invocations read neighbouring columns).
 
@@ -19,7 +20,11 @@ struct Params {
     rows: u32,
     cols: u32,
     eps: f32,
-    _pad: u32,
+    off_g: u32, // gamma (and dgamma) start here in their buffers
+    off_b: u32, // beta (and dbeta)
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -50,7 +55,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let rstd = 1.0 / sqrt(wg_sum(v, lid) * inv_c + p.eps);
     for (var j = lid; j < p.cols; j = j + WG) {
-        y[base + j] = (x[base + j] - mean) * rstd * gamma[j] + beta[j];
+        y[base + j] = (x[base + j] - mean) * rstd * gamma[p.off_g + j] + beta[p.off_b + j];
     }
     if (lid == 0u) {
         mean_out[row] = mean;
@@ -63,7 +68,11 @@ struct Params {
     rows: u32,
     cols: u32,
     eps: f32,
-    _pad: u32,
+    off_g: u32, // gamma (and dgamma) start here in their buffers
+    off_b: u32, // beta (and dbeta)
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> dy: array<f32>;
@@ -86,7 +95,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var sg = 0.0;
     var sgx = 0.0;
     for (var j = lid; j < p.cols; j = j + WG) {
-        let g = dy[base + j] * gamma[j];
+        let g = dy[base + j] * gamma[p.off_g + j];
         let xhat = (x[base + j] - mean) * rstd;
         sg = sg + g;
         sgx = sgx + g * xhat;
@@ -95,7 +104,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let mg = wg_sum(sg, lid) * inv_c;
     let mgx = wg_sum(sgx, lid) * inv_c;
     for (var j = lid; j < p.cols; j = j + WG) {
-        let g = dy[base + j] * gamma[j];
+        let g = dy[base + j] * gamma[p.off_g + j];
         let xhat = (x[base + j] - mean) * rstd;
         dx[base + j] = rstd * (g - mg - xhat * mgx);
     }
@@ -106,7 +115,11 @@ struct Params {
     rows: u32,
     cols: u32,
     eps: f32,
-    _pad: u32,
+    off_g: u32, // gamma (and dgamma) start here in their buffers
+    off_b: u32, // beta (and dbeta)
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> dy: array<f32>;
@@ -131,6 +144,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         sg = sg + dy[i] * xhat;
         sb = sb + dy[i];
     }
-    dgamma[col] = dgamma[col] + sg;
-    dbeta[col] = dbeta[col] + sb;
+    dgamma[p.off_g + col] = dgamma[p.off_g + col] + sg;
+    dbeta[p.off_b + col] = dbeta[p.off_b + col] + sb;
 }

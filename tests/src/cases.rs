@@ -3,8 +3,9 @@
 use crate::compare::{Tol, compare, tolerance};
 use crate::{Outcome, SuiteOptions};
 use brrr_backend::{
-    AdamWParams, Backend, BinaryOp, DType, ElemRange, GemmSpec, HostData, LayerNormSpec, Layout,
-    ReduceOp, Result, ScaleUpdateParams, SegmentMask, Shape, SoftmaxSpec, UnaryOp,
+    AdamWParams, Backend, BinaryOp, DType, ElemRange, EmbeddingSpec, GemmSpec, HostData,
+    LayerNormSpec, Layout, ReduceOp, Result, ScaleUpdateParams, SegmentMask, Shape, SoftmaxSpec,
+    UnaryOp,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -66,7 +67,8 @@ pub(crate) enum Op {
         a: Layout,
         b: Layout,
     },
-    Axpy(f32),
+    /// alpha and where in y (None: all of it).
+    Axpy(f32, Option<usize>),
     Reduce {
         op: ReduceOp,
         outer: usize,
@@ -81,8 +83,8 @@ pub(crate) enum Op {
     LayerNormBackward(LayerNormSpec),
     Gelu,
     GeluBackward,
-    Embedding(usize),
-    EmbeddingBackward(usize),
+    Embedding(EmbeddingSpec),
+    EmbeddingBackward(EmbeddingSpec),
     CrossEntropy(usize),
     CrossEntropyBackward(usize),
     AdamW {
@@ -188,7 +190,7 @@ impl Op {
             Op::Gemm(s) => x.gemm(s, &ins[0], &ins[1], &mut outs[0]),
             Op::Unary(op) => x.unary(*op, &ins[0], &mut outs[0]),
             Op::Binary { op, a, b } => x.binary(*op, &ins[0], a, &ins[1], b, &mut outs[0]),
-            Op::Axpy(alpha) => x.axpy(*alpha, &ins[0], &mut outs[0]),
+            Op::Axpy(alpha, at) => x.axpy(*alpha, &ins[0], &mut outs[0], *at),
             Op::Reduce {
                 op,
                 outer,
@@ -212,10 +214,8 @@ impl Op {
             }
             Op::Gelu => x.gelu(&ins[0], &mut outs[0]),
             Op::GeluBackward => x.gelu_backward(&ins[0], &ins[1], &mut outs[0]),
-            Op::Embedding(dim) => x.embedding(&ins[0], &ins[1], *dim, &mut outs[0]),
-            Op::EmbeddingBackward(dim) => {
-                x.embedding_backward(&ins[0], &ins[1], *dim, &mut outs[0])
-            }
+            Op::Embedding(s) => x.embedding(s, &ins[0], &ins[1], &mut outs[0]),
+            Op::EmbeddingBackward(s) => x.embedding_backward(s, &ins[0], &ins[1], &mut outs[0]),
             Op::CrossEntropy(vocab) => x.cross_entropy(&ins[0], &ins[1], *vocab, &mut outs[0]),
             Op::CrossEntropyBackward(vocab) => {
                 x.cross_entropy_backward(&ins[0], &ins[1], &ins[2], *vocab, &mut outs[0])
@@ -908,12 +908,29 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
     for n in [1usize, 1001] {
         b.add("axpy", format!("n={n} alpha=-0.75"), |g, d| {
             (
-                Op::Axpy(-0.75),
+                Op::Axpy(-0.75, None),
                 vec![g.data(d, n, -1.0, 1.0)],
                 vec![Out::init("y", g.data(d, n, -1.0, 1.0))],
                 tol.times(2.0),
             )
         });
+    }
+    // Into one part of a flat buffer: the rest of y must keep its values (compared over
+    // the whole buffer). Offset 3 is not a whole 16-byte pack (CUDA's unaligned kernel),
+    // 8 is one for f16/bf16 and 32 for every dtype.
+    for (n, at, total) in [(1001usize, 3usize, 1010usize), (64, 8, 80), (100, 32, 140)] {
+        b.add(
+            "axpy",
+            format!("n={n} into y[{at}..] of {total}"),
+            |g, d| {
+                (
+                    Op::Axpy(-0.75, Some(at)),
+                    vec![g.data(d, n, -1.0, 1.0)],
+                    vec![Out::init("y", g.data(d, total, -1.0, 1.0))],
+                    tol.times(2.0),
+                )
+            },
+        );
     }
 
     // ---- reduce ------------------------------------------------------------------
@@ -1040,19 +1057,24 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
     if large {
         lns.push((64, 768));
     }
-    for (rows, cols) in lns {
-        let spec = LayerNormSpec {
-            rows,
-            cols,
-            eps: 1e-5,
+    // The last two: gamma and beta as views into flat parameter (and gradient)
+    // buffers, at an odd offset and past other parameters' elements.
+    let mut lns: Vec<_> = lns.into_iter().map(|(r, c)| (r, c, 0, 0)).collect();
+    lns.extend([(3usize, 7usize, 5usize, 13usize), (33, 65, 130, 1)]);
+    for (rows, cols, g_at, b_at) in lns {
+        let spec = LayerNormSpec::new(rows, cols, 1e-5).params_at(g_at, b_at);
+        let label = if (g_at, b_at) == (0, 0) {
+            format!("[{rows},{cols}]")
+        } else {
+            format!("[{rows},{cols}] gamma at {g_at}, beta at {b_at}")
         };
-        b.add("layernorm", format!("[{rows},{cols}]"), |g, d| {
+        b.add("layernorm", label.clone(), |g, d| {
             (
                 Op::LayerNorm(spec),
                 vec![
                     g.data(d, rows * cols, -1.0, 2.0),
-                    g.data(d, cols, 0.5, 1.5),
-                    g.data(d, cols, -0.5, 0.5),
+                    g.data(d, g_at + cols, 0.5, 1.5),
+                    g.data(d, b_at + cols, -0.5, 0.5),
                 ],
                 vec![
                     Out::poison("y", d, rows * cols),
@@ -1062,7 +1084,7 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
                 tol.times(4.0),
             )
         });
-        b.add("layernorm_backward", format!("[{rows},{cols}]"), |g, d| {
+        b.add("layernorm_backward", label, |g, d| {
             let x = g.data(d, rows * cols, -1.0, 2.0);
             let xs = x.to_f64();
             let (mut mean, mut rstd) = (vec![0.0; rows], vec![0.0; rows]);
@@ -1073,7 +1095,8 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
                 mean[r] = m;
                 rstd[r] = 1.0 / (v + 1e-5).sqrt();
             }
-            let (dy, gamma) = (g.data(d, rows * cols, -1.0, 1.0), g.data(d, cols, 0.5, 1.5));
+            let dy = g.data(d, rows * cols, -1.0, 1.0);
+            let gamma = g.data(d, g_at + cols, 0.5, 1.5);
             // dx = rstd (dy γ - mean(dy γ) - x̂ mean(dy γ x̂)) cancels to nearly 0 over few
             // columns; its rounding error is that of the terms, about max|dy γ| rstd.
             let max_abs = |h: &HostData| h.to_f64().iter().fold(0.0f64, |m, v| m.max(v.abs()));
@@ -1089,8 +1112,8 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
                 ],
                 vec![
                     Out::poison("dx", d, rows * cols),
-                    Out::init("dgamma", g.data(d, cols, -1.0, 1.0)),
-                    Out::init("dbeta", g.data(d, cols, -1.0, 1.0)),
+                    Out::init("dgamma", g.data(d, g_at + cols, -1.0, 1.0)),
+                    Out::init("dbeta", g.data(d, b_at + cols, -1.0, 1.0)),
                 ],
                 tol.times(4.0 + (rows as f64).sqrt())
                     .with_scale_floor(terms),
@@ -1119,20 +1142,30 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
     }
 
     // ---- embedding -----------------------------------------------------------------
-    for (rows, dim, n, idt) in [
-        (11usize, 5usize, 13usize, DType::U32),
-        (7, 1, 4, DType::I32),
-        (50, 64, 130, DType::I32),
+    // (rows, dim, ids, id dtype, where the table starts in a flat buffer and how many
+    // elements follow it; None: the table is the whole buffer)
+    for (rows, dim, n, idt, flat) in [
+        (11usize, 5usize, 13usize, DType::U32, None),
+        (7, 1, 4, DType::I32, None),
+        (50, 64, 130, DType::I32, None),
+        (11, 5, 13, DType::U32, Some((7usize, 9usize))),
+        (50, 64, 130, DType::I32, Some((64, 3))),
     ] {
-        let label = format!("rows={rows} dim={dim} ids={n} {idt}");
+        let (at, after) = flat.unwrap_or((0, 0));
+        let spec = match flat {
+            None => EmbeddingSpec::new(dim),
+            Some(_) => EmbeddingSpec::new(dim).table_at(at, rows),
+        };
+        let total = at + rows * dim + after;
+        let label = match flat {
+            None => format!("rows={rows} dim={dim} ids={n} {idt}"),
+            Some(_) => format!("rows={rows} dim={dim} ids={n} {idt} table at {at} of {total}"),
+        };
         b.add("embedding", label.clone(), |g, d| {
             let ids: Vec<f64> = (0..n).map(|_| g.below(rows) as f64).collect();
             (
-                Op::Embedding(dim),
-                vec![
-                    HostData::from_f64(idt, &ids),
-                    g.data(d, rows * dim, -1.0, 1.0),
-                ],
+                Op::Embedding(spec),
+                vec![HostData::from_f64(idt, &ids), g.data(d, total, -1.0, 1.0)],
                 vec![Out::poison("out", d, n * dim)],
                 Tol::EXACT,
             )
@@ -1140,9 +1173,9 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
         b.add("embedding_backward", label, |g, d| {
             let ids: Vec<f64> = (0..n).map(|_| g.below(rows) as f64).collect();
             (
-                Op::EmbeddingBackward(dim),
+                Op::EmbeddingBackward(spec),
                 vec![HostData::from_f64(idt, &ids), g.data(d, n * dim, -1.0, 1.0)],
-                vec![Out::init("dtable", g.data(d, rows * dim, -1.0, 1.0))],
+                vec![Out::init("dtable", g.data(d, total, -1.0, 1.0))],
                 tol.times(2.0),
             )
         });

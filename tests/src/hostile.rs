@@ -8,8 +8,8 @@
 
 use crate::{CaseResult, Outcome};
 use brrr_backend::{
-    AdamWParams, AttentionSpec, Backend, BinaryOp, DType, ElemRange, GemmSpec, HostData, Layout,
-    Shape,
+    AdamWParams, AttentionSpec, Backend, BinaryOp, DType, ElemRange, EmbeddingSpec, GemmSpec,
+    HostData, LayerNormSpec, Layout, Shape,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -236,6 +236,7 @@ pub(crate) fn run<X: Backend>(x: &X) -> Vec<CaseResult> {
         });
         out.push(result(name, dt, format!("{label} (master)"), outcome));
     }
+    out.extend(flat_param_cases(x));
     let dense = Layout::contiguous([3, 2]);
     for (label, l) in hostile_layouts() {
         let shape = l.shape.dims().to_vec();
@@ -283,6 +284,86 @@ pub(crate) fn run<X: Backend>(x: &X) -> Vec<CaseResult> {
         outcome,
     ));
     out.extend(attention_cases(x));
+    out
+}
+
+/// LayerNorm, the embedding and axpy on part of a flat buffer: offsets that wrap past
+/// `usize::MAX`, or reach one element past the buffer, are errors on every backend.
+fn flat_param_cases<X: Backend>(x: &X) -> Vec<CaseResult> {
+    let (name, dt) = (x.info().name, DType::F32);
+    let buf = |n: usize| x.upload(&HostData::F32(vec![0.5; n]));
+    let ids = |n: usize| x.upload(&HostData::U32(vec![1; n]));
+    let mut out = Vec::new();
+    // (label, gamma offset, beta offset): gamma, beta, dgamma and dbeta hold 8 elements,
+    // rows of 4 columns.
+    for (label, g_at, b_at) in [
+        (
+            "layernorm: gamma offset usize::MAX (offset + cols wraps)",
+            usize::MAX,
+            0,
+        ),
+        ("layernorm: beta at 5 of 8 with 4 columns", 0, 5),
+    ] {
+        let spec = LayerNormSpec::new(2, 4, 1e-5).params_at(g_at, b_at);
+        let outcome = expect_err(|| {
+            let (xs, g, b) = (buf(8)?, buf(8)?, buf(8)?);
+            let (mut y, mut m, mut r) = (buf(8)?, buf(2)?, buf(2)?);
+            x.layernorm(&spec, &xs, &g, &b, &mut y, &mut m, &mut r)
+        });
+        out.push(result(name, dt, label.to_string(), outcome));
+        let outcome = expect_err(|| {
+            let (dy, xs, g, m, r) = (buf(8)?, buf(8)?, buf(8)?, buf(2)?, buf(2)?);
+            let (mut dx, mut dg, mut db) = (buf(8)?, buf(8)?, buf(8)?);
+            x.layernorm_backward(&spec, &dy, &xs, &g, &m, &r, &mut dx, &mut dg, &mut db)
+        });
+        out.push(result(name, dt, format!("{label} (backward)"), outcome));
+    }
+    // Tables of dim 4 in a 12-element buffer.
+    for (label, spec) in [
+        (
+            "embedding: table offset usize::MAX - 3 (end wraps)",
+            EmbeddingSpec::new(4).table_at(usize::MAX - 3, 2),
+        ),
+        (
+            "embedding: 2 rows at 8 of a 12-element buffer",
+            EmbeddingSpec::new(4).table_at(8, 2),
+        ),
+        (
+            "embedding: table of 3 elements with dim 4 (not whole rows)",
+            EmbeddingSpec {
+                dim: 4,
+                table: Some(ElemRange::new(1, 3)),
+            },
+        ),
+        (
+            "embedding: rows × dim overflows",
+            EmbeddingSpec::new(4).table_at(0, usize::MAX / 2),
+        ),
+    ] {
+        let outcome = expect_err(|| {
+            let (i, t, mut o) = (ids(2)?, buf(12)?, buf(8)?);
+            x.embedding(&spec, &i, &t, &mut o)
+        });
+        out.push(result(name, dt, label.to_string(), outcome));
+        let outcome = expect_err(|| {
+            let (i, d, mut t) = (ids(2)?, buf(8)?, buf(12)?);
+            x.embedding_backward(&spec, &i, &d, &mut t)
+        });
+        out.push(result(name, dt, format!("{label} (backward)"), outcome));
+    }
+    for (label, at) in [
+        (
+            "axpy: 4 elements at usize::MAX - 1 (end wraps)",
+            usize::MAX - 1,
+        ),
+        ("axpy: 4 elements at 5 of 8", 5),
+    ] {
+        let outcome = expect_err(|| {
+            let (xs, mut y) = (buf(4)?, buf(8)?);
+            x.axpy(1.0, &xs, &mut y, Some(at))
+        });
+        out.push(result(name, dt, label.to_string(), outcome));
+    }
     out
 }
 

@@ -4,8 +4,8 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use brrr_backend::{
-    AdamWParams, Backend, BackendInfo, BinaryOp, DType, GemmSpec, HostData, LayerNormSpec, Layout,
-    ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec, UnaryOp,
+    AdamWParams, Backend, BackendInfo, BinaryOp, DType, EmbeddingSpec, GemmSpec, HostData,
+    LayerNormSpec, Layout, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec, UnaryOp,
 };
 use brrr_conformance::{
     CpuBackend, OPS, Outcome, SuiteOptions, assert_all_passed, report, run_suite, summarize,
@@ -143,8 +143,8 @@ impl Backend for Broken {
     ) -> Result<()> {
         self.cpu.binary(op, a, al, b, bl, out)
     }
-    fn axpy(&self, alpha: f32, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
-        self.cpu.axpy(alpha, x, y)
+    fn axpy(&self, alpha: f32, x: &CpuBuffer, y: &mut CpuBuffer, at: Option<usize>) -> Result<()> {
+        self.cpu.axpy(alpha, x, y, at)
     }
     fn reduce(
         &self,
@@ -227,21 +227,21 @@ impl Backend for Broken {
     }
     fn embedding(
         &self,
+        spec: &EmbeddingSpec,
         ids: &CpuBuffer,
         t: &CpuBuffer,
-        dim: usize,
         out: &mut CpuBuffer,
     ) -> Result<()> {
-        self.cpu.embedding(ids, t, dim, out)
+        self.cpu.embedding(spec, ids, t, out)
     }
     fn embedding_backward(
         &self,
+        spec: &EmbeddingSpec,
         ids: &CpuBuffer,
         dout: &CpuBuffer,
-        dim: usize,
         dtable: &mut CpuBuffer,
     ) -> Result<()> {
-        self.cpu.embedding_backward(ids, dout, dim, dtable)
+        self.cpu.embedding_backward(spec, ids, dout, dtable)
     }
     fn cross_entropy(
         &self,

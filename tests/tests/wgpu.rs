@@ -174,7 +174,7 @@ fn uploads_by_every_path_read_back_exactly() {
         for i in 0..64 {
             b.write(&mut x, &HostData::F32(vec![i as f32; 1000]))
                 .unwrap();
-            b.axpy(1.0, &x, &mut acc).unwrap();
+            b.axpy(1.0, &x, &mut acc, None).unwrap();
         }
         let want = (0..64).sum::<i32>() as f32;
         assert_eq!(

@@ -1,7 +1,7 @@
 use crate::{
-    AdamWParams, AttentionSpec, BinaryOp, DType, DeviceLocation, GemmSpec, HostData, LayerNormSpec,
-    Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
-    WasmNotSendSync,
+    AdamWParams, AttentionSpec, BinaryOp, DType, DeviceLocation, EmbeddingSpec, GemmSpec, HostData,
+    LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask,
+    SoftmaxSpec, UnaryOp, WasmNotSendSync,
 };
 use std::future::Future;
 
@@ -167,8 +167,17 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         b_layout: &Layout,
         out: &mut Self::Buffer,
     ) -> Result<()>;
-    /// `y += alpha * x` over the whole of `y`.
-    fn axpy(&self, alpha: f32, x: &Self::Buffer, y: &mut Self::Buffer) -> Result<()>;
+    /// `y += alpha * x` over the whole of `y` (`y_offset = None`), or over `x.len()`
+    /// elements of `y` from `y_offset` (a part of a flat buffer); see [`axpy_range`].
+    ///
+    /// [`axpy_range`]: crate::axpy_range
+    fn axpy(
+        &self,
+        alpha: f32,
+        x: &Self::Buffer,
+        y: &mut Self::Buffer,
+        y_offset: Option<usize>,
+    ) -> Result<()>;
 
     // ---- reductions -------------------------------------------------------------------
 
@@ -295,22 +304,24 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         dx: &mut Self::Buffer,
     ) -> Result<()>;
 
-    /// `out[i, :] = table[ids[i], :]` for `ids` (u32 or i32) and a `[rows, dim]` table.
+    /// `out[i, :] = table[ids[i], :]` for `ids` (u32 or i32) and a `[rows, dim]` table
+    /// where `spec` puts it (the whole buffer, or a part of a flat one).
     /// An id out of range is an error (checked where the backend can; on a GPU the
     /// kernel writes zeros instead and the tensor layer checks ids on upload).
     fn embedding(
         &self,
+        spec: &EmbeddingSpec,
         ids: &Self::Buffer,
         table: &Self::Buffer,
-        dim: usize,
         out: &mut Self::Buffer,
     ) -> Result<()>;
     /// `dtable[ids[i], :] += dout[i, :]`: a scatter-add, since an id may repeat.
+    /// `dtable` is laid out as `spec` says the table is.
     fn embedding_backward(
         &self,
+        spec: &EmbeddingSpec,
         ids: &Self::Buffer,
         dout: &Self::Buffer,
-        dim: usize,
         dtable: &mut Self::Buffer,
     ) -> Result<()>;
 

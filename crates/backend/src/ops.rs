@@ -302,11 +302,139 @@ impl SegmentMask {
 
 /// LayerNorm over the last axis of a contiguous `[rows, cols]` matrix
 /// (Ba et al. 2016): `y = (x - mean) * rstd * gamma + beta`, `rstd = 1/sqrt(var + eps)`.
+///
+/// `gamma` is elements `gamma_offset .. gamma_offset + cols` of its buffer and `beta`
+/// elements `beta_offset ..` of its own, so both can be views into one flat parameter
+/// buffer (0 and 0 for buffers of their own). The backward writes `dgamma` and `dbeta`
+/// at the same offsets in theirs: gradients laid out like the parameters, as llm.c's
+/// flat buffers are.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LayerNormSpec {
     pub rows: usize,
     pub cols: usize,
     pub eps: f32,
+    pub gamma_offset: usize,
+    pub beta_offset: usize,
+}
+
+impl LayerNormSpec {
+    /// `gamma` and `beta` at the start of their buffers.
+    pub fn new(rows: usize, cols: usize, eps: f32) -> Self {
+        LayerNormSpec {
+            rows,
+            cols,
+            eps,
+            gamma_offset: 0,
+            beta_offset: 0,
+        }
+    }
+
+    /// `gamma` (and `dgamma`) at `gamma`, `beta` (and `dbeta`) at `beta`, in elements.
+    pub fn params_at(mut self, gamma: usize, beta: usize) -> Self {
+        self.gamma_offset = gamma;
+        self.beta_offset = beta;
+        self
+    }
+
+    /// The elements `gamma` and `beta` occupy in their buffers (`dgamma` and `dbeta`
+    /// likewise); an error naming `op` when an end overflows.
+    pub fn param_ranges(&self, op: &'static str) -> Result<(Range<usize>, Range<usize>)> {
+        let gamma = ElemRange::new(self.gamma_offset, self.cols);
+        let beta = ElemRange::new(self.beta_offset, self.cols);
+        Ok((gamma.offset..gamma.end(op)?, beta.offset..beta.end(op)?))
+    }
+}
+
+/// An embedding lookup's table ([`Backend::embedding`]): `dim` columns, in the whole
+/// buffer (`table: None`, whose length must be whole rows) or in elements
+/// `table.offset .. table.offset + table.len` of it (a view into a flat parameter
+/// buffer; `table.len` must be whole rows). The backward's `dtable` has the same layout.
+///
+/// [`Backend::embedding`]: crate::Backend::embedding
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmbeddingSpec {
+    pub dim: usize,
+    pub table: Option<ElemRange>,
+}
+
+impl EmbeddingSpec {
+    /// A table that is the whole buffer.
+    pub fn new(dim: usize) -> Self {
+        EmbeddingSpec { dim, table: None }
+    }
+
+    /// A table of `rows` rows starting at element `offset` of its buffer.
+    pub fn table_at(mut self, offset: usize, rows: usize) -> Self {
+        self.table = Some(ElemRange::new(offset, rows.saturating_mul(self.dim)));
+        self
+    }
+
+    /// The table's elements in a buffer of `buffer_len` elements and its number of
+    /// rows, checked: `dim > 0`, whole rows, inside the buffer. Errors name `op`.
+    pub fn table_range(
+        &self,
+        op: &'static str,
+        buffer_len: usize,
+    ) -> Result<(Range<usize>, usize)> {
+        if self.dim == 0 {
+            return Err(Error::invalid(op, "dim must be positive"));
+        }
+        let range = match self.table {
+            None => 0..buffer_len,
+            Some(r) => r.offset..r.end(op)?,
+        };
+        let len = range.len();
+        if !len.is_multiple_of(self.dim) {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "the table has {len} elements, not a whole number of rows of dim {}",
+                    self.dim
+                ),
+            ));
+        }
+        if range.end > buffer_len {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "the table ends at element {} of a buffer of {buffer_len}",
+                    range.end
+                ),
+            ));
+        }
+        Ok((range, len / self.dim))
+    }
+}
+
+/// Where `axpy` adds into `y` ([`Backend::axpy`]): all of `y` (`None`; `x` holds at
+/// least as many elements) or `x_len` elements of `y` from `offset` (`Some(offset)`,
+/// one part of a flat gradient buffer). Returns the range of `y`, checked against
+/// `y_len`; element `i` of the range adds `x[i]`.
+///
+/// [`Backend::axpy`]: crate::Backend::axpy
+pub fn axpy_range(
+    op: &'static str,
+    x_len: usize,
+    y_len: usize,
+    y_offset: Option<usize>,
+) -> Result<Range<usize>> {
+    let range = match y_offset {
+        None => {
+            Error::check_len(op, y_len, x_len)?;
+            0..y_len
+        }
+        Some(o) => o..ElemRange::new(o, x_len).end(op)?,
+    };
+    if range.end > y_len {
+        return Err(Error::shape(
+            op,
+            format!(
+                "{} elements at offset {} reach past y's {y_len}",
+                x_len, range.start
+            ),
+        ));
+    }
+    Ok(range)
 }
 
 /// Causal multi-head self-attention as one op ([`Backend::attention`]), on GPT-2's

@@ -88,6 +88,8 @@ fn main() {
         rows: bt,
         cols: d,
         eps: 1e-5,
+        gamma_offset: 0,
+        beta_offset: 0,
     };
     let (x, g) = (buf(DType::F32, bt * d), buf(DType::F32, d));
     let (mut y, mut mu, mut rs) = (

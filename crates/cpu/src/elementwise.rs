@@ -233,15 +233,20 @@ fn gather<'a, T: Float>(
     scratch
 }
 
-pub(crate) fn axpy(alpha: f32, x: &HostData, y: &mut HostData) -> Result<()> {
+pub(crate) fn axpy(
+    alpha: f32,
+    x: &HostData,
+    y: &mut HostData,
+    y_offset: Option<usize>,
+) -> Result<()> {
     const OP: &str = "axpy";
-    let n = y.len();
-    check::len(OP, x, n)?;
+    let r = brrr_backend::axpy_range(OP, x.len(), y.len(), y_offset)?;
+    let n = r.len();
     match (x, &mut *y) {
-        (HostData::F16(x), HostData::F16(y)) => axpy_typed(alpha, &x[..n], y),
-        (HostData::BF16(x), HostData::BF16(y)) => axpy_typed(alpha, &x[..n], y),
-        (HostData::F32(x), HostData::F32(y)) => axpy_typed(alpha, &x[..n], y),
-        (HostData::F64(x), HostData::F64(y)) => axpy_typed(alpha, &x[..n], y),
+        (HostData::F16(x), HostData::F16(y)) => axpy_typed(alpha, &x[..n], &mut y[r]),
+        (HostData::BF16(x), HostData::BF16(y)) => axpy_typed(alpha, &x[..n], &mut y[r]),
+        (HostData::F32(x), HostData::F32(y)) => axpy_typed(alpha, &x[..n], &mut y[r]),
+        (HostData::F64(x), HostData::F64(y)) => axpy_typed(alpha, &x[..n], &mut y[r]),
         (x, y) => return Err(check::dtype_error(OP, &[y, x])),
     }
     Ok(())

@@ -65,9 +65,9 @@ pub use buffer::CpuBuffer;
 pub use cache::DEFAULT_CACHE_LIMIT;
 
 use brrr_backend::{
-    AdamWParams, AttentionSpec, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error,
-    GemmSpec, LayerNormSpec, Layout, MemoryCounter, MemoryStats, ReduceOp, Result,
-    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
+    AdamWParams, AttentionSpec, Backend, BackendInfo, BinaryOp, DType, DeviceLocation,
+    EmbeddingSpec, Error, GemmSpec, LayerNormSpec, Layout, MemoryCounter, MemoryStats, ReduceOp,
+    Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -373,8 +373,14 @@ impl Backend for CpuBackend {
         self.install(|| elementwise::binary(op, a, a_layout, b, b_layout, out))
     }
 
-    fn axpy(&self, alpha: f32, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
-        self.install(|| elementwise::axpy(alpha, x, y))
+    fn axpy(
+        &self,
+        alpha: f32,
+        x: &CpuBuffer,
+        y: &mut CpuBuffer,
+        y_offset: Option<usize>,
+    ) -> Result<()> {
+        self.install(|| elementwise::axpy(alpha, x, y, y_offset))
     }
 
     fn reduce(
@@ -479,22 +485,22 @@ impl Backend for CpuBackend {
 
     fn embedding(
         &self,
+        spec: &EmbeddingSpec,
         ids: &CpuBuffer,
         table: &CpuBuffer,
-        dim: usize,
         out: &mut CpuBuffer,
     ) -> Result<()> {
-        self.install(|| nn::embedding(ids, table, dim, out))
+        self.install(|| nn::embedding(spec, ids, table, out))
     }
 
     fn embedding_backward(
         &self,
+        spec: &EmbeddingSpec,
         ids: &CpuBuffer,
         dout: &CpuBuffer,
-        dim: usize,
         dtable: &mut CpuBuffer,
     ) -> Result<()> {
-        self.install(|| nn::embedding_backward(ids, dout, dim, dtable))
+        self.install(|| nn::embedding_backward(spec, ids, dout, dtable))
     }
 
     fn cross_entropy(

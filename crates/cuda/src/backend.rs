@@ -9,9 +9,9 @@ use crate::ops::{
     reduce_code, suffix, unary_code,
 };
 use brrr_backend::{
-    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec, HostData,
-    LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask,
-    SoftmaxSpec, UnaryOp,
+    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, EmbeddingSpec, Error,
+    GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams,
+    SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -676,21 +676,35 @@ impl Backend for CudaBackend {
         )
     }
 
-    fn axpy(&self, alpha: f32, x: &CudaBuffer, y: &mut CudaBuffer) -> Result<()> {
+    fn axpy(
+        &self,
+        alpha: f32,
+        x: &CudaBuffer,
+        y: &mut CudaBuffer,
+        y_offset: Option<usize>,
+    ) -> Result<()> {
         const OP: &str = "axpy";
         check_float(OP, y.dtype)?;
         same_dtype(OP, y.dtype, x.dtype)?;
-        let n = y.len;
-        Error::check_len(OP, n, x.len)?;
+        let r = brrr_backend::axpy_range(OP, x.len, y.len, y_offset)?;
+        let n = r.len();
         if n == 0 {
             return Ok(());
         }
+        // The vectorized kernel moves whole 16-byte packs: y's part must start on one
+        // (x is a whole buffer, 256-byte aligned).
+        let es = y.dtype.size_in_bytes();
+        let (kernel, cfg) = if (r.start * es).is_multiple_of(16) {
+            ("axpy", self.flat_cfg(n.div_ceil(16 / es)))
+        } else {
+            ("axpy_unaligned", self.flat_cfg(n))
+        };
         self.launch(
             Family::Elementwise,
-            &format!("axpy_{}", suffix(y.dtype)),
-            self.flat_cfg(n.div_ceil(16 / y.dtype.size_in_bytes())),
+            &format!("{kernel}_{}", suffix(y.dtype)),
+            cfg,
             &[
-                Arg::Ptr(y.device_ptr()),
+                Arg::Ptr(y.ptr_at(r.start)),
                 Arg::Ptr(x.device_ptr()),
                 Arg::U64(n as u64),
                 Arg::F32(alpha),
@@ -866,8 +880,9 @@ impl Backend for CudaBackend {
         let total = mul(OP, spec.rows, spec.cols)?;
         Error::check_len(OP, total, x.len)?;
         Error::check_len(OP, total, y.len)?;
-        Error::check_len(OP, spec.cols, gamma.len)?;
-        Error::check_len(OP, spec.cols, beta.len)?;
+        let (g_at, b_at) = spec.param_ranges(OP)?;
+        Error::check_len(OP, g_at.end, gamma.len)?;
+        Error::check_len(OP, b_at.end, beta.len)?;
         Error::check_len(OP, spec.rows, mean.len)?;
         Error::check_len(OP, spec.rows, rstd.len)?;
         if spec.rows == 0 {
@@ -885,8 +900,8 @@ impl Backend for CudaBackend {
                 Arg::Ptr(mean.device_ptr()),
                 Arg::Ptr(rstd.device_ptr()),
                 Arg::Ptr(x.device_ptr()),
-                Arg::Ptr(gamma.device_ptr()),
-                Arg::Ptr(beta.device_ptr()),
+                Arg::Ptr(gamma.ptr_at(g_at.start)),
+                Arg::Ptr(beta.ptr_at(b_at.start)),
                 Arg::U64(spec.rows as u64),
                 Arg::U64(spec.cols as u64),
                 Arg::F32(spec.eps),
@@ -918,9 +933,11 @@ impl Backend for CudaBackend {
         for len in [dy.len, x.len, dx.len] {
             Error::check_len(OP, total, len)?;
         }
-        for len in [gamma.len, dgamma.len, dbeta.len] {
-            Error::check_len(OP, cols, len)?;
+        let (g_at, b_at) = spec.param_ranges(OP)?;
+        for len in [gamma.len, dgamma.len] {
+            Error::check_len(OP, g_at.end, len)?;
         }
+        Error::check_len(OP, b_at.end, dbeta.len)?;
         Error::check_len(OP, rows, mean.len)?;
         Error::check_len(OP, rows, rstd.len)?;
         if rows == 0 || cols == 0 {
@@ -943,7 +960,7 @@ impl Backend for CudaBackend {
                 Arg::Ptr(stats.device_ptr()),
                 Arg::Ptr(dy.device_ptr()),
                 Arg::Ptr(x.device_ptr()),
-                Arg::Ptr(gamma.device_ptr()),
+                Arg::Ptr(gamma.ptr_at(g_at.start)),
                 Arg::Ptr(mean.device_ptr()),
                 Arg::Ptr(rstd.device_ptr()),
                 Arg::U64(rows as u64),
@@ -986,8 +1003,8 @@ impl Backend for CudaBackend {
             &format!("layernorm_backward_params_{s}"),
             self.flat_cfg(cols),
             &[
-                Arg::Ptr(dgamma.device_ptr()),
-                Arg::Ptr(dbeta.device_ptr()),
+                Arg::Ptr(dgamma.ptr_at(g_at.start)),
+                Arg::Ptr(dbeta.ptr_at(b_at.start)),
                 Arg::Ptr(partial.device_ptr()),
                 Arg::U64(chunks as u64),
                 Arg::U64(cols as u64),
@@ -1042,28 +1059,17 @@ impl Backend for CudaBackend {
 
     fn embedding(
         &self,
+        spec: &EmbeddingSpec,
         ids: &CudaBuffer,
         table: &CudaBuffer,
-        dim: usize,
         out: &mut CudaBuffer,
     ) -> Result<()> {
         const OP: &str = "embedding";
         check_index(OP, ids.dtype)?;
         check_float(OP, table.dtype)?;
         same_dtype(OP, table.dtype, out.dtype)?;
-        if dim == 0 {
-            return Err(Error::invalid(OP, "dim must be positive"));
-        }
-        if !table.len.is_multiple_of(dim) {
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "table of {} elements is not a whole number of rows of {dim}",
-                    table.len
-                ),
-            ));
-        }
-        let n = ids.len;
+        let (at, rows) = spec.table_range(OP, table.len)?;
+        let (n, dim) = (ids.len, spec.dim);
         Error::check_len(OP, mul(OP, n, dim)?, out.len)?;
         if n == 0 {
             return Ok(());
@@ -1075,40 +1081,28 @@ impl Backend for CudaBackend {
             &[
                 Arg::Ptr(out.device_ptr()),
                 Arg::Ptr(ids.device_ptr()),
-                Arg::Ptr(table.device_ptr()),
+                Arg::Ptr(table.ptr_at(at.start)),
                 Arg::U64(n as u64),
                 Arg::U64(dim as u64),
-                Arg::U64((table.len / dim) as u64),
+                Arg::U64(rows as u64),
             ],
         )
     }
 
     fn embedding_backward(
         &self,
+        spec: &EmbeddingSpec,
         ids: &CudaBuffer,
         dout: &CudaBuffer,
-        dim: usize,
         dtable: &mut CudaBuffer,
     ) -> Result<()> {
         const OP: &str = "embedding_backward";
         check_index(OP, ids.dtype)?;
         check_float(OP, dtable.dtype)?;
         same_dtype(OP, dtable.dtype, dout.dtype)?;
-        if dim == 0 {
-            return Err(Error::invalid(OP, "dim must be positive"));
-        }
-        if !dtable.len.is_multiple_of(dim) {
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "table of {} elements is not a whole number of rows of {dim}",
-                    dtable.len
-                ),
-            ));
-        }
-        let n = ids.len;
+        let (at, rows) = spec.table_range(OP, dtable.len)?;
+        let (n, dim) = (ids.len, spec.dim);
         Error::check_len(OP, mul(OP, n, dim)?, dout.len)?;
-        let rows = dtable.len / dim;
         if n == 0 || rows == 0 {
             return Ok(());
         }
@@ -1127,7 +1121,7 @@ impl Backend for CudaBackend {
             ),
             cfg,
             &[
-                Arg::Ptr(dtable.device_ptr()),
+                Arg::Ptr(dtable.ptr_at(at.start)),
                 Arg::Ptr(ids.device_ptr()),
                 Arg::Ptr(dout.device_ptr()),
                 Arg::U64(n as u64),

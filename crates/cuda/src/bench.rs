@@ -301,7 +301,7 @@ pub fn bandwidth(cuda: &CudaBackend, cfg: &BandwidthBench) -> Result<Vec<BenchRo
         );
         let s = time(&mut || cuda.unary(UnaryOp::Exp, &x, &mut out))?;
         push(&mut rows, "exp", dt, elems_name(n), s, 2.0 * nf * es);
-        let s = time(&mut || cuda.axpy(0.5, &x, &mut out))?;
+        let s = time(&mut || cuda.axpy(0.5, &x, &mut out, None))?;
         push(&mut rows, "axpy", dt, elems_name(n), s, 3.0 * nf * es);
         let s = time(&mut || cuda.gelu(&x, &mut out))?;
         push(&mut rows, "gelu", dt, elems_name(n), s, 2.0 * nf * es);
@@ -360,6 +360,8 @@ pub fn bandwidth(cuda: &CudaBackend, cfg: &BandwidthBench) -> Result<Vec<BenchRo
             rows: rws,
             cols,
             eps: 1e-5,
+            gamma_offset: 0,
+            beta_offset: 0,
         };
         let gamma = cuda.upload(&pseudo_random(dt, cols, 6))?;
         let mut mean = cuda.zeros(DType::F32, rws)?;

@@ -10,8 +10,8 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use brrr_backend::{
-    AdamWParams, Backend, BinaryOp, DType, ElemRange, Error, GemmSpec, HostData, LayerNormSpec,
-    Layout, ReduceOp, ScaleUpdateParams, Shape, SoftmaxSpec, UnaryOp, block_on,
+    AdamWParams, Backend, BinaryOp, DType, ElemRange, EmbeddingSpec, Error, GemmSpec, HostData,
+    LayerNormSpec, Layout, ReduceOp, ScaleUpdateParams, Shape, SoftmaxSpec, UnaryOp, block_on,
 };
 use brrr_cpu::{CpuBackend, CpuBuffer};
 use brrr_cuda::{CudaBackend, CudaBuffer, GemmImpl};
@@ -408,9 +408,9 @@ fn axpy_gelu_and_gelu_backward() {
         let hy = data(dt, &rand_vec(&mut r, n, -4.0, 4.0));
         let (x, dy) = (up(cuda, &hx), up(cuda, &hy));
         let mut y = up(cuda, &hy);
-        cuda.axpy(-0.75, &x, &mut y).unwrap();
+        cuda.axpy(-0.75, &x, &mut y, None).unwrap();
         let mut want = on_cpu(&hy);
-        cpu.axpy(-0.75, &on_cpu(&hx), &mut want).unwrap();
+        cpu.axpy(-0.75, &on_cpu(&hx), &mut want, None).unwrap();
         assert_close(
             &format!("axpy {dt}"),
             &get(cuda, &y),
@@ -443,6 +443,95 @@ fn axpy_gelu_and_gelu_backward() {
             units(dt),
             1e-2,
         );
+    }
+}
+
+/// axpy, LayerNorm and the embedding on part of a flat buffer (pointer offsets; axpy's
+/// unaligned kernel), against the CPU over the whole buffers: outside the part nothing
+/// may change.
+#[test]
+fn flat_buffer_parts() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(16);
+    for dt in FLOATS {
+        // 3 is not a whole 16-byte pack in any dtype; 8 is one in f16/bf16, 32 in all.
+        for at in [3usize, 8, 32] {
+            let (n, total) = (45, 45 + at + 5);
+            let hx = data(dt, &rand_vec(&mut r, n, -4.0, 4.0));
+            let hy = data(dt, &rand_vec(&mut r, total, -4.0, 4.0));
+            let mut y = up(cuda, &hy);
+            cuda.axpy(-0.75, &up(cuda, &hx), &mut y, Some(at)).unwrap();
+            let mut want = on_cpu(&hy);
+            cpu.axpy(-0.75, &on_cpu(&hx), &mut want, Some(at)).unwrap();
+            let tag = format!("axpy {dt} at {at}");
+            assert_close(&tag, &get(cuda, &y), &want, units(dt), 1e-2);
+        }
+
+        let (rows, cols, g_at, b_at) = (6, 40, 5, 51);
+        let spec = LayerNormSpec::new(rows, cols, 1e-5).params_at(g_at, b_at);
+        let flat = g_at.max(b_at) + cols + 3;
+        let hx = data(dt, &rand_vec(&mut r, rows * cols, -3.0, 3.0));
+        let hp = data(dt, &rand_vec(&mut r, flat, 0.5, 1.5));
+        let (x, p) = (up(cuda, &hx), up(cuda, &hp));
+        let mut y = cuda.zeros(dt, rows * cols).unwrap();
+        let mut mean = cuda.zeros(DType::F32, rows).unwrap();
+        let mut rstd = cuda.zeros(DType::F32, rows).unwrap();
+        cuda.layernorm(&spec, &x, &p, &p, &mut y, &mut mean, &mut rstd)
+            .unwrap();
+        let mut wy = on_cpu(&HostData::zeros(dt, rows * cols));
+        let mut wm = on_cpu(&HostData::zeros(DType::F32, rows));
+        let mut wr = on_cpu(&HostData::zeros(DType::F32, rows));
+        let (cx, cp) = (on_cpu(&hx), on_cpu(&hp));
+        cpu.layernorm(&spec, &cx, &cp, &cp, &mut wy, &mut wm, &mut wr)
+            .unwrap();
+        let tag = format!("layernorm {dt} gamma at {g_at}, beta at {b_at}");
+        assert_close(&tag, &get(cuda, &y), &wy, units(dt) * 2.0, 1.0);
+
+        let hdy = data(dt, &rand_vec(&mut r, rows * cols, -1.0, 1.0));
+        let hg0 = data(dt, &rand_vec(&mut r, flat, -1.0, 1.0));
+        let hb0 = data(dt, &rand_vec(&mut r, flat, -1.0, 1.0));
+        let (dy, mean, rstd) = (up(cuda, &hdy), up(cuda, &wm), up(cuda, &wr));
+        let mut dx = cuda.zeros(dt, rows * cols).unwrap();
+        let (mut dg, mut db) = (up(cuda, &hg0), up(cuda, &hb0));
+        cuda.layernorm_backward(&spec, &dy, &x, &p, &mean, &rstd, &mut dx, &mut dg, &mut db)
+            .unwrap();
+        let mut wdx = on_cpu(&HostData::zeros(dt, rows * cols));
+        let (mut wdg, mut wdb) = (on_cpu(&hg0), on_cpu(&hb0));
+        let cdy = on_cpu(&hdy);
+        cpu.layernorm_backward(
+            &spec, &cdy, &cx, &cp, &wm, &wr, &mut wdx, &mut wdg, &mut wdb,
+        )
+        .unwrap();
+        let tag = format!("layernorm_backward {dt} gamma at {g_at}, beta at {b_at}");
+        assert_close(&tag, &get(cuda, &dx), &wdx, units(dt) * 4.0, 1.0);
+        assert_close(&tag, &get(cuda, &dg), &wdg, units(dt) * 4.0, 3.0);
+        assert_close(&tag, &get(cuda, &db), &wdb, units(dt) * 4.0, 3.0);
+
+        let (rows, dim, at) = (9, 24, 7);
+        let spec = EmbeddingSpec::new(dim).table_at(at, rows);
+        let total = at + rows * dim + 5;
+        let ids_v: Vec<f64> = (0..50)
+            .map(|_| f64::from(r.random_range(0..rows as u32)))
+            .collect();
+        let hids = data(DType::U32, &ids_v);
+        let ht = data(dt, &rand_vec(&mut r, total, -1.0, 1.0));
+        let (ids, t) = (up(cuda, &hids), up(cuda, &ht));
+        let mut out = cuda.zeros(dt, 50 * dim).unwrap();
+        cuda.embedding(&spec, &ids, &t, &mut out).unwrap();
+        let mut want = on_cpu(&HostData::zeros(dt, 50 * dim));
+        let (cids, ct) = (on_cpu(&hids), on_cpu(&ht));
+        cpu.embedding(&spec, &cids, &ct, &mut want).unwrap();
+        assert_eq!(get(cuda, &out), want, "embedding {dt} table at {at}");
+        let hdout = data(dt, &rand_vec(&mut r, 50 * dim, -1.0, 1.0));
+        let mut dt_buf = up(cuda, &ht);
+        cuda.embedding_backward(&spec, &ids, &up(cuda, &hdout), &mut dt_buf)
+            .unwrap();
+        let mut want = on_cpu(&ht);
+        cpu.embedding_backward(&spec, &cids, &on_cpu(&hdout), &mut want)
+            .unwrap();
+        let tag = format!("embedding_backward {dt} table at {at}");
+        assert_close(&tag, &get(cuda, &dt_buf), &want, units(dt), 4.0);
     }
 }
 
@@ -542,6 +631,8 @@ fn layernorm_forward_and_backward() {
                 rows,
                 cols,
                 eps: 1e-5,
+                gamma_offset: 0,
+                beta_offset: 0,
             };
             let hx = data(dt, &rand_vec(&mut r, rows * cols, -3.0, 3.0));
             let hg = data(dt, &rand_vec(&mut r, cols, 0.5, 1.5));
@@ -620,20 +711,31 @@ fn embedding_forward_and_backward() {
             let htable = data(dt, &rand_vec(&mut r, rows * dim, -1.0, 1.0));
             let (ids, table) = (up(cuda, &hids), up(cuda, &htable));
             let mut out = cuda.zeros(dt, 300 * dim).unwrap();
-            cuda.embedding(&ids, &table, dim, &mut out).unwrap();
-            let mut want = on_cpu(&HostData::zeros(dt, 300 * dim));
-            cpu.embedding(&on_cpu(&hids), &on_cpu(&htable), dim, &mut want)
+            cuda.embedding(&EmbeddingSpec::new(dim), &ids, &table, &mut out)
                 .unwrap();
+            let mut want = on_cpu(&HostData::zeros(dt, 300 * dim));
+            cpu.embedding(
+                &EmbeddingSpec::new(dim),
+                &on_cpu(&hids),
+                &on_cpu(&htable),
+                &mut want,
+            )
+            .unwrap();
             assert_eq!(get(cuda, &out), want, "embedding {dt} {idx}");
 
             let hdout = data(dt, &rand_vec(&mut r, 300 * dim, -1.0, 1.0));
             let dout = up(cuda, &hdout);
             let mut dtable = up(cuda, &htable);
-            cuda.embedding_backward(&ids, &dout, dim, &mut dtable)
+            cuda.embedding_backward(&EmbeddingSpec::new(dim), &ids, &dout, &mut dtable)
                 .unwrap();
             let mut want = on_cpu(&htable);
-            cpu.embedding_backward(&on_cpu(&hids), &on_cpu(&hdout), dim, &mut want)
-                .unwrap();
+            cpu.embedding_backward(
+                &EmbeddingSpec::new(dim),
+                &on_cpu(&hids),
+                &on_cpu(&hdout),
+                &mut want,
+            )
+            .unwrap();
             // Same order of additions as the sequential reference: close to exact.
             assert_close(
                 &format!("embedding_backward {dt} {idx}"),

@@ -96,7 +96,7 @@ fn writes_wait_for_kernels_that_read_the_buffer() {
     let x = g.upload(&HostData::F32(vec![2.0; n])).unwrap();
     let mut y = g.zeros(DType::F32, n).unwrap();
     for _ in 0..50 {
-        g.axpy(1.0, &x, &mut y).unwrap();
+        g.axpy(1.0, &x, &mut y, None).unwrap();
     }
     let mut x = x;
     g.write(&mut x, &HostData::F32(vec![-1000.0; n])).unwrap();

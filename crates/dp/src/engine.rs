@@ -1053,12 +1053,11 @@ impl<B: Backend> DataParallel<B> {
     }
 }
 
-/// Makes every rank's parameters rank 0's (DDP's start: the replicas begin equal).
 /// A gathered bucket on the device as one flat buffer (one upload, in the compute
 /// dtype), and each parameter a view into it at its offset, as llm.c keeps all its
-/// parameters in one `params_memory`. GEMMs read the views in place (`GemmSpec`'s
-/// offsets); ops without offsets (LayerNorm, the embedding) copy the small views they
-/// take. The buffer is freed when the last view is.
+/// parameters in one `params_memory`. Every op reads the views in place: GEMMs through
+/// `GemmSpec`'s offsets, LayerNorm through `LayerNormSpec`'s, the embedding through
+/// `EmbeddingSpec`'s table range. The buffer is freed when the last view is.
 fn bucket_views<B: Backend>(
     backend: &B,
     full: &[f32],
@@ -1076,6 +1075,7 @@ fn bucket_views<B: Backend>(
         .collect()
 }
 
+/// Makes every rank's parameters rank 0's (DDP's start: the replicas begin equal).
 fn broadcast_params<B: Backend>(comm: &Communicator, model: &mut Gpt<B>) -> Result<()> {
     for p in model.params_mut() {
         let mut host = p.value.to_vec_f32()?;

@@ -22,8 +22,8 @@
 //!   reduced. Stage 3 (FSDP) keeps only its chunk of the parameters too: each part of
 //!   the model (embeddings, every block, the final LayerNorm) is one bucket, gathered
 //!   before its forward and its backward and freed after. A gathered bucket is uploaded
-//!   once, as one flat buffer, and each parameter is a view into it (GEMMs read the
-//!   views in place through `GemmSpec`'s offsets). The next unit's all-gather is
+//!   once, as one flat buffer, and each parameter is a view into it (GEMMs, LayerNorm
+//!   and the embedding read the views in place, through the offsets in their specs). The next unit's all-gather is
 //!   prefetched: it runs on the communicator's thread while the current unit computes
 //!   ([`DataParallel::set_prefetch`]), so at most two blocks' parameters are gathered at
 //!   once and the peak grows by one block's parameters; the results are bitwise those

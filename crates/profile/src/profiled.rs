@@ -3,9 +3,9 @@
 use crate::cost::{self, OpCall, bytes_of};
 use crate::table::{OpStats, Profile};
 use brrr_backend::{
-    AdamWParams, AttentionSpec, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error,
-    GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams,
-    SegmentMask, SoftmaxSpec, UnaryOp,
+    AdamWParams, AttentionSpec, Backend, BackendInfo, BinaryOp, DType, DeviceLocation,
+    EmbeddingSpec, Error, GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result,
+    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use brrr_perf::trace::Tracer;
 use serde_json::json;
@@ -390,12 +390,23 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
         })
     }
 
-    fn axpy(&self, alpha: f32, x: &Self::Buffer, y: &mut Self::Buffer) -> Result<()> {
+    fn axpy(
+        &self,
+        alpha: f32,
+        x: &Self::Buffer,
+        y: &mut Self::Buffer,
+        y_offset: Option<usize>,
+    ) -> Result<()> {
         let t0 = self.now();
-        self.inner.axpy(alpha, x, y)?;
-        // `y += alpha·x`: an FMA (2 FLOPs) per element; reads x, reads and writes y.
+        self.inner.axpy(alpha, x, y, y_offset)?;
+        // `y += alpha·x`: an FMA (2 FLOPs) per element; reads x, reads and writes y
+        // (the part of y that was asked for).
         self.finish(t0, || {
-            let n = self.n(y);
+            let n = if y_offset.is_some() {
+                self.n(x)
+            } else {
+                self.n(y)
+            };
             let bytes =
                 bytes_of(self.dt(x), n).saturating_add(bytes_of(self.dt(y), n).saturating_mul(2));
             OpCall::elementwise("axpy", self.dt(y), n, 2, bytes)
@@ -571,13 +582,14 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
 
     fn embedding(
         &self,
+        spec: &EmbeddingSpec,
         ids: &Self::Buffer,
         table: &Self::Buffer,
-        dim: usize,
         out: &mut Self::Buffer,
     ) -> Result<()> {
         let t0 = self.now();
-        self.inner.embedding(ids, table, dim, out)?;
+        self.inner.embedding(spec, ids, table, out)?;
+        let dim = spec.dim;
         // A gather: no FLOPs; reads the ids and one table row per id, writes the rows.
         self.finish(t0, || {
             let rows = self.n(ids);
@@ -593,13 +605,14 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
 
     fn embedding_backward(
         &self,
+        spec: &EmbeddingSpec,
         ids: &Self::Buffer,
         dout: &Self::Buffer,
-        dim: usize,
         dtable: &mut Self::Buffer,
     ) -> Result<()> {
         let t0 = self.now();
-        self.inner.embedding_backward(ids, dout, dim, dtable)?;
+        self.inner.embedding_backward(spec, ids, dout, dtable)?;
+        let dim = spec.dim;
         // A scatter-add: one add per element of dout; reads ids and dout, reads and writes
         // one table row per id.
         self.finish(t0, || {

@@ -1,7 +1,9 @@
 //! The fused kernels layers are made of, with their shape checks.
 
 use crate::Tensor;
-use brrr_backend::{AttentionSpec, Backend, DType, Error, LayerNormSpec, Result, SoftmaxSpec};
+use brrr_backend::{
+    AttentionSpec, Backend, DType, EmbeddingSpec, Error, LayerNormSpec, Result, SoftmaxSpec,
+};
 
 /// Splits a shape into (rows, last dimension).
 fn rows_cols<B: Backend>(op: &'static str, t: &Tensor<B>) -> Result<(usize, usize)> {
@@ -233,7 +235,10 @@ impl<B: Backend> Tensor<B> {
                 ));
             }
         }
-        let spec = LayerNormSpec { rows, cols, eps };
+        // gamma and beta are read where they are: views into a flat buffer, in place.
+        let (gamma, g_at) = gamma.contiguous_at()?;
+        let (beta, b_at) = beta.contiguous_at()?;
+        let spec = LayerNormSpec::new(rows, cols, eps).params_at(g_at, b_at);
         let x = self.contiguous()?;
         let mut y = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
         let mut mean = Tensor::alloc(&self.backend, [rows], DType::F32)?;
@@ -241,8 +246,8 @@ impl<B: Backend> Tensor<B> {
         self.backend.layernorm(
             &spec,
             x.buffer()?,
-            gamma.contiguous()?.buffer()?,
-            beta.contiguous()?.buffer()?,
+            &gamma.buf,
+            &beta.buf,
             y.buffer_mut()?,
             mean.buffer_mut()?,
             rstd.buffer_mut()?,
@@ -262,20 +267,55 @@ impl<B: Backend> Tensor<B> {
     ) -> Result<Self> {
         same_shape("layernorm_backward", self, dy)?;
         let (rows, cols) = rows_cols("layernorm_backward", self)?;
-        let spec = LayerNormSpec { rows, cols, eps };
+        for (what, g) in [("dgamma", &*dgamma), ("dbeta", &*dbeta)] {
+            if g.dims() != [cols] {
+                return Err(Error::shape(
+                    "layernorm_backward",
+                    format!("{what} must be [{cols}], got {}", g.shape()),
+                ));
+            }
+        }
         let (x, dy) = (self.contiguous()?, dy.contiguous()?);
         let mut dx = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
         let backend = self.backend.clone();
+        // The kernel reads gamma and writes dgamma at one offset (gradients laid out
+        // like their parameters). When they are not, the gradients go through zeroed
+        // temporaries that are then added where they belong.
+        let (gamma, g_at) = gamma.contiguous_at()?;
+        let in_place = dgamma.layout().is_contiguous()
+            && dgamma.layout().offset == g_at
+            && dbeta.layout().is_contiguous();
+        if !in_place {
+            let gamma = gamma.exact()?;
+            let mut tg = Tensor::zeros(&self.backend, [cols], dgamma.dtype())?;
+            let mut tb = Tensor::zeros(&self.backend, [cols], dbeta.dtype())?;
+            backend.layernorm_backward(
+                &LayerNormSpec::new(rows, cols, eps),
+                dy.buffer()?,
+                x.buffer()?,
+                gamma.buffer()?,
+                stats.mean.buffer()?,
+                stats.rstd.buffer()?,
+                dx.buffer_mut()?,
+                tg.buffer_mut()?,
+                tb.buffer_mut()?,
+            )?;
+            dgamma.add_(&tg)?;
+            dbeta.add_(&tb)?;
+            return Ok(dx);
+        }
+        let (dgamma, dg_at) = dgamma.contiguous_buffer_mut("layernorm_backward")?;
+        let (dbeta, db_at) = dbeta.contiguous_buffer_mut("layernorm_backward")?;
         backend.layernorm_backward(
-            &spec,
+            &LayerNormSpec::new(rows, cols, eps).params_at(dg_at, db_at),
             dy.buffer()?,
             x.buffer()?,
-            gamma.contiguous()?.buffer()?,
+            &gamma.buf,
             stats.mean.buffer()?,
             stats.rstd.buffer()?,
             dx.buffer_mut()?,
-            dgamma.buffer_mut()?,
-            dbeta.buffer_mut()?,
+            dgamma,
+            dbeta,
         )?;
         Ok(dx)
     }
@@ -318,13 +358,13 @@ impl<B: Backend> Tensor<B> {
         let mut dims = self.dims().to_vec();
         dims.push(dim);
         let ids = self.contiguous()?;
+        let rows = table.dims()[0];
+        // The table is read where it is (a view into a flat buffer, in place).
+        let (table, at) = table.contiguous_at()?;
+        let spec = EmbeddingSpec::new(dim).table_at(at, rows);
         let mut out = Tensor::alloc(&self.backend, dims, table.dtype)?;
-        self.backend.embedding(
-            ids.buffer()?,
-            table.contiguous()?.buffer()?,
-            dim,
-            out.buffer_mut()?,
-        )?;
+        self.backend
+            .embedding(&spec, ids.buffer()?, &table.buf, out.buffer_mut()?)?;
         Ok(out)
     }
 
@@ -348,8 +388,12 @@ impl<B: Backend> Tensor<B> {
             ));
         }
         let (ids, dout) = (self.contiguous()?, dout.contiguous()?);
+        let rows = dtable.dims()[0];
         let backend = self.backend.clone();
-        backend.embedding_backward(ids.buffer()?, dout.buffer()?, dim, dtable.buffer_mut()?)
+        // Scattered into the table where it is (a gradient inside a flat buffer).
+        let (dtable, at) = dtable.contiguous_buffer_mut("embedding_backward")?;
+        let spec = EmbeddingSpec::new(dim).table_at(at, rows);
+        backend.embedding_backward(&spec, ids.buffer()?, dout.buffer()?, dtable)
     }
 
     /// Per-row cross-entropy (f32) of logits `self` (`[.., V]`) against i32 targets

@@ -102,9 +102,12 @@ impl<B: Backend> Tensor<B> {
             ));
         }
         self.same_dtype("axpy", x)?;
-        let x = x.contiguous()?;
+        // x's elements alone (axpy adds as many as x's buffer holds), into this view
+        // where it sits in its buffer (a gradient inside a flat buffer is updated there).
+        let x = x.exact()?;
         let backend = self.backend.clone();
-        backend.axpy(alpha, x.buffer()?, self.buffer_mut()?)
+        let (y, offset) = self.contiguous_buffer_mut("axpy")?;
+        backend.axpy(alpha, x.buffer()?, y, Some(offset))
     }
 
     /// `self += x`.

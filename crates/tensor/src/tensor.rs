@@ -398,6 +398,30 @@ impl<B: Backend> Tensor<B> {
         self.deep_clone()
     }
 
+    /// A contiguous tensor with this view's elements and where they start in its
+    /// buffer: the view itself when it is contiguous (a parameter inside a flat buffer
+    /// is read in place, at its offset), else a dense copy at offset 0. For kernels that
+    /// take an offset ([`GemmSpec`](brrr_backend::GemmSpec),
+    /// [`LayerNormSpec`](brrr_backend::LayerNormSpec),
+    /// [`EmbeddingSpec`](brrr_backend::EmbeddingSpec)).
+    pub fn contiguous_at(&self) -> Result<(Self, usize)> {
+        if self.layout.is_contiguous() {
+            let offset = self.layout.offset;
+            return Ok((self.clone(), offset));
+        }
+        Ok((self.deep_clone()?, 0))
+    }
+
+    /// This view's elements and nothing more, dense: the tensor itself when its buffer
+    /// holds exactly them, else a copy (for kernels whose element count is the length
+    /// of a buffer).
+    pub fn exact(&self) -> Result<Self> {
+        if self.is_dense() && self.backend.len(&self.buf) == self.elem_count() {
+            return Ok(self.clone());
+        }
+        self.deep_clone()
+    }
+
     /// A dense private copy.
     pub fn deep_clone(&self) -> Result<Self> {
         let mut out = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;

@@ -291,3 +291,92 @@ fn matmul_reads_and_writes_views_part_way_into_flat_buffers() {
         "{e}"
     );
 }
+
+/// LayerNorm's gamma and beta, and an embedding table, as views part-way into one flat
+/// parameter buffer are read in place (the device's peak grows by the outputs alone),
+/// and their gradients are written into views part-way into flat gradient buffers; all
+/// bit for bit what buffers of their own give.
+#[test]
+fn layernorm_and_embedding_read_and_write_views_into_flat_buffers() {
+    use brrr_tensor::Backend;
+    let cpu = be();
+    let (rows, cols, vocab) = (6, 16, 10);
+    let mut rng = ChaCha8Rng::seed_from_u64(78);
+    let mut vals = |n: usize| -> Vec<f64> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };
+    // [3 pad | gamma | beta | table (vocab × cols) | 2 pad]
+    let flat_v = vals(3 + 2 * cols + vocab * cols + 2);
+    let flat = Tensor::from_f64(&cpu, &flat_v, [flat_v.len()], DType::F64).unwrap();
+    let view = |at: usize, dims: &[usize]| {
+        let n: usize = dims.iter().product();
+        flat.narrow(0, at, n)
+            .unwrap()
+            .reshape(dims.to_vec())
+            .unwrap()
+    };
+    let (gamma, beta) = (view(3, &[cols]), view(3 + cols, &[cols]));
+    let table = view(3 + 2 * cols, &[vocab, cols]);
+    let own = |t: &Tensor<_>| t.deep_clone().unwrap();
+    let x = Tensor::from_f64(&cpu, &vals(rows * cols), [rows, cols], DType::F64).unwrap();
+
+    let (want, stats) = x.layernorm(&own(&gamma), &own(&beta), 1e-5).unwrap();
+    let before = cpu.memory_stats().bytes_in_use;
+    cpu.reset_peak_memory();
+    let (y, _) = x.layernorm(&gamma, &beta, 1e-5).unwrap();
+    let grew = cpu.memory_stats().peak_bytes - before;
+    // y (f64) and the per-row mean and rstd (f32): no copy of gamma or beta.
+    assert_eq!(
+        grew,
+        (rows * cols * 8 + 2 * rows * 4) as u64,
+        "layernorm copied a view"
+    );
+    assert_eq!(y.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
+
+    // The gradients at the parameters' offsets of two flat gradient buffers.
+    let dy = Tensor::from_f64(&cpu, &vals(rows * cols), [rows, cols], DType::F64).unwrap();
+    let grad_view = |at: usize| {
+        Tensor::zeros(&cpu, [flat_v.len()], DType::F64)
+            .unwrap()
+            .narrow(0, at, cols)
+            .unwrap()
+    };
+    let (mut dg, mut db) = (grad_view(3), grad_view(3 + cols));
+    let (mut dg_own, mut db_own) = (own(&dg), own(&db));
+    let dx_own = x
+        .layernorm_backward(&dy, &own(&gamma), &stats, 1e-5, &mut dg_own, &mut db_own)
+        .unwrap();
+    let dx = x
+        .layernorm_backward(&dy, &gamma, &stats, 1e-5, &mut dg, &mut db)
+        .unwrap();
+    assert_eq!(dx.to_vec_f64().unwrap(), dx_own.to_vec_f64().unwrap());
+    assert_eq!(dg.to_vec_f64().unwrap(), dg_own.to_vec_f64().unwrap());
+    assert_eq!(db.to_vec_f64().unwrap(), db_own.to_vec_f64().unwrap());
+    // Gradients at other offsets than their parameters: through temporaries, same bits.
+    let (mut dg2, mut db2) = (grad_view(5), grad_view(40));
+    x.layernorm_backward(&dy, &gamma, &stats, 1e-5, &mut dg2, &mut db2)
+        .unwrap();
+    assert_eq!(dg2.to_vec_f64().unwrap(), dg_own.to_vec_f64().unwrap());
+    assert_eq!(db2.to_vec_f64().unwrap(), db_own.to_vec_f64().unwrap());
+
+    let ids = Tensor::from_f64(&cpu, &[3.0, 0.0, 9.0, 3.0], [4], DType::U32).unwrap();
+    let want = ids.embedding(&own(&table)).unwrap();
+    let before = cpu.memory_stats().bytes_in_use;
+    cpu.reset_peak_memory();
+    let out = ids.embedding(&table).unwrap();
+    let grew = cpu.memory_stats().peak_bytes - before;
+    assert_eq!(grew, (4 * cols * 8) as u64, "embedding copied the table");
+    assert_eq!(out.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
+    let dout = Tensor::from_f64(&cpu, &vals(4 * cols), [4, cols], DType::F64).unwrap();
+    let mut dtable = Tensor::zeros(&cpu, [7 + vocab * cols], DType::F64)
+        .unwrap()
+        .narrow(0, 7, vocab * cols)
+        .unwrap()
+        .reshape([vocab, cols])
+        .unwrap();
+    let mut dtable_own = own(&dtable);
+    ids.embedding_backward(&dout, &mut dtable_own).unwrap();
+    ids.embedding_backward(&dout, &mut dtable).unwrap();
+    assert_eq!(
+        dtable.to_vec_f64().unwrap(),
+        dtable_own.to_vec_f64().unwrap()
+    );
+}

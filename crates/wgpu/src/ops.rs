@@ -4,9 +4,9 @@ use crate::device::{BACKEND, Kernel, Params, STAGED_MAX_BYTES, UploadPath, WgpuB
 use crate::shaders::Family;
 use crate::{MatmulKernel, WgpuBackend};
 use brrr_backend::{
-    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, Error, GemmSpec, HostData,
-    LayerNormSpec, Layout, MAX_RANK, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask,
-    SoftmaxSpec, UnaryOp,
+    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, EmbeddingSpec, Error,
+    GemmSpec, HostData, LayerNormSpec, Layout, MAX_RANK, MemoryStats, ReduceOp, Result,
+    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use half::{bf16, f16};
 
@@ -762,18 +762,29 @@ impl Backend for WgpuBackend {
         self.narrow(wo, out)
     }
 
-    fn axpy(&self, alpha: f32, x: &WgpuBuffer, y: &mut WgpuBuffer) -> Result<()> {
+    fn axpy(
+        &self,
+        alpha: f32,
+        x: &WgpuBuffer,
+        y: &mut WgpuBuffer,
+        y_offset: Option<usize>,
+    ) -> Result<()> {
         let name = "axpy";
         check_float(name, x.dtype)?;
         Error::check_dtype(name, x.dtype, y.dtype)?;
-        let n = y.len;
-        Error::check_len(name, n, x.len)?;
+        let r = brrr_backend::axpy_range(name, x.len, y.len, y_offset)?;
+        let n = r.len();
         if n == 0 {
             return Ok(());
         }
+        u32_of(r.end)?;
         let wx = self.widen(name, x)?;
         let wy = self.widen_out(name, y, true)?;
-        let p = Params::new().u(u32_of(n)?).f(alpha);
+        let p = Params::new()
+            .u(u32_of(n)?)
+            .f(alpha)
+            .u(u32_of(r.start)?)
+            .u(0);
         self.flat_kernel(
             &Kernel::new(Family::Elementwise, "axpy"),
             &p,
@@ -942,19 +953,16 @@ impl Backend for WgpuBackend {
         let total = spec.rows * spec.cols;
         Error::check_len(name, total, x.len)?;
         Error::check_len(name, total, y.len)?;
-        Error::check_len(name, spec.cols, gamma.len)?;
-        Error::check_len(name, spec.cols, beta.len)?;
+        let (g_at, b_at) = spec.param_ranges(name)?;
+        Error::check_len(name, g_at.end, gamma.len)?;
+        Error::check_len(name, b_at.end, beta.len)?;
         check_f32(name, mean, "mean", spec.rows)?;
         check_f32(name, rstd, "rstd", spec.rows)?;
         if total == 0 {
             return Ok(());
         }
         u32_of(total)?;
-        let p = Params::new()
-            .u(u32_of(spec.rows)?)
-            .u(u32_of(spec.cols)?)
-            .f(spec.eps)
-            .u(0);
+        let p = layernorm_params(spec, &g_at, &b_at)?;
         let wx = self.widen(name, x)?;
         let wg = self.widen(name, gamma)?;
         let wb = self.widen(name, beta)?;
@@ -989,20 +997,17 @@ impl Backend for WgpuBackend {
         Error::check_len(name, total, x.len)?;
         Error::check_len(name, total, dy.len)?;
         Error::check_len(name, total, dx.len)?;
-        Error::check_len(name, spec.cols, gamma.len)?;
-        Error::check_len(name, spec.cols, dgamma.len)?;
-        Error::check_len(name, spec.cols, dbeta.len)?;
+        let (g_at, b_at) = spec.param_ranges(name)?;
+        Error::check_len(name, g_at.end, gamma.len)?;
+        Error::check_len(name, g_at.end, dgamma.len)?;
+        Error::check_len(name, b_at.end, dbeta.len)?;
         check_f32(name, mean, "mean", spec.rows)?;
         check_f32(name, rstd, "rstd", spec.rows)?;
         if total == 0 {
             return Ok(());
         }
         u32_of(total)?;
-        let p = Params::new()
-            .u(u32_of(spec.rows)?)
-            .u(u32_of(spec.cols)?)
-            .f(spec.eps)
-            .u(0);
+        let p = layernorm_params(spec, &g_at, &b_at)?;
         let wdy = self.widen(name, dy)?;
         let wx = self.widen(name, x)?;
         let wg = self.widen(name, gamma)?;
@@ -1071,30 +1076,31 @@ impl Backend for WgpuBackend {
 
     fn embedding(
         &self,
+        spec: &EmbeddingSpec,
         ids: &WgpuBuffer,
         table: &WgpuBuffer,
-        dim: usize,
         out: &mut WgpuBuffer,
     ) -> Result<()> {
         let name = "embedding";
         check_index(name, ids, "ids")?;
         check_float(name, table.dtype)?;
         Error::check_dtype(name, table.dtype, out.dtype)?;
-        if dim == 0 {
-            return Err(Error::invalid(name, "dim must be positive"));
-        }
-        let n = ids.len;
-        let total = n * dim;
+        let (at, rows) = spec.table_range(name, table.len)?;
+        let (n, dim) = (ids.len, spec.dim);
+        let total = n
+            .checked_mul(dim)
+            .ok_or_else(|| Error::invalid(name, "ids × dim overflows usize"))?;
         Error::check_len(name, total, out.len)?;
-        let rows = table.len / dim;
         if total == 0 {
             return Ok(());
         }
+        u32_of(total)?;
+        u32_of(at.end)?;
         let p = Params::new()
             .u(u32_of(n)?)
             .u(u32_of(dim)?)
             .u(u32_of(rows)?)
-            .u(u32_of(total)?);
+            .u(u32_of(at.start)?);
         let wt = self.widen(name, table)?;
         let wo = self.widen_out(name, out, total < out.len)?;
         self.flat_kernel(
@@ -1108,30 +1114,31 @@ impl Backend for WgpuBackend {
 
     fn embedding_backward(
         &self,
+        spec: &EmbeddingSpec,
         ids: &WgpuBuffer,
         dout: &WgpuBuffer,
-        dim: usize,
         dtable: &mut WgpuBuffer,
     ) -> Result<()> {
         let name = "embedding_backward";
         check_index(name, ids, "ids")?;
         check_float(name, dout.dtype)?;
         Error::check_dtype(name, dout.dtype, dtable.dtype)?;
-        if dim == 0 {
-            return Err(Error::invalid(name, "dim must be positive"));
-        }
-        let n = ids.len;
-        Error::check_len(name, n * dim, dout.len)?;
-        let rows = dtable.len / dim;
+        let (at, rows) = spec.table_range(name, dtable.len)?;
+        let (n, dim) = (ids.len, spec.dim);
+        let total = n
+            .checked_mul(dim)
+            .ok_or_else(|| Error::invalid(name, "ids × dim overflows usize"))?;
+        Error::check_len(name, total, dout.len)?;
         if n == 0 {
             return Ok(());
         }
-        u32_of(n * dim)?;
+        u32_of(total)?;
+        u32_of(at.end)?;
         let p = Params::new()
             .u(u32_of(n)?)
             .u(u32_of(dim)?)
             .u(u32_of(rows)?)
-            .u(0);
+            .u(u32_of(at.start)?);
         let wd = self.widen(name, dout)?;
         let wt = self.widen_out(name, dtable, true)?;
         self.flat_kernel(
@@ -1419,4 +1426,24 @@ impl Backend for WgpuBackend {
             [1, 1, 1],
         )
     }
+}
+
+/// The layernorm kernels' uniform: sizes, eps and where gamma and beta (and their
+/// gradients) start; padded to 32 bytes.
+fn layernorm_params(
+    spec: &LayerNormSpec,
+    gamma: &std::ops::Range<usize>,
+    beta: &std::ops::Range<usize>,
+) -> Result<Params> {
+    u32_of(gamma.end)?;
+    u32_of(beta.end)?;
+    Ok(Params::new()
+        .u(u32_of(spec.rows)?)
+        .u(u32_of(spec.cols)?)
+        .f(spec.eps)
+        .u(u32_of(gamma.start)?)
+        .u(u32_of(beta.start)?)
+        .u(0)
+        .u(0)
+        .u(0))
 }

@@ -123,6 +123,8 @@ pub async fn bench_row_kernel<B: Backend>(
                 rows,
                 cols,
                 eps: 1e-5,
+                gamma_offset: 0,
+                beta_offset: 0,
             };
             let gamma = backend.upload(&HostData::F32(vec![1.0; cols]))?;
             let beta = backend.zeros(DType::F32, cols)?;

@@ -3,7 +3,7 @@
 use crate::check;
 use crate::par;
 use crate::scalar::{self, Float};
-use brrr_backend::{Error, HostData, Result};
+use brrr_backend::{EmbeddingSpec, Error, HostData, Result};
 
 /// Checks every id against the table (before anything is written, so a bad id leaves
 /// the output untouched) and returns them as indices.
@@ -42,36 +42,23 @@ fn ids(op: &'static str, ids: &HostData, rows: usize) -> Result<Vec<usize>> {
     }
 }
 
-/// Rows of a `[rows, dim]` table held in a buffer of `len` elements.
-fn table_rows(op: &'static str, what: &str, len: usize, dim: usize) -> Result<usize> {
-    if dim == 0 {
-        return Err(Error::invalid(op, "dim = 0"));
-    }
-    if !len.is_multiple_of(dim) {
-        return Err(Error::shape(
-            op,
-            format!("{what} has {len} elements, not a whole number of rows of dim {dim}"),
-        ));
-    }
-    Ok(len / dim)
-}
-
 pub(crate) fn embedding(
+    spec: &EmbeddingSpec,
     ids_buf: &HostData,
     table: &HostData,
-    dim: usize,
     out: &mut HostData,
 ) -> Result<()> {
     const OP: &str = "embedding";
-    let rows = table_rows(OP, "table", table.len(), dim)?;
+    let dim = spec.dim;
+    let (at, rows) = spec.table_range(OP, table.len())?;
     let ids = ids(OP, ids_buf, rows)?;
     let n = check::mul(OP, ids.len(), dim)?;
     check::len(OP, out, n)?;
     match (table, &mut *out) {
-        (HostData::F16(t), HostData::F16(o)) => gather_rows(&ids, t, dim, &mut o[..n]),
-        (HostData::BF16(t), HostData::BF16(o)) => gather_rows(&ids, t, dim, &mut o[..n]),
-        (HostData::F32(t), HostData::F32(o)) => gather_rows(&ids, t, dim, &mut o[..n]),
-        (HostData::F64(t), HostData::F64(o)) => gather_rows(&ids, t, dim, &mut o[..n]),
+        (HostData::F16(t), HostData::F16(o)) => gather_rows(&ids, &t[at], dim, &mut o[..n]),
+        (HostData::BF16(t), HostData::BF16(o)) => gather_rows(&ids, &t[at], dim, &mut o[..n]),
+        (HostData::F32(t), HostData::F32(o)) => gather_rows(&ids, &t[at], dim, &mut o[..n]),
+        (HostData::F64(t), HostData::F64(o)) => gather_rows(&ids, &t[at], dim, &mut o[..n]),
         (t, o) => return Err(check::dtype_error(OP, &[o, t])),
     }
     Ok(())
@@ -91,21 +78,22 @@ fn gather_rows<T: Copy + Send + Sync>(ids: &[usize], table: &[T], dim: usize, ou
 }
 
 pub(crate) fn embedding_backward(
+    spec: &EmbeddingSpec,
     ids_buf: &HostData,
     dout: &HostData,
-    dim: usize,
     dtable: &mut HostData,
 ) -> Result<()> {
     const OP: &str = "embedding_backward";
-    let rows = table_rows(OP, "dtable", dtable.len(), dim)?;
+    let dim = spec.dim;
+    let (at, rows) = spec.table_range(OP, dtable.len())?;
     let ids = ids(OP, ids_buf, rows)?;
     let n = check::mul(OP, ids.len(), dim)?;
     check::len(OP, dout, n)?;
     match (dout, &mut *dtable) {
-        (HostData::F16(d), HostData::F16(t)) => scatter_add(&ids, &d[..n], dim, t),
-        (HostData::BF16(d), HostData::BF16(t)) => scatter_add(&ids, &d[..n], dim, t),
-        (HostData::F32(d), HostData::F32(t)) => scatter_add(&ids, &d[..n], dim, t),
-        (HostData::F64(d), HostData::F64(t)) => scatter_add(&ids, &d[..n], dim, t),
+        (HostData::F16(d), HostData::F16(t)) => scatter_add(&ids, &d[..n], dim, &mut t[at]),
+        (HostData::BF16(d), HostData::BF16(t)) => scatter_add(&ids, &d[..n], dim, &mut t[at]),
+        (HostData::F32(d), HostData::F32(t)) => scatter_add(&ids, &d[..n], dim, &mut t[at]),
+        (HostData::F64(d), HostData::F64(t)) => scatter_add(&ids, &d[..n], dim, &mut t[at]),
         (d, t) => return Err(check::dtype_error(OP, &[t, d])),
     }
     Ok(())

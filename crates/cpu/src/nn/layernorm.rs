@@ -16,7 +16,6 @@ const WORK_PER_ELEM: usize = 6;
 
 struct Sizes {
     rows: usize,
-    cols: usize,
     total: usize,
 }
 
@@ -36,7 +35,6 @@ fn sizes(op: &'static str, spec: &LayerNormSpec) -> Result<Sizes> {
     }
     Ok(Sizes {
         rows: spec.rows,
-        cols: spec.cols,
         total,
     })
 }
@@ -55,23 +53,24 @@ pub(crate) fn layernorm(
     let s = sizes(OP, spec)?;
     check::len(OP, x, s.total)?;
     check::len(OP, y, s.total)?;
-    check::len(OP, gamma, s.cols)?;
-    check::len(OP, beta, s.cols)?;
+    let (g_at, b_at) = spec.param_ranges(OP)?;
+    check::len(OP, gamma, g_at.end)?;
+    check::len(OP, beta, b_at.end)?;
     let mean = check::f32s_mut(OP, mean, s.rows)?;
     let rstd = check::f32s_mut(OP, rstd, s.rows)?;
-    let (t, c) = (s.total, s.cols);
+    let t = s.total;
     match (x, gamma, beta, &mut *y) {
         (HostData::F16(x), HostData::F16(g), HostData::F16(b), HostData::F16(y)) => {
-            forward(spec, &x[..t], &g[..c], &b[..c], &mut y[..t], mean, rstd)
+            forward(spec, &x[..t], &g[g_at], &b[b_at], &mut y[..t], mean, rstd)
         }
         (HostData::BF16(x), HostData::BF16(g), HostData::BF16(b), HostData::BF16(y)) => {
-            forward(spec, &x[..t], &g[..c], &b[..c], &mut y[..t], mean, rstd)
+            forward(spec, &x[..t], &g[g_at], &b[b_at], &mut y[..t], mean, rstd)
         }
         (HostData::F32(x), HostData::F32(g), HostData::F32(b), HostData::F32(y)) => {
-            forward(spec, &x[..t], &g[..c], &b[..c], &mut y[..t], mean, rstd)
+            forward(spec, &x[..t], &g[g_at], &b[b_at], &mut y[..t], mean, rstd)
         }
         (HostData::F64(x), HostData::F64(g), HostData::F64(b), HostData::F64(y)) => {
-            forward(spec, &x[..t], &g[..c], &b[..c], &mut y[..t], mean, rstd)
+            forward(spec, &x[..t], &g[g_at], &b[b_at], &mut y[..t], mean, rstd)
         }
         (x, g, b, y) => return Err(check::dtype_error(OP, &[y, x, g, b])),
     }
@@ -165,14 +164,16 @@ pub(crate) fn layernorm_backward(
     for buf in [dy, x, &*dx] {
         check::len(OP, buf, s.total)?;
     }
-    for buf in [gamma, &*dgamma, &*dbeta] {
-        check::len(OP, buf, s.cols)?;
+    let (g_at, b_at) = spec.param_ranges(OP)?;
+    for buf in [gamma, &*dgamma] {
+        check::len(OP, buf, g_at.end)?;
     }
+    check::len(OP, dbeta, b_at.end)?;
     let stats = Stats {
         mean: check::f32s(OP, mean, s.rows)?,
         rstd: check::f32s(OP, rstd, s.rows)?,
     };
-    let (t, c) = (s.total, s.cols);
+    let t = s.total;
     match (dy, x, gamma, &mut *dx, &mut *dgamma, &mut *dbeta) {
         (
             HostData::F16(dy),
@@ -185,11 +186,11 @@ pub(crate) fn layernorm_backward(
             spec,
             &dy[..t],
             &x[..t],
-            &g[..c],
+            &g[g_at.clone()],
             stats,
             &mut dx[..t],
-            &mut dg[..c],
-            &mut db[..c],
+            &mut dg[g_at],
+            &mut db[b_at],
         ),
         (
             HostData::BF16(dy),
@@ -202,11 +203,11 @@ pub(crate) fn layernorm_backward(
             spec,
             &dy[..t],
             &x[..t],
-            &g[..c],
+            &g[g_at.clone()],
             stats,
             &mut dx[..t],
-            &mut dg[..c],
-            &mut db[..c],
+            &mut dg[g_at],
+            &mut db[b_at],
         ),
         (
             HostData::F32(dy),
@@ -219,11 +220,11 @@ pub(crate) fn layernorm_backward(
             spec,
             &dy[..t],
             &x[..t],
-            &g[..c],
+            &g[g_at.clone()],
             stats,
             &mut dx[..t],
-            &mut dg[..c],
-            &mut db[..c],
+            &mut dg[g_at],
+            &mut db[b_at],
         ),
         (
             HostData::F64(dy),
@@ -236,11 +237,11 @@ pub(crate) fn layernorm_backward(
             spec,
             &dy[..t],
             &x[..t],
-            &g[..c],
+            &g[g_at.clone()],
             stats,
             &mut dx[..t],
-            &mut dg[..c],
-            &mut db[..c],
+            &mut dg[g_at],
+            &mut db[b_at],
         ),
         (dy, x, g, dx, dg, db) => return Err(check::dtype_error(OP, &[dx, dy, x, g, dg, db])),
     }

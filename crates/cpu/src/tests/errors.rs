@@ -3,8 +3,8 @@
 use super::{buf, cpu};
 use crate::CpuBuffer;
 use brrr_backend::{
-    AdamWParams, Backend, BinaryOp, DType, Error, GemmSpec, HostData, LayerNormSpec, Layout,
-    ReduceOp, ScaleUpdateParams, Shape, SoftmaxSpec, UnaryOp,
+    AdamWParams, Backend, BinaryOp, DType, EmbeddingSpec, Error, GemmSpec, HostData, LayerNormSpec,
+    Layout, ReduceOp, ScaleUpdateParams, Shape, SoftmaxSpec, UnaryOp,
 };
 
 fn z(dtype: DType, n: usize) -> CpuBuffer {
@@ -117,11 +117,11 @@ fn elementwise_errors() {
     );
     dtype_err(
         "axpy",
-        c.axpy(1.0, &z(DType::BF16, 4), &mut z(DType::F32, 4)),
+        c.axpy(1.0, &z(DType::BF16, 4), &mut z(DType::F32, 4), None),
     );
     len_err(
         "axpy",
-        c.axpy(1.0, &z(DType::F32, 3), &mut z(DType::F32, 4)),
+        c.axpy(1.0, &z(DType::F32, 3), &mut z(DType::F32, 4), None),
     );
     dtype_err("gelu", c.gelu(&z(DType::F64, 4), &mut z(DType::F32, 4)));
     len_err(
@@ -310,6 +310,8 @@ fn nn_errors() {
         rows: 2,
         cols: 3,
         eps: 1e-5,
+        gamma_offset: 0,
+        beta_offset: 0,
     };
     let (x, g) = (z(DType::F32, 6), z(DType::F32, 3));
     let f32s = |n| z(DType::F32, n);
@@ -357,6 +359,8 @@ fn nn_errors() {
         rows: 2,
         cols: 0,
         eps: 1e-5,
+        gamma_offset: 0,
+        beta_offset: 0,
     };
     invalid_err(
         "layernorm",
@@ -395,38 +399,63 @@ fn nn_errors() {
     // Embedding: ids out of range name the id and the table size; the output is untouched.
     let table = z(DType::F32, 50 * 4);
     let mut out = buf(HostData::F32(vec![7.0; 12]));
-    let r = c.embedding(&buf(HostData::U32(vec![1, 50, 2])), &table, 4, &mut out);
+    let r = c.embedding(
+        &EmbeddingSpec::new(4),
+        &buf(HostData::U32(vec![1, 50, 2])),
+        &table,
+        &mut out,
+    );
     invalid_err("embedding", r, &["50", "50 rows", "position 1"]);
     assert_eq!(out, buf(HostData::F32(vec![7.0; 12])));
     invalid_err(
         "embedding",
-        c.embedding(&buf(HostData::I32(vec![-1, 0, 2])), &table, 4, &mut out),
+        c.embedding(
+            &EmbeddingSpec::new(4),
+            &buf(HostData::I32(vec![-1, 0, 2])),
+            &table,
+            &mut out,
+        ),
         &["-1"],
     );
     dtype_err(
         "embedding",
-        c.embedding(&z(DType::F32, 3), &table, 4, &mut out),
+        c.embedding(&EmbeddingSpec::new(4), &z(DType::F32, 3), &table, &mut out),
     );
     invalid_err(
         "embedding",
-        c.embedding(&buf(HostData::U32(vec![0])), &table, 0, &mut out),
+        c.embedding(
+            &EmbeddingSpec::new(0),
+            &buf(HostData::U32(vec![0])),
+            &table,
+            &mut out,
+        ),
         &["dim"],
     );
     invalid_err(
         "embedding",
-        c.embedding(&buf(HostData::U32(vec![0])), &table, 3, &mut out),
+        c.embedding(
+            &EmbeddingSpec::new(3),
+            &buf(HostData::U32(vec![0])),
+            &table,
+            &mut out,
+        ),
         &["dim 3"],
     );
     len_err(
         "embedding",
-        c.embedding(&buf(HostData::U32(vec![0, 1, 2, 3])), &table, 4, &mut out),
+        c.embedding(
+            &EmbeddingSpec::new(4),
+            &buf(HostData::U32(vec![0, 1, 2, 3])),
+            &table,
+            &mut out,
+        ),
     );
     invalid_err(
         "embedding_backward",
         c.embedding_backward(
+            &EmbeddingSpec::new(4),
             &buf(HostData::I32(vec![0, 99])),
             &z(DType::F32, 8),
-            4,
             &mut z(DType::F32, 200),
         ),
         &["99"],
@@ -434,9 +463,9 @@ fn nn_errors() {
     dtype_err(
         "embedding_backward",
         c.embedding_backward(
+            &EmbeddingSpec::new(4),
             &buf(HostData::I32(vec![0])),
             &z(DType::F16, 4),
-            4,
             &mut z(DType::F32, 200),
         ),
     );

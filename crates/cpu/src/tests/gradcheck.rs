@@ -97,6 +97,8 @@ fn layernorm_backward_matches_finite_differences() {
         rows,
         cols,
         eps: 1e-5,
+        gamma_offset: 0,
+        beta_offset: 0,
     };
     let x = values(&mut r, rows * cols, -2.0, 3.0);
     let g = values(&mut r, cols, -1.5, 1.5);

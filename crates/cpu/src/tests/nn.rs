@@ -3,7 +3,7 @@
 use super::{
     ODD, assert_close, buf, cpu, eps_compute, input, quantize, read, reference, rng, round_tol,
 };
-use brrr_backend::{Backend, DType, HostData, LayerNormSpec, SoftmaxSpec};
+use brrr_backend::{Backend, DType, EmbeddingSpec, HostData, LayerNormSpec, SoftmaxSpec};
 use rand::Rng;
 
 const ROWS_COLS: [(usize, usize); 6] = [(1, 1), (7, 33), (33, 7), (130, 65), (3, 1), (300, 257)];
@@ -77,6 +77,8 @@ fn layernorm_forward_and_backward() {
                 rows,
                 cols,
                 eps: 1e-5,
+                gamma_offset: 0,
+                beta_offset: 0,
             };
             let eps = f64::from(spec.eps);
             let case = format!("{dtype} {spec:?}");
@@ -226,7 +228,9 @@ fn embedding_forward_and_backward_with_repeated_ids() {
                     };
                     let (table, tb) = input(&mut r, dtype, rows * dim, -2.0, 2.0);
                     let mut out = cpu().zeros(dtype, n * dim).unwrap();
-                    cpu().embedding(&idb, &tb, dim, &mut out).unwrap();
+                    cpu()
+                        .embedding(&EmbeddingSpec::new(dim), &idb, &tb, &mut out)
+                        .unwrap();
                     let want: Vec<f64> = ids
                         .iter()
                         .flat_map(|&i| table[i * dim..(i + 1) * dim].to_vec())
@@ -235,7 +239,9 @@ fn embedding_forward_and_backward_with_repeated_ids() {
 
                     let (dout, db) = input(&mut r, dtype, n * dim, -1.0, 1.0);
                     let (t0, mut dtb) = input(&mut r, dtype, rows * dim, -1.0, 1.0);
-                    cpu().embedding_backward(&idb, &db, dim, &mut dtb).unwrap();
+                    cpu()
+                        .embedding_backward(&EmbeddingSpec::new(dim), &idb, &db, &mut dtb)
+                        .unwrap();
                     let mut want = t0.clone();
                     let mut mag: Vec<f64> = t0.iter().map(|v| v.abs()).collect();
                     let mut count = vec![0usize; rows];
@@ -330,6 +336,8 @@ fn results_do_not_depend_on_the_thread_count() {
                 rows,
                 cols,
                 eps: 1e-5,
+                gamma_offset: 0,
+                beta_offset: 0,
             };
             let (_, xb) = input(&mut r, DType::F32, rows * cols, -2.0, 2.0);
             let (_, gb) = input(&mut r, DType::F32, cols, -2.0, 2.0);
@@ -352,11 +360,130 @@ fn results_do_not_depend_on_the_thread_count() {
                 .unwrap();
             let ids = buf(HostData::U32((0..rows as u32).map(|i| i % 7).collect()));
             let mut dt = cpu().zeros(DType::F32, 7 * cols).unwrap();
-            cpu().embedding_backward(&ids, &dyb, cols, &mut dt).unwrap();
+            cpu()
+                .embedding_backward(&EmbeddingSpec::new(cols), &ids, &dyb, &mut dt)
+                .unwrap();
             [yb, dx, dg, db, sum, dt]
         })
     };
     let one = run(1);
     assert_eq!(one, run(2));
     assert_eq!(one, run(3));
+}
+
+/// A flat buffer holding `part` at `at`, with other values around it.
+fn flat(
+    r: &mut rand_chacha::ChaCha8Rng,
+    dtype: DType,
+    part: &[f64],
+    at: usize,
+    after: usize,
+) -> Vec<f64> {
+    let mut v = super::values(r, at + part.len() + after, -2.0, 2.0);
+    v[at..at + part.len()].copy_from_slice(part);
+    quantize(dtype, &v)
+}
+
+/// LayerNorm, the embedding and axpy on views inside flat buffers give bitwise what they
+/// give on buffers of their own, and leave the rest of the flat buffers untouched.
+#[test]
+fn flat_buffer_parts_match_own_buffers_bitwise() {
+    let mut r = rng(5900);
+    for dtype in DType::FLOATS {
+        let up = |v: &[f64]| cpu().upload(&buf(HostData::from_f64(dtype, v))).unwrap();
+        // LayerNorm: gamma at 5 and beta at 77 of one flat parameter buffer; their
+        // gradients at the same offsets of two flat gradient buffers.
+        let (rows, cols, g_at, b_at) = (9, 65, 5, 77);
+        let (_, xb) = input(&mut r, dtype, rows * cols, -3.0, 3.0);
+        let (g, gb) = input(&mut r, dtype, cols, 0.5, 1.5);
+        let (b, bb) = input(&mut r, dtype, cols, -0.5, 0.5);
+        let mut pf = flat(&mut r, dtype, &g, g_at, 200);
+        pf[b_at..b_at + cols].copy_from_slice(&b);
+        let pfb = up(&pf);
+        let own = LayerNormSpec::new(rows, cols, 1e-5);
+        let at = own.params_at(g_at, b_at);
+        let outs = |spec: &LayerNormSpec, gamma: &crate::CpuBuffer, beta: &crate::CpuBuffer| {
+            let mut y = cpu().zeros(dtype, rows * cols).unwrap();
+            let mut m = cpu().zeros(DType::F32, rows).unwrap();
+            let mut s = cpu().zeros(DType::F32, rows).unwrap();
+            cpu()
+                .layernorm(spec, &xb, gamma, beta, &mut y, &mut m, &mut s)
+                .unwrap();
+            (read(&y), m, s)
+        };
+        let (y_own, m, s) = outs(&own, &gb, &bb);
+        let (y_flat, _, _) = outs(&at, &pfb, &pfb);
+        assert_eq!(y_own, y_flat, "layernorm {dtype}: flat gamma/beta");
+
+        let (_, dyb) = input(&mut r, dtype, rows * cols, -1.0, 1.0);
+        let (dg0, dg0b) = input(&mut r, dtype, cols, -1.0, 1.0);
+        let (db0, db0b) = input(&mut r, dtype, cols, -1.0, 1.0);
+        let (fg, fb) = (
+            flat(&mut r, dtype, &dg0, g_at, 9),
+            flat(&mut r, dtype, &db0, b_at, 9),
+        );
+        let (mut dgf, mut dbf) = (up(&fg), up(&fb));
+        let (mut dg, mut db) = (dg0b, db0b);
+        let mut dx = cpu().zeros(dtype, rows * cols).unwrap();
+        cpu()
+            .layernorm_backward(&own, &dyb, &xb, &gb, &m, &s, &mut dx, &mut dg, &mut db)
+            .unwrap();
+        let mut dx2 = cpu().zeros(dtype, rows * cols).unwrap();
+        cpu()
+            .layernorm_backward(&at, &dyb, &xb, &pfb, &m, &s, &mut dx2, &mut dgf, &mut dbf)
+            .unwrap();
+        assert_eq!(read(&dx), read(&dx2), "layernorm_backward {dtype}: dx");
+        let (mut want_g, mut want_b) = (fg.clone(), fb.clone());
+        want_g[g_at..g_at + cols].copy_from_slice(&read(&dg));
+        want_b[b_at..b_at + cols].copy_from_slice(&read(&db));
+        assert_eq!(
+            read(&dgf),
+            want_g,
+            "layernorm_backward {dtype}: flat dgamma"
+        );
+        assert_eq!(read(&dbf), want_b, "layernorm_backward {dtype}: flat dbeta");
+
+        // The embedding: a table of 13 rows of 8 at element 11 of a flat buffer.
+        let (rows, dim, t_at) = (13, 8, 11);
+        let ids: Vec<f64> = (0..40)
+            .map(|_| f64::from(r.random_range(0..rows as u32)))
+            .collect();
+        let idb = cpu()
+            .upload(&buf(HostData::from_f64(DType::U32, &ids)))
+            .unwrap();
+        let (t, tb) = input(&mut r, dtype, rows * dim, -1.0, 1.0);
+        let tf = flat(&mut r, dtype, &t, t_at, 6);
+        let spec = EmbeddingSpec::new(dim).table_at(t_at, rows);
+        let (mut o1, mut o2) = (
+            cpu().zeros(dtype, 40 * dim).unwrap(),
+            cpu().zeros(dtype, 40 * dim).unwrap(),
+        );
+        cpu()
+            .embedding(&EmbeddingSpec::new(dim), &idb, &tb, &mut o1)
+            .unwrap();
+        cpu().embedding(&spec, &idb, &up(&tf), &mut o2).unwrap();
+        assert_eq!(read(&o1), read(&o2), "embedding {dtype}: flat table");
+        let (_, doutb) = input(&mut r, dtype, 40 * dim, -1.0, 1.0);
+        let (mut d1, mut d2) = (tb, up(&tf));
+        cpu()
+            .embedding_backward(&EmbeddingSpec::new(dim), &idb, &doutb, &mut d1)
+            .unwrap();
+        cpu()
+            .embedding_backward(&spec, &idb, &doutb, &mut d2)
+            .unwrap();
+        let mut want = tf.clone();
+        want[t_at..t_at + rows * dim].copy_from_slice(&read(&d1));
+        assert_eq!(read(&d2), want, "embedding_backward {dtype}: flat dtable");
+
+        // axpy into y[3..3 + 50] of 60.
+        let (_, xab) = input(&mut r, dtype, 50, -1.0, 1.0);
+        let (ya, mut yab) = input(&mut r, dtype, 50, -1.0, 1.0);
+        let yf = flat(&mut r, dtype, &ya, 3, 7);
+        let mut yfb = up(&yf);
+        cpu().axpy(0.375, &xab, &mut yab, None).unwrap();
+        cpu().axpy(0.375, &xab, &mut yfb, Some(3)).unwrap();
+        let mut want = yf.clone();
+        want[3..53].copy_from_slice(&read(&yab));
+        assert_eq!(read(&yfb), want, "axpy {dtype}: y[3..53] of 60");
+    }
 }

@@ -157,7 +157,7 @@ fn axpy_accumulates() {
             let (x, xb) = input(&mut r, dtype, n + 3, -2.0, 2.0); // longer x is fine
             let (y, mut yb) = input(&mut r, dtype, n, -2.0, 2.0);
             let alpha = -0.625f32;
-            cpu().axpy(alpha, &xb, &mut yb).unwrap();
+            cpu().axpy(alpha, &xb, &mut yb, None).unwrap();
             let want: Vec<f64> = (0..n).map(|i| y[i] + f64::from(alpha) * x[i]).collect();
             let ec = eps_compute(dtype);
             assert_close(&format!("axpy {dtype} n={n}"), &read(&yb), &want, |i| {
