@@ -9,10 +9,12 @@
 //! the layout demands it. In-place ops (`*_` suffix) need the buffer to be unshared,
 //! so a view never changes behind someone's back.
 
+mod flat;
 mod nn_ops;
 mod ops;
 mod tensor;
 
 pub use brrr_backend::{self as backend, Backend, DType, Error, HostData, Layout, Result, Shape};
+pub use flat::{FlatBuffer, FlatPart};
 pub use nn_ops::{AttentionOut, LayerNormStats};
 pub use tensor::Tensor;

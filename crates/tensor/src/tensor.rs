@@ -422,6 +422,13 @@ impl<B: Backend> Tensor<B> {
         self.deep_clone()
     }
 
+    /// The whole buffer this view lies in, as a 1-D tensor (sharing it): how
+    /// [`FlatBuffer`](crate::FlatBuffer) gets its buffer back from a lent part.
+    pub(crate) fn whole_buffer(&self) -> Self {
+        let len = self.backend.len(&self.buf);
+        self.with_layout(Layout::contiguous([len]))
+    }
+
     /// A dense private copy.
     pub fn deep_clone(&self) -> Result<Self> {
         let mut out = Tensor::alloc(&self.backend, self.shape().clone(), self.dtype)?;
