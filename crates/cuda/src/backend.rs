@@ -333,6 +333,64 @@ fn fill_pattern(dtype: DType, value: f64) -> Pattern {
     }
 }
 
+impl CudaBackend {
+    /// LayerNorm's parameter gradients, accumulated at the device addresses `dgamma`
+    /// and `dbeta`: column sums in two deterministic passes, per-chunk partials, then a
+    /// fixed-order sum per column (see layernorm.cu). `stats` holds the (mean, rstd)
+    /// pairs that `layernorm_backward_dx` wrote.
+    fn layernorm_param_grads(
+        &self,
+        (rows, cols): (usize, usize),
+        acc: DType,
+        [dy, x, stats]: [&CudaBuffer; 3],
+        dgamma: DevPtr,
+        dbeta: DevPtr,
+    ) -> Result<()> {
+        const OP: &str = "layernorm_backward";
+        let s = suffix(x.dtype);
+        let max_chunks = (self.inner.info.sm_count.max(1) as usize * 8).max(1);
+        let rows_per_chunk = rows.div_ceil(rows.div_ceil(64).clamp(1, max_chunks)).max(1);
+        let chunks = rows.div_ceil(rows_per_chunk);
+        if chunks > 65535 {
+            return Err(Error::invalid(
+                OP,
+                format!("{rows} rows need too many chunks"),
+            ));
+        }
+        let partial = self.new_buffer(acc, 2 * chunks * cols)?;
+        self.launch(
+            Family::LayerNorm,
+            &format!("layernorm_backward_partial_{s}"),
+            LaunchCfg {
+                grid: (cols.div_ceil(32) as u32, chunks as u32, 1),
+                block: (32, 8, 1),
+                smem: 0,
+            },
+            &[
+                Arg::Ptr(partial.device_ptr()),
+                Arg::Ptr(dy.device_ptr()),
+                Arg::Ptr(x.device_ptr()),
+                Arg::Ptr(stats.device_ptr()),
+                Arg::U64(rows as u64),
+                Arg::U64(cols as u64),
+                Arg::U64(rows_per_chunk as u64),
+            ],
+        )?;
+        self.launch(
+            Family::LayerNorm,
+            &format!("layernorm_backward_params_{s}"),
+            self.flat_cfg(cols),
+            &[
+                Arg::Ptr(dgamma),
+                Arg::Ptr(dbeta),
+                Arg::Ptr(partial.device_ptr()),
+                Arg::U64(chunks as u64),
+                Arg::U64(cols as u64),
+            ],
+        )
+    }
+}
+
 impl Backend for CudaBackend {
     type Buffer = CudaBuffer;
 
@@ -968,47 +1026,13 @@ impl Backend for CudaBackend {
                 Arg::F32(spec.eps),
             ],
         )?;
-        // Column sums in two deterministic passes: per-chunk partials, then a fixed-order
-        // sum per column (see layernorm.cu).
-        let max_chunks = (self.inner.info.sm_count.max(1) as usize * 8).max(1);
-        let rows_per_chunk = rows.div_ceil(rows.div_ceil(64).clamp(1, max_chunks)).max(1);
-        let chunks = rows.div_ceil(rows_per_chunk);
-        if chunks > 65535 {
-            return Err(Error::invalid(
-                OP,
-                format!("{rows} rows need too many chunks"),
-            ));
-        }
-        let partial = self.new_buffer(acc, 2 * chunks * cols)?;
-        self.launch(
-            Family::LayerNorm,
-            &format!("layernorm_backward_partial_{s}"),
-            LaunchCfg {
-                grid: (cols.div_ceil(32) as u32, chunks as u32, 1),
-                block: (32, 8, 1),
-                smem: 0,
-            },
-            &[
-                Arg::Ptr(partial.device_ptr()),
-                Arg::Ptr(dy.device_ptr()),
-                Arg::Ptr(x.device_ptr()),
-                Arg::Ptr(stats.device_ptr()),
-                Arg::U64(rows as u64),
-                Arg::U64(cols as u64),
-                Arg::U64(rows_per_chunk as u64),
-            ],
-        )?;
-        self.launch(
-            Family::LayerNorm,
-            &format!("layernorm_backward_params_{s}"),
-            self.flat_cfg(cols),
-            &[
-                Arg::Ptr(dgamma.ptr_at(g_at.start)),
-                Arg::Ptr(dbeta.ptr_at(b_at.start)),
-                Arg::Ptr(partial.device_ptr()),
-                Arg::U64(chunks as u64),
-                Arg::U64(cols as u64),
-            ],
+        // dgamma and dbeta: column sums of dy·x̂ and dy over the rows.
+        self.layernorm_param_grads(
+            (rows, cols),
+            acc,
+            [dy, x, &stats],
+            dgamma.ptr_at(g_at.start),
+            dbeta.ptr_at(b_at.start),
         )
     }
 

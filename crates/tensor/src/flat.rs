@@ -23,7 +23,7 @@
 //! // dW += x · dy, written where "w" lives in the flat buffer.
 //! grads.with_part(0, |w| Tensor::matmul_into(w, &x, &dy, 1.0, 1.0))?;
 //! grads.with_part(1, |b| b.add_(&dy.reshape([3])?))?;
-//! assert_eq!(grads.whole().to_vec_f32()?, [1.0, 0.0, -1.0, 2.0, 0.0, -2.0, 1.0, 0.0, -1.0]);
+//! assert_eq!(grads.whole()?.to_vec_f32()?, [1.0, 0.0, -1.0, 2.0, 0.0, -2.0, 1.0, 0.0, -1.0]);
 //! # Ok::<(), brrr_tensor::Error>(())
 //! ```
 
@@ -95,24 +95,20 @@ impl<B: Backend> FlatBuffer<B> {
 
     /// The whole buffer as a 1-D tensor: for work on all of it at once (an all-reduce,
     /// a norm, the optimizer through ranges).
-    pub fn whole(&self) -> &Tensor<B> {
-        self.whole
-            .as_ref()
-            .expect("a FlatBuffer's buffer is only away inside with_part")
+    pub fn whole(&self) -> Result<&Tensor<B>> {
+        self.whole.as_ref().ok_or_else(lost)
     }
 
     /// The whole buffer, writable in place (while no [`FlatBuffer::view`] is alive).
-    pub fn whole_mut(&mut self) -> &mut Tensor<B> {
-        self.whole
-            .as_mut()
-            .expect("a FlatBuffer's buffer is only away inside with_part")
+    pub fn whole_mut(&mut self) -> Result<&mut Tensor<B>> {
+        self.whole.as_mut().ok_or_else(lost)
     }
 
     /// Part `i` as a view for reading. While it lives the buffer is shared, so writes
     /// (through [`FlatBuffer::with_part`] or [`FlatBuffer::whole_mut`]) are refused.
     pub fn view(&self, i: usize) -> Result<Tensor<B>> {
         let p = self.part(i)?;
-        self.whole()
+        self.whole()?
             .narrow(0, p.offset, p.shape.elem_count())?
             .reshape(p.shape.clone())
     }
@@ -126,12 +122,7 @@ impl<B: Backend> FlatBuffer<B> {
         f: impl FnOnce(&mut Tensor<B>) -> Result<R>,
     ) -> Result<R> {
         let p = self.part(i)?.clone();
-        let whole = self.whole.take().ok_or_else(|| {
-            Error::invalid(
-                "FlatBuffer::with_part",
-                "the buffer was lost: an earlier with_part closure panicked",
-            )
-        })?;
+        let whole = self.whole.take().ok_or_else(lost)?;
         let view = whole
             .narrow(0, p.offset, p.shape.elem_count())
             .and_then(|v| v.reshape(p.shape.clone()));
@@ -158,4 +149,12 @@ impl<B: Backend> FlatBuffer<B> {
             )
         })
     }
+}
+
+/// The error once the buffer is gone: only a `with_part` closure that panicked loses it.
+fn lost() -> Error {
+    Error::invalid(
+        "FlatBuffer",
+        "the buffer was lost: an earlier with_part closure panicked",
+    )
 }

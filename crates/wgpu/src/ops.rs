@@ -1085,22 +1085,9 @@ impl Backend for WgpuBackend {
         check_index(name, ids, "ids")?;
         check_float(name, table.dtype)?;
         Error::check_dtype(name, table.dtype, out.dtype)?;
-        let (at, rows) = spec.table_range(name, table.len)?;
-        let (n, dim) = (ids.len, spec.dim);
-        let total = n
-            .checked_mul(dim)
-            .ok_or_else(|| Error::invalid(name, "ids × dim overflows usize"))?;
-        Error::check_len(name, total, out.len)?;
-        if total == 0 {
+        let Some((p, total)) = embedding_params(name, spec, ids.len, table.len, out.len)? else {
             return Ok(());
-        }
-        u32_of(total)?;
-        u32_of(at.end)?;
-        let p = Params::new()
-            .u(u32_of(n)?)
-            .u(u32_of(dim)?)
-            .u(u32_of(rows)?)
-            .u(u32_of(at.start)?);
+        };
         let wt = self.widen(name, table)?;
         let wo = self.widen_out(name, out, total < out.len)?;
         self.flat_kernel(
@@ -1123,28 +1110,15 @@ impl Backend for WgpuBackend {
         check_index(name, ids, "ids")?;
         check_float(name, dout.dtype)?;
         Error::check_dtype(name, dout.dtype, dtable.dtype)?;
-        let (at, rows) = spec.table_range(name, dtable.len)?;
-        let (n, dim) = (ids.len, spec.dim);
-        let total = n
-            .checked_mul(dim)
-            .ok_or_else(|| Error::invalid(name, "ids × dim overflows usize"))?;
-        Error::check_len(name, total, dout.len)?;
-        if n == 0 {
+        let Some((p, _)) = embedding_params(name, spec, ids.len, dtable.len, dout.len)? else {
             return Ok(());
-        }
-        u32_of(total)?;
-        u32_of(at.end)?;
-        let p = Params::new()
-            .u(u32_of(n)?)
-            .u(u32_of(dim)?)
-            .u(u32_of(rows)?)
-            .u(u32_of(at.start)?);
+        };
         let wd = self.widen(name, dout)?;
         let wt = self.widen_out(name, dtable, true)?;
         self.flat_kernel(
             &Kernel::new(Family::Embed, "backward"),
             &p,
-            dim,
+            spec.dim,
             &[&ids.buf, &wd.buf, &wt.buf],
         )?;
         self.narrow(wt, dtable)
@@ -1446,4 +1420,33 @@ fn layernorm_params(
         .u(0)
         .u(0)
         .u(0))
+}
+
+/// The embedding kernels' uniform (ids, dim, the table's rows and where it starts),
+/// after checking the table's range in a buffer of `table_len` elements and that the
+/// `[ids, dim]` rows fit in `rows_len` (the output, or the incoming gradient). Also
+/// returns `ids × dim`; `None` when there is nothing to do.
+fn embedding_params(
+    name: &'static str,
+    spec: &EmbeddingSpec,
+    ids: usize,
+    table_len: usize,
+    rows_len: usize,
+) -> Result<Option<(Params, usize)>> {
+    let (at, rows) = spec.table_range(name, table_len)?;
+    let total = ids
+        .checked_mul(spec.dim)
+        .ok_or_else(|| Error::invalid(name, "ids × dim overflows usize"))?;
+    Error::check_len(name, total, rows_len)?;
+    if total == 0 {
+        return Ok(None);
+    }
+    u32_of(total)?;
+    u32_of(at.end)?;
+    let p = Params::new()
+        .u(u32_of(ids)?)
+        .u(u32_of(spec.dim)?)
+        .u(u32_of(rows)?)
+        .u(u32_of(at.start)?);
+    Ok(Some((p, total)))
 }
