@@ -87,10 +87,29 @@ impl<B: Backend> Tensor<B> {
 
     // ---- in place ---------------------------------------------------------------------
 
-    /// Sets every element to `value`.
+    /// Sets every element to `value`. The view must be contiguous; it may sit part-way
+    /// into its buffer (a part lent by a [`FlatBuffer`](crate::FlatBuffer)), and then
+    /// only its elements change.
     pub fn fill_(&mut self, value: f64) -> Result<()> {
         let backend = self.backend.clone();
-        backend.fill(self.buffer_mut()?, value)
+        if self.is_dense() {
+            return backend.fill(self.buffer_mut()?, value);
+        }
+        if !self.layout.is_contiguous() {
+            return Err(Error::invalid(
+                "fill_",
+                format!(
+                    "view {:?} of shape {} is not contiguous",
+                    self.layout.strides, self.layout.shape
+                ),
+            ));
+        }
+        // The backend's fill covers a whole buffer; a part of one is written by copying
+        // one element, broadcast to the view's shape, into the view where it lies.
+        let one = Tensor::from_f64(&backend, &[value], [1], self.dtype)?
+            .broadcast_as(self.shape().clone())?;
+        let dst = self.layout.clone();
+        one.copy_into_view(self, &dst)
     }
 
     /// `self += alpha * x` (same shape and dtype).

@@ -364,12 +364,13 @@ impl<B: Backend> Tensor<B> {
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Self> {
         let d = self.shape().resolve_dim(dim)?;
         let size = self.dims()[d];
-        if start + len > size {
+        // Checked: `start + len` from a caller may wrap past usize::MAX and pass a
+        // plain comparison.
+        if start.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::shape(
                 "narrow",
                 format!(
-                    "range {start}..{} out of bounds for dimension {d} of {}",
-                    start + len,
+                    "range {start}..{start}+{len} out of bounds for dimension {d} of {}",
                     self.shape()
                 ),
             ));

@@ -110,3 +110,43 @@ fn gradients_written_into_one_flat_buffer_match_separate_tensors() {
     );
     assert!(flat.with_part(9, |_| Ok(())).is_err(), "part 9 of 5");
 }
+
+/// `fill_` on a lent part (zeroing one parameter's gradient) writes that part only,
+/// without a copy; a strided view is refused, and so is a shared buffer.
+#[test]
+fn filling_one_part_leaves_the_others() {
+    let cpu = CpuBackend::new();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let parts = [("a", vec![3, 4]), ("b", vec![5]), ("c", vec![2, 3])];
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
+        let mut flat = FlatBuffer::zeros(&cpu, dtype, parts.clone()).unwrap();
+        let all = rand_t(&cpu, &mut rng, &[23]).to_dtype(dtype).unwrap();
+        flat.whole_mut().unwrap().add_(&all).unwrap();
+        let before = flat.whole().unwrap().to_vec_f64().unwrap();
+        cpu.reset_peak_memory();
+        let in_use = cpu.memory_stats().bytes_in_use;
+        flat.with_part(1, |b| b.fill_(0.0)).unwrap();
+        // The broadcast source is one element; nothing the size of a part is allocated.
+        assert!(
+            cpu.memory_stats().peak_bytes <= in_use + 8,
+            "{dtype}: filling copied"
+        );
+        flat.with_part(2, |c| c.fill_(-2.5)).unwrap();
+        let after = flat.whole().unwrap().to_vec_f64().unwrap();
+        assert_eq!(after[..12], before[..12], "{dtype}: part a changed");
+        assert_eq!(after[12..17], [0.0; 5], "{dtype}: part b");
+        assert_eq!(after[17..], [-2.5; 6], "{dtype}: part c");
+    }
+    let mut flat = FlatBuffer::zeros(&cpu, DType::F32, parts.clone()).unwrap();
+    let e = flat
+        .with_part(0, |a| a.transpose(0, 1)?.fill_(1.0))
+        .unwrap_err();
+    assert!(e.to_string().contains("fill_"), "{e}");
+    let reader = flat.view(0).unwrap();
+    assert!(
+        flat.with_part(1, |b| b.fill_(1.0)).is_err(),
+        "shared buffer"
+    );
+    drop(reader);
+    assert_eq!(flat.view(1).unwrap().to_vec_f32().unwrap(), [0.0; 5]);
+}

@@ -190,6 +190,12 @@ fn shape_and_dtype_errors_are_clear() {
     // Writing through a shared buffer would silently change the other view.
     let mut view = a.clone();
     assert!(view.fill_(1.0).is_err());
+    // A range past the end, and one whose end wraps past usize::MAX.
+    let e = a.narrow(1, 2, 2).unwrap_err().to_string();
+    assert!(e.contains("narrow") && e.contains("out of bounds"), "{e}");
+    let e = a.narrow(1, 2, usize::MAX).unwrap_err().to_string();
+    assert!(e.contains("narrow") && e.contains("out of bounds"), "{e}");
+    assert_eq!(a.narrow(1, 1, 2).unwrap().dims(), [2, 2]);
 }
 
 #[test]
