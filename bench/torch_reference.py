@@ -104,15 +104,21 @@ def sync(dev):
         torch.cuda.synchronize()
 
 
-def time_it(fn, dev, warmup=3, reps=10, max_seconds=5.0, inner=1):
+# Seconds of timed work per GEMM size at the least, as in brrr's `bench gemm`.
+GEMM_MIN_SECONDS = 0.5
+
+
+def time_it(fn, dev, warmup=3, reps=10, max_seconds=5.0, inner=1, min_seconds=0.0):
     """Median seconds of one call of fn: CUDA events on a GPU, wall clock on a CPU
-    (where each timing runs fn `inner` times and divides)."""
+    (where each timing runs fn `inner` times and divides). Timing goes on past `reps`
+    until `min_seconds` of work, as brrr's `bench gemm` does on every backend, so a short
+    stall of a shared machine lands in a minority of timings."""
     for _ in range(warmup):
         fn()
     sync(dev)
     times = []
     total = 0.0
-    for _ in range(max(1, reps)):
+    while len(times) < max(1, reps) or (total < min_seconds and len(times) < 10_000):
         if dev.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -177,7 +183,7 @@ def gemm_rows(args, dev, n):
         a = torch.rand(n, n, device=dev, dtype=torch.float32, generator=g).mul_(2).sub_(1).to(torch_dtype)
         b = torch.rand(n, n, device=dev, dtype=torch.float32, generator=g).mul_(2).sub_(1).to(torch_dtype)
         c = torch.empty(n, n, device=dev, dtype=torch_dtype)
-        s = time_it(lambda: torch.matmul(a, b, out=c), dev, warmup=args.warmup, reps=args.reps, inner=inner)
+        s = time_it(lambda: torch.matmul(a, b, out=c), dev, warmup=args.warmup, reps=args.reps, inner=inner, min_seconds=GEMM_MIN_SECONDS)
         rows.append(row("torch.matmul", dt, f"{n}x{n}x{n}", s, *flop_rate(2 * n**3 / s, dev)))
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.numpy:
@@ -194,7 +200,7 @@ def numpy_gemm_row(args, n, inner):
     a = rng.uniform(-1, 1, (n, n)).astype(np.float32)
     b = rng.uniform(-1, 1, (n, n)).astype(np.float32)
     c = np.empty((n, n), dtype=np.float32)
-    s = time_it(lambda: np.matmul(a, b, out=c), torch.device("cpu"), warmup=args.warmup, reps=args.reps, inner=inner)
+    s = time_it(lambda: np.matmul(a, b, out=c), torch.device("cpu"), warmup=args.warmup, reps=args.reps, inner=inner, min_seconds=GEMM_MIN_SECONDS)
     return row(f"numpy.matmul ({numpy_blas()})", "f32", f"{n}x{n}x{n}", s, *flop_rate(2 * n**3 / s, torch.device("cpu")))
 
 

@@ -46,13 +46,17 @@ fn check_size(n: usize, dtype: DType) -> Result<()> {
     }
 }
 
-/// Times `n × n × n` GEMMs of `dtype` through the backend trait: median over `reps`
-/// runs (each ending in a synchronize), after one warm-up.
+/// Upper bound on timings per size, whatever their length.
+const MAX_REPS: usize = 10_000;
+
+/// Times `n × n × n` GEMMs of `dtype` through the backend trait: median over at least
+/// `reps` runs and `min_seconds` of them (each ending in a synchronize), after one warm-up.
 pub fn gemm<B: Backend>(
     backend: &B,
     sizes: &[usize],
     dtype: DType,
     reps: usize,
+    min_seconds: f64,
 ) -> Result<Vec<GemmRow>> {
     for &n in sizes {
         check_size(n, dtype)?;
@@ -69,14 +73,20 @@ pub fn gemm<B: Backend>(
         // Enough repetitions for ~0.2 s of work at small sizes, at least `reps`.
         let flops = spec.flops()? as f64;
         let inner = (2e8 / flops).ceil().clamp(1.0, 64.0) as usize;
+        // Keep timing until there are `reps` timings *and* `min_seconds` of work: a
+        // stall of a few tens of milliseconds (a shared machine taking one of two cores
+        // halves a GEMM) then lands in a minority of timings, which the median ignores.
         let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps.max(1) {
+        let mut timed = 0.0;
+        while times.len() < reps.max(1) || (timed < min_seconds && times.len() < MAX_REPS) {
             let t0 = Instant::now();
             for _ in 0..inner {
                 backend.gemm(&spec, &a, &b, &mut c)?;
             }
             brrr_backend::block_on(backend.synchronize())?;
-            times.push(t0.elapsed().as_secs_f64() / inner as f64);
+            let t = t0.elapsed().as_secs_f64();
+            timed += t;
+            times.push(t / inner as f64);
         }
         times.sort_by(f64::total_cmp);
         let seconds = times[times.len() / 2];

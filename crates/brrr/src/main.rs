@@ -115,6 +115,10 @@ struct BenchGemmArgs {
     /// Timed repetitions per size (the median is reported).
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// CPU: go on timing past `--reps` until this many seconds of work per size, so a
+    /// short stall of a shared machine falls in a minority of timings.
+    #[arg(long, default_value_t = 0.5)]
+    min_seconds: f64,
 }
 
 fn main() -> ExitCode {
@@ -327,7 +331,13 @@ fn bench_gemm_cpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
         "{:>6}  {:>10}  {:>9}  {:>7}",
         "n", "time (ms)", "GFLOP/s", "% peak"
     ))?;
-    for r in bench::gemm(&backend, &args.sizes, DType::F32, args.reps)? {
+    for r in bench::gemm(
+        &backend,
+        &args.sizes,
+        DType::F32,
+        args.reps,
+        args.min_seconds,
+    )? {
         say(format_args!(
             "{:>6}  {:>10.3}  {:>9.1}  {:>6.1}%",
             r.n,

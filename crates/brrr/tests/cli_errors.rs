@@ -94,7 +94,16 @@ fn a_closed_stdout_is_a_clean_exit() {
     closed_early(&args);
     // The benchmark tables too: 3000 1x1 GEMMs, one row each (about 100 KiB).
     let sizes = vec!["1"; 3000].join(",");
-    closed_early(&["bench", "gemm", "--sizes", &sizes, "--reps", "1"]);
+    closed_early(&[
+        "bench",
+        "gemm",
+        "--sizes",
+        &sizes,
+        "--reps",
+        "1",
+        "--min-seconds",
+        "0",
+    ]);
 }
 
 #[test]
