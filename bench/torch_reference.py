@@ -111,7 +111,7 @@ GEMM_MIN_SECONDS = 0.5
 def time_it(fn, dev, warmup=3, reps=10, max_seconds=5.0, inner=1, min_seconds=0.0):
     """Median seconds of one call of fn: CUDA events on a GPU, wall clock on a CPU
     (where each timing runs fn `inner` times and divides). Timing goes on past `reps`
-    until `min_seconds` of work, as brrr's `bench gemm` does on every backend, so a short
+    until `min_seconds` of work, as brrr's `bench gemm` does on the CPU, so a short
     stall of a shared machine lands in a minority of timings."""
     for _ in range(warmup):
         fn()

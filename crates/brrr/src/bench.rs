@@ -70,7 +70,8 @@ pub fn gemm<B: Backend>(
         let spec = GemmSpec::new(n, n, n);
         backend.gemm(&spec, &a, &b, &mut c)?;
         brrr_backend::block_on(backend.synchronize())?;
-        // Enough repetitions for ~0.2 s of work at small sizes, at least `reps`.
+        // Each timing covers about 2e8 flops (a millisecond on a laptop CPU), at least
+        // one GEMM, so the clock's resolution does not matter at small sizes.
         let flops = spec.flops()? as f64;
         let inner = (2e8 / flops).ceil().clamp(1.0, 64.0) as usize;
         // Keep timing until there are `reps` timings *and* `min_seconds` of work: a

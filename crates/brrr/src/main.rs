@@ -117,7 +117,7 @@ struct BenchGemmArgs {
     reps: usize,
     /// CPU: go on timing past `--reps` until this many seconds of work per size, so a
     /// short stall of a shared machine falls in a minority of timings.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = perf_cmd::non_negative_number)]
     min_seconds: f64,
 }
 

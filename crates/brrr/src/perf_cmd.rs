@@ -321,7 +321,7 @@ fn positive_number(s: &str) -> Result<f64, String> {
 }
 
 /// Flag parser: a plain number, finite and >= 0.
-fn non_negative_number(s: &str) -> Result<f64, String> {
+pub(crate) fn non_negative_number(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .trim()
         .parse()

@@ -208,6 +208,8 @@ fn one_gpu_has_no_collectives_and_nothing_prints_inf() {
 fn negative_nan_and_infinite_flags_are_rejected() {
     let cases: &[(&[&str], &str)] = &[
         (&["estimate", "comms", "--alpha-us=-5"], "--alpha-us"),
+        (&["bench", "gemm", "--min-seconds=-1"], "--min-seconds"),
+        (&["bench", "gemm", "--min-seconds", "inf"], "--min-seconds"),
         (&["estimate", "comms", "--alpha-us", "NaN"], "--alpha-us"),
         (&["estimate", "comms", "--alpha-us", "inf"], "--alpha-us"),
         (&["estimate", "comms", "--bytes=-1e9"], "--bytes"),
