@@ -43,10 +43,15 @@ fi
 "$VENV/bin/vizviewer" --server_only --port "$PORT" "$OUT/default.json" >"$OUT/vizviewer.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
+up=0
 for _ in $(seq 50); do
-    curl -sf "http://127.0.0.1:$PORT/" >/dev/null && break
+    curl -sf "http://127.0.0.1:$PORT/" >/dev/null && { up=1; break; }
     sleep 0.2
 done
+if [[ $up == 0 ]]; then
+    echo "vizviewer did not answer on port $PORT within 10 s (see $OUT/vizviewer.log; PORT=... picks another)" >&2
+    exit 1
+fi
 echo "Perfetto UI with the trace: http://127.0.0.1:$PORT/"
 
 if command -v chromedriver >/dev/null; then

@@ -38,12 +38,17 @@ class Page:
         open(path, "wb").write(base64.b64decode(req("GET", f"/session/{self.s}/screenshot")))
         print("wrote", path)
 
+    def key_actions(self, actions):
+        """Sends one sequence of WebDriver key actions (keyDown/keyUp) to the page."""
+        req("POST", f"/session/{self.s}/actions",
+            {"actions": [{"type": "key", "id": "k", "actions": actions}]})
+
     def keys(self, text):
+        """Presses and releases each key of `text` in turn."""
         actions = []
         for k in text:
             actions += [{"type": "keyDown", "value": k}, {"type": "keyUp", "value": k}]
-        req("POST", f"/session/{self.s}/actions",
-            {"actions": [{"type": "key", "id": "k", "actions": actions}]})
+        self.key_actions(actions)
         time.sleep(1)
 
     def search(self, text, nth):
@@ -54,10 +59,10 @@ class Page:
         req("POST", f"/session/{self.s}/element/{el}/click", {})
         # Select all and delete with keys: the box keeps its text in the page's own
         # state, which WebDriver's element clear does not reach.
-        req("POST", f"/session/{self.s}/actions", {"actions": [{"type": "key", "id": "k", "actions": [
+        self.key_actions([
             {"type": "keyDown", "value": "\ue009"}, {"type": "keyDown", "value": "a"},
             {"type": "keyUp", "value": "a"}, {"type": "keyUp", "value": "\ue009"},
-            {"type": "keyDown", "value": "\ue003"}, {"type": "keyUp", "value": "\ue003"}]}]})
+            {"type": "keyDown", "value": "\ue003"}, {"type": "keyUp", "value": "\ue003"}])
         req("POST", f"/session/{self.s}/element/{el}/value", {"text": text})
         time.sleep(2)
         for _ in range(nth):
