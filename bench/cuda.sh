@@ -3,7 +3,7 @@
 #
 #   bench/cuda.sh              # everything
 #   STEPS=50 BATCH=16 bench/cuda.sh
-#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train wgpu
+#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train amp data wgpu
 #
 # 1. conformance: the op-by-op suite on CUDA against brrr-cpu (cuBLAS and every own GEMM
 #    kernel) and `brrr train`'s loop against the CPU run; then the GPU-only tests of
@@ -14,7 +14,12 @@
 #    next to a measured device-to-device copy, then the same ops in PyTorch.
 # 4. train: the GPT-2 small (124M) preset on synthetic tokens with `brrr train`, then the
 #    equivalent PyTorch model (bench/torch_reference.py): tokens/s and MFU for both.
-# 5. wgpu: brrr-wgpu on the same GPU through Vulkan: the conformance suite, training
+# 5. amp: `brrr bench amp` on the 124M preset: step time, tokens/s and memory of f32, bf16
+#    and fp16 (the target is bf16 at least 2x f32's tokens/s).
+# 6. data: the host-to-device path of a batch: GB/s of an upload through pinned staging,
+#    and how much of it hides behind GEMMs enqueued before it (copy stream) against a
+#    write that must wait for them.
+# 7. wgpu: brrr-wgpu on the same GPU through Vulkan: the conformance suite, training
 #    against the CPU, GEMM GFLOP/s per WGSL kernel version and the element-wise overhead /
 #    bandwidth sweep. Needs a Vulkan loader (libvulkan.so.1) and the NVIDIA ICD.
 #
@@ -79,7 +84,7 @@ gpu_tests() {
     cargo test --release -p "$pkg" "${args[@]}" -- --nocapture --test-threads=1 --skip emulat
 }
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train wgpu)
+[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train amp data wgpu)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 failed=()
 step() { # step NAME CMD... : runs CMD, tees output to $OUT/NAME.log, records failure
@@ -197,7 +202,18 @@ if want train; then
     fi
 fi
 
-# ---- 5. wgpu on the same GPU (Vulkan) ----------------------------------------------------------
+# ---- 5. mixed precision ----------------------------------------------------------------------
+if want amp; then
+    step amp-brrr brrr bench amp --backend cuda --preset gpt2-124m --batch-size "$BATCH" \
+        --seq-len "$SEQ" --steps 10 --warmup 2
+fi
+
+# ---- 6. the batch's way to the GPU --------------------------------------------------------------
+if want data; then
+    step data-overlap cuda_bench overlap
+fi
+
+# ---- 7. wgpu on the same GPU (Vulkan) ----------------------------------------------------------
 if want wgpu; then
     if ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
         # Absence of an adapter is a failure here, as for CUDA.

@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release -p brrr-cuda --example cuda_bench -- gemm [SIZE]
 //! cargo run --release -p brrr-cuda --example cuda_bench -- bandwidth [ELEMS]
+//! cargo run --release -p brrr-cuda --example cuda_bench -- overlap [MIB]
 //! cargo run --release -p brrr-cuda --example cuda_bench -- all
 //! ```
 //!
@@ -10,7 +11,7 @@
 //! slow, and its numbers mean nothing; it checks that the program works).
 
 use brrr_cuda::CudaBackend;
-use brrr_cuda::bench::{BandwidthBench, BenchRow, GemmBench};
+use brrr_cuda::bench::{BandwidthBench, BenchRow, GemmBench, OverlapBench};
 
 fn print(title: &str, rows: &[BenchRow]) {
     println!("\n{title}");
@@ -47,6 +48,10 @@ fn main() {
     let pos: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let what = pos.first().map(|s| s.as_str()).unwrap_or("all");
     let number = pos.get(1).and_then(|s| s.parse::<usize>().ok());
+    if !["gemm", "bandwidth", "overlap", "all"].contains(&what) {
+        eprintln!("cuda_bench: unknown benchmark {what:?}: gemm, bandwidth, overlap or all");
+        std::process::exit(2);
+    }
     let cuda = if emulated {
         CudaBackend::emulated()
     } else {
@@ -106,6 +111,26 @@ fn main() {
             let up =
                 brrr_cuda::bench::upload(&cuda, if emulated { 1 << 20 } else { 256 << 20 }, 3)?;
             print("Host to device", &[up]);
+        }
+        if what == "overlap" || what == "all" {
+            let mut cfg = OverlapBench::default();
+            if let Some(mib) = number.filter(|_| what == "overlap") {
+                cfg.upload_bytes = mib.saturating_mul(1 << 20);
+            }
+            if emulated {
+                cfg = OverlapBench {
+                    gemm_n: 64,
+                    gemms: 2,
+                    upload_bytes: 1 << 20,
+                    warmup: 0,
+                    reps: 1,
+                };
+            }
+            let rows = brrr_cuda::bench::upload_overlap(&cuda, &cfg)?;
+            print(
+                "Upload beside compute, brrr-cuda (host wall time; fraction: compute alone over the row)",
+                &rows,
+            );
         }
         Ok(())
     };

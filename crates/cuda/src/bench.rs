@@ -9,6 +9,9 @@
 //! - [`bandwidth`]: GB/s of the memory-bound kernels (element-wise, softmax, LayerNorm,
 //!   cross-entropy, casts) next to a device-to-device copy, the practical ceiling. Bytes
 //!   are the minimum traffic: every input read once, every output written once.
+//! - [`upload`]: GB/s of a host-to-device upload through pinned staging.
+//! - [`upload_overlap`]: whether that upload hides behind compute enqueued before it
+//!   (the copy stream at work), against a write that must wait for the compute.
 
 use crate::{CudaBackend, CudaBuffer, GemmImpl};
 use brrr_backend::{
@@ -421,4 +424,165 @@ pub fn upload(cuda: &CudaBackend, bytes: usize, reps: usize) -> Result<BenchRow>
         fraction_of_baseline: None,
         note: "host wall time, includes the host-side copy into pinned memory".into(),
     })
+}
+
+/// Settings of [`upload_overlap`].
+#[derive(Clone, Debug)]
+pub struct OverlapBench {
+    /// m = n = k of the GEMMs that stand in for a training step's compute (f32, cuBLAS).
+    pub gemm_n: usize,
+    /// GEMMs enqueued per repetition.
+    pub gemms: usize,
+    /// Bytes uploaded per repetition (a batch, or a shard's worth of one).
+    pub upload_bytes: usize,
+    pub warmup: usize,
+    pub reps: usize,
+}
+
+impl Default for OverlapBench {
+    fn default() -> Self {
+        // About 20 ms of f32 GEMMs on an H100 next to a 64 MiB upload (a few ms over
+        // PCIe): the upload fits inside the compute, so it can hide entirely.
+        OverlapBench {
+            gemm_n: 4096,
+            gemms: 8,
+            upload_bytes: 64 << 20,
+            warmup: 1,
+            reps: 5,
+        }
+    }
+}
+
+/// The share of the upload that the overlapped run hid behind compute:
+/// `(compute + upload - both) / upload`. 1 is fully hidden, 0 is one after the other
+/// (it can fall below 0 when running both costs more than running each alone).
+pub fn hidden_fraction(compute: f64, upload: f64, both: f64) -> f64 {
+    if upload <= 0.0 {
+        return 0.0;
+    }
+    (compute + upload - both) / upload
+}
+
+/// Whether a host-to-device upload hides behind compute: a training step's batch upload,
+/// in miniature. Four rows, host wall time of each repetition (it includes the host's
+/// copy into pinned staging, which is part of what must hide), the median:
+///
+/// 1. `compute`: `gemms` f32 GEMMs enqueued on the compute stream.
+/// 2. `upload`: `upload_bytes` through [`Backend::upload`]: pinned staging, then an
+///    asynchronous copy on the copy stream.
+/// 3. `compute + upload`: the GEMMs enqueued, then the upload into a new buffer while they
+///    run. The buffer's memory comes from the allocator's cache and was released before the
+///    GEMMs were enqueued, so the copy waits for nothing and runs beside them.
+/// 4. `compute + write`: the same bytes through [`Backend::write`] into an existing buffer.
+///    A buffer that exists may still be read by enqueued kernels, so the copy waits for all
+///    of them: the transfer is serialised after the compute, by design. Only the host's
+///    staging still overlaps, until the four pinned slots (16 MiB) are full and waiting.
+///
+/// The `note` of rows 3 and 4 gives [`hidden_fraction`].
+pub fn upload_overlap(cuda: &CudaBackend, cfg: &OverlapBench) -> Result<Vec<BenchRow>> {
+    let n = cfg.gemm_n;
+    let spec = GemmSpec::new(n, n, n);
+    let flops = spec.flops()? as f64 * cfg.gemms as f64;
+    let a = cuda.upload(&pseudo_random(DType::F32, n * n, 1))?;
+    let b = cuda.upload(&pseudo_random(DType::F32, n * n, 2))?;
+    let mut c = cuda.zeros(DType::F32, n * n)?;
+    let data = pseudo_random(DType::F32, cfg.upload_bytes / 4, 7);
+    let mut target = cuda.upload(&data)?;
+    let tf32_before = cuda.allow_tf32();
+    cuda.set_allow_tf32(false);
+    let mut compute = || -> Result<()> {
+        for _ in 0..cfg.gemms {
+            cuda.gemm_with(GemmImpl::Cublas, &spec, &a, &b, &mut c)?;
+        }
+        Ok(())
+    };
+    let measure = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        let mut times = Vec::with_capacity(cfg.reps.max(1));
+        for i in 0..cfg.warmup + cfg.reps.max(1) {
+            cuda.synchronize_blocking()?;
+            let t0 = std::time::Instant::now();
+            f()?;
+            cuda.synchronize_blocking()?;
+            if i >= cfg.warmup {
+                times.push(t0.elapsed().as_secs_f64());
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    };
+    let result = (|| {
+        let t_compute = measure(&mut || compute())?;
+        // Each upload's buffer is dropped at once, so the next one reuses its block.
+        let t_upload = measure(&mut || cuda.upload(&data).map(drop))?;
+        let t_both = measure(&mut || {
+            compute()?;
+            cuda.upload(&data).map(drop)
+        })?;
+        let t_write = measure(&mut || {
+            compute()?;
+            cuda.write(&mut target, &data)
+        })?;
+        Ok([t_compute, t_upload, t_both, t_write])
+    })();
+    cuda.set_allow_tf32(tf32_before);
+    Ok(overlap_rows(cfg, flops, result?))
+}
+
+/// The four rows of [`upload_overlap`] from its times (compute, upload, both, write).
+fn overlap_rows(cfg: &OverlapBench, flops: f64, times: [f64; 4]) -> Vec<BenchRow> {
+    let [t_compute, t_upload, t_both, t_write] = times;
+    let n = cfg.gemm_n;
+    let gemm_size = format!("{} x {n}^3", cfg.gemms);
+    let up_size = format!("{} MiB", cfg.upload_bytes >> 20);
+    let both_size = format!("{gemm_size} + {up_size}");
+    let tflops = |s: f64| Rate::TflopS(flops / s / 1e12);
+    let row = |name: &str, size: &str, seconds: f64, rate, frac, note: String| BenchRow {
+        name: name.into(),
+        dtype: DType::F32,
+        size: size.into(),
+        seconds,
+        rate,
+        fraction_of_baseline: frac,
+        note,
+    };
+    let hidden = |both: f64| {
+        format!(
+            "{:.0}% of the upload hidden",
+            100.0 * hidden_fraction(t_compute, t_upload, both)
+        )
+    };
+    vec![
+        row(
+            "compute",
+            &gemm_size,
+            t_compute,
+            tflops(t_compute),
+            Some(1.0),
+            "cuBLAS f32, TF32 off".into(),
+        ),
+        row(
+            "upload",
+            &up_size,
+            t_upload,
+            Rate::GbS(cfg.upload_bytes as f64 / t_upload / 1e9),
+            None,
+            "pinned staging, copy stream".into(),
+        ),
+        row(
+            "compute + upload",
+            &both_size,
+            t_both,
+            tflops(t_both),
+            Some(t_compute / t_both),
+            hidden(t_both),
+        ),
+        row(
+            "compute + write",
+            &both_size,
+            t_write,
+            tflops(t_write),
+            Some(t_compute / t_write),
+            hidden(t_write),
+        ),
+    ]
 }

@@ -1260,4 +1260,37 @@ fn benchmark_rows_are_produced() {
     assert!(rows[1..].iter().all(|r| r.fraction_of_baseline.is_some()));
     let up = brrr_cuda::bench::upload(cuda, 1 << 20, 1).unwrap();
     assert!(up.rate.value() > 0.0);
+    let rows = brrr_cuda::bench::upload_overlap(
+        cuda,
+        &brrr_cuda::bench::OverlapBench {
+            gemm_n: 64,
+            gemms: 2,
+            upload_bytes: 1 << 20,
+            warmup: 0,
+            reps: 1,
+        },
+    )
+    .unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["compute", "upload", "compute + upload", "compute + write"]
+    );
+    assert!(
+        rows.iter()
+            .all(|r| r.seconds > 0.0 && r.rate.value().is_finite())
+    );
+    assert!(rows[2].note.ends_with("of the upload hidden"), "{rows:#?}");
+}
+
+#[test]
+fn hidden_fraction_of_an_upload() {
+    use brrr_cuda::bench::hidden_fraction;
+    // 10 ms of compute, 4 ms of upload: 10 ms together hides all of it, 14 ms none,
+    // 12 ms half; 15 ms costs more than one after the other.
+    assert!((hidden_fraction(0.010, 0.004, 0.010) - 1.0).abs() < 1e-12);
+    assert!(hidden_fraction(0.010, 0.004, 0.014).abs() < 1e-12);
+    assert!((hidden_fraction(0.010, 0.004, 0.012) - 0.5).abs() < 1e-12);
+    assert!(hidden_fraction(0.010, 0.004, 0.015) < 0.0);
+    assert_eq!(hidden_fraction(0.010, 0.0, 0.010), 0.0);
 }

@@ -265,3 +265,34 @@ fn benchmark_tables_on_the_gpu() {
             .any(|r| r.name == "v4-tensor-core" && r.note.is_empty())
     );
 }
+
+#[test]
+fn an_upload_hides_behind_compute_enqueued_before_it() {
+    let Some(g) = gpu() else { return };
+    // About 5 ms of GEMMs on an H100 beside an 8 MiB upload (well under 1 ms of copy):
+    // the copy stream should hide most of it. The write's transfer must wait for the
+    // GEMMs (only its host-side staging overlaps), so it hides less.
+    let cfg = brrr_cuda::bench::OverlapBench {
+        gemm_n: 2048,
+        gemms: 16,
+        upload_bytes: 8 << 20,
+        warmup: 1,
+        reps: 5,
+    };
+    let rows = brrr_cuda::bench::upload_overlap(&g, &cfg).unwrap();
+    for r in &rows {
+        println!("{:<18} {:>10.6} s  {}", r.name, r.seconds, r.note);
+    }
+    let [compute, upload, both, write] = [0, 1, 2, 3].map(|i| rows[i].seconds);
+    let hidden = brrr_cuda::bench::hidden_fraction(compute, upload, both);
+    let hidden_write = brrr_cuda::bench::hidden_fraction(compute, upload, write);
+    assert!(
+        hidden > 0.5,
+        "only {:.0}% of the upload hid behind the GEMMs",
+        hidden * 100.0
+    );
+    assert!(
+        hidden > hidden_write,
+        "{hidden} vs the write's {hidden_write}"
+    );
+}
