@@ -246,29 +246,36 @@ fn elems_name(n: usize) -> String {
     }
 }
 
+/// Appends a GB/s row; the first row pushed is the baseline of the later ones.
+fn push_gbs(
+    rows: &mut Vec<BenchRow>,
+    name: &str,
+    dtype: DType,
+    size: String,
+    seconds: f64,
+    bytes: f64,
+) {
+    let gbs = bytes / seconds / 1e9;
+    let base = rows.first().map(|r| r.rate.value());
+    rows.push(BenchRow {
+        name: name.to_string(),
+        dtype,
+        size,
+        seconds,
+        rate: Rate::GbS(gbs),
+        fraction_of_baseline: base.map(|b| gbs / b),
+        note: String::new(),
+    });
+}
+
+/// Times one repetition of a bandwidth row (see [`time_reps`]).
+type TimeFn<'a> = dyn Fn(&mut dyn FnMut() -> Result<()>) -> Result<f64> + 'a;
+
 /// Memory bandwidth of the memory-bound kernels, and of a device-to-device copy as the
 /// baseline (first row).
 pub fn bandwidth(cuda: &CudaBackend, cfg: &BandwidthBench) -> Result<Vec<BenchRow>> {
     let mut rows: Vec<BenchRow> = Vec::new();
     let n = cfg.elems;
-    let push = |rows: &mut Vec<BenchRow>,
-                name: &str,
-                dtype: DType,
-                size: String,
-                seconds: f64,
-                bytes: f64| {
-        let gbs = bytes / seconds / 1e9;
-        let base = rows.first().map(|r| r.rate.value());
-        rows.push(BenchRow {
-            name: name.to_string(),
-            dtype,
-            size,
-            seconds,
-            rate: Rate::GbS(gbs),
-            fraction_of_baseline: base.map(|b| gbs / b),
-            note: String::new(),
-        });
-    };
     let time = |f: &mut dyn FnMut() -> Result<()>| time_reps(cuda, cfg.warmup, cfg.reps, 5.0, f);
 
     // Baseline: cuMemcpyDtoD of n f32 (read n*4 bytes, write n*4 bytes).
@@ -277,7 +284,7 @@ pub fn bandwidth(cuda: &CudaBackend, cfg: &BandwidthBench) -> Result<Vec<BenchRo
         let mut dst = cuda.zeros(DType::F32, n)?;
         let l = Layout::contiguous([n]);
         let s = time(&mut || cuda.copy_strided(&src, &l, &mut dst, &l))?;
-        push(
+        push_gbs(
             &mut rows,
             "copy d2d",
             DType::F32,
@@ -287,117 +294,162 @@ pub fn bandwidth(cuda: &CudaBackend, cfg: &BandwidthBench) -> Result<Vec<BenchRo
         );
     }
     for &dt in &cfg.dtypes {
-        let es = dt.size_in_bytes() as f64;
-        let nf = n as f64;
         let x = cuda.upload(&pseudo_random(dt, n, 3))?;
-        let y = cuda.upload(&pseudo_random(dt, n, 4))?;
         let mut out: CudaBuffer = cuda.zeros(dt, n)?;
-        let l = Layout::contiguous([n]);
-        let s = time(&mut || cuda.binary(BinaryOp::Add, &x, &l, &y, &l, &mut out))?;
-        push(
-            &mut rows,
-            "add (a + b)",
-            dt,
-            elems_name(n),
-            s,
-            3.0 * nf * es,
-        );
-        let s = time(&mut || cuda.unary(UnaryOp::Exp, &x, &mut out))?;
-        push(&mut rows, "exp", dt, elems_name(n), s, 2.0 * nf * es);
-        let s = time(&mut || cuda.axpy(0.5, &x, &mut out, None))?;
-        push(&mut rows, "axpy", dt, elems_name(n), s, 3.0 * nf * es);
-        let s = time(&mut || cuda.gelu(&x, &mut out))?;
-        push(&mut rows, "gelu", dt, elems_name(n), s, 2.0 * nf * es);
-        // A broadcast: bias add over rows of 768.
-        let cols = cfg.layernorm_cols;
-        let rws = n / cols;
-        let bias = cuda.upload(&pseudo_random(dt, cols, 5))?;
-        let shape = brrr_backend::Shape::new([rws, cols]);
-        let lb = Layout::contiguous([cols]).broadcast_to("bench", &shape)?;
-        let la = Layout::contiguous([rws, cols]);
-        let s = time(&mut || cuda.binary(BinaryOp::Add, &x, &la, &bias, &lb, &mut out))?;
-        push(
-            &mut rows,
-            "bias add (broadcast)",
-            dt,
-            format!("{rws}x{cols}"),
-            s,
-            2.0 * (rws * cols) as f64 * es,
-        );
-        // Cast to the other 16/32-bit type.
-        let other = if dt == DType::F32 {
-            DType::BF16
-        } else {
-            DType::F32
-        };
-        let mut cast_out = cuda.zeros(other, n)?;
-        let s = time(&mut || cuda.cast(&x, &mut cast_out))?;
-        push(
-            &mut rows,
-            &format!("cast to {other}"),
-            dt,
-            elems_name(n),
-            s,
-            nf * (es + other.size_in_bytes() as f64),
-        );
-        drop(cast_out);
-        // Softmax over attention-score rows.
-        let sc = cfg.softmax_cols;
-        let spec = SoftmaxSpec {
-            rows: n / sc,
-            cols: sc,
-            scale: 0.125,
-            causal: true,
-        };
-        let s = time(&mut || cuda.softmax(&spec, &x, &mut out))?;
-        push(
-            &mut rows,
-            "softmax (causal)",
-            dt,
-            format!("{}x{sc}", n / sc),
-            s,
-            2.0 * (spec.rows * sc) as f64 * es,
-        );
-        // LayerNorm.
-        let lspec = LayerNormSpec {
-            rows: rws,
-            cols,
-            eps: 1e-5,
-            gamma_offset: 0,
-            beta_offset: 0,
-        };
-        let gamma = cuda.upload(&pseudo_random(dt, cols, 6))?;
-        let mut mean = cuda.zeros(DType::F32, rws)?;
-        let mut rstd = cuda.zeros(DType::F32, rws)?;
-        let s = time(&mut || {
-            cuda.layernorm(&lspec, &x, &gamma, &bias, &mut out, &mut mean, &mut rstd)
-        })?;
-        push(
-            &mut rows,
-            "layernorm",
-            dt,
-            format!("{rws}x{cols}"),
-            s,
-            2.0 * (rws * cols) as f64 * es,
-        );
-        // Cross-entropy over GPT-2-sized rows (read the logits once).
-        let v = cfg.vocab;
-        let ce_rows = (n / v).max(1);
-        let targets = cuda.upload(&HostData::I32(
-            (0..ce_rows as i32).map(|i| (i * 7919) % v as i32).collect(),
-        ))?;
-        let mut losses = cuda.zeros(DType::F32, ce_rows)?;
-        let s = time(&mut || cuda.cross_entropy(&x, &targets, v, &mut losses))?;
-        push(
-            &mut rows,
-            "cross_entropy",
-            dt,
-            format!("{ce_rows}x{v}"),
-            s,
-            (ce_rows * v) as f64 * es,
-        );
+        elementwise_rows(cuda, cfg, dt, &x, &mut out, &time, &mut rows)?;
+        rowwise_rows(cuda, cfg, dt, &x, &mut out, &time, &mut rows)?;
     }
     Ok(rows)
+}
+
+/// The element-wise rows of [`bandwidth`] for one dtype: add, exp, axpy, GELU, a
+/// broadcast bias add and a cast.
+fn elementwise_rows(
+    cuda: &CudaBackend,
+    cfg: &BandwidthBench,
+    dt: DType,
+    x: &CudaBuffer,
+    out: &mut CudaBuffer,
+    time: &TimeFn,
+    rows: &mut Vec<BenchRow>,
+) -> Result<()> {
+    let n = cfg.elems;
+    let es = dt.size_in_bytes() as f64;
+    let nf = n as f64;
+    let y = cuda.upload(&pseudo_random(dt, n, 4))?;
+    let l = Layout::contiguous([n]);
+    let s = time(&mut || cuda.binary(BinaryOp::Add, x, &l, &y, &l, out))?;
+    push_gbs(rows, "add (a + b)", dt, elems_name(n), s, 3.0 * nf * es);
+    let s = time(&mut || cuda.unary(UnaryOp::Exp, x, out))?;
+    push_gbs(rows, "exp", dt, elems_name(n), s, 2.0 * nf * es);
+    let s = time(&mut || cuda.axpy(0.5, x, out, None))?;
+    push_gbs(rows, "axpy", dt, elems_name(n), s, 3.0 * nf * es);
+    let s = time(&mut || cuda.gelu(x, out))?;
+    push_gbs(rows, "gelu", dt, elems_name(n), s, 2.0 * nf * es);
+    // A broadcast: bias add over rows of 768.
+    let cols = cfg.layernorm_cols;
+    let rws = n / cols;
+    let bias = cuda.upload(&pseudo_random(dt, cols, 5))?;
+    let shape = brrr_backend::Shape::new([rws, cols]);
+    let lb = Layout::contiguous([cols]).broadcast_to("bench", &shape)?;
+    let la = Layout::contiguous([rws, cols]);
+    let s = time(&mut || cuda.binary(BinaryOp::Add, x, &la, &bias, &lb, out))?;
+    let bytes = 2.0 * (rws * cols) as f64 * es;
+    push_gbs(
+        rows,
+        "bias add (broadcast)",
+        dt,
+        format!("{rws}x{cols}"),
+        s,
+        bytes,
+    );
+    // Cast to the other 16/32-bit type.
+    let other = if dt == DType::F32 {
+        DType::BF16
+    } else {
+        DType::F32
+    };
+    let mut cast_out = cuda.zeros(other, n)?;
+    let s = time(&mut || cuda.cast(x, &mut cast_out))?;
+    let bytes = nf * (es + other.size_in_bytes() as f64);
+    push_gbs(
+        rows,
+        &format!("cast to {other}"),
+        dt,
+        elems_name(n),
+        s,
+        bytes,
+    );
+    Ok(())
+}
+
+/// The row-wise rows of [`bandwidth`] for one dtype: causal softmax over attention-score
+/// rows, LayerNorm, and cross-entropy over GPT-2-sized rows.
+fn rowwise_rows(
+    cuda: &CudaBackend,
+    cfg: &BandwidthBench,
+    dt: DType,
+    x: &CudaBuffer,
+    out: &mut CudaBuffer,
+    time: &TimeFn,
+    rows: &mut Vec<BenchRow>,
+) -> Result<()> {
+    let n = cfg.elems;
+    let es = dt.size_in_bytes() as f64;
+    let sc = cfg.softmax_cols;
+    let spec = SoftmaxSpec {
+        rows: n / sc,
+        cols: sc,
+        scale: 0.125,
+        causal: true,
+    };
+    let s = time(&mut || cuda.softmax(&spec, x, out))?;
+    let bytes = 2.0 * (spec.rows * sc) as f64 * es;
+    push_gbs(
+        rows,
+        "softmax (causal)",
+        dt,
+        format!("{}x{sc}", n / sc),
+        s,
+        bytes,
+    );
+    let cols = cfg.layernorm_cols;
+    let rws = n / cols;
+    let lspec = LayerNormSpec {
+        rows: rws,
+        cols,
+        eps: 1e-5,
+        gamma_offset: 0,
+        beta_offset: 0,
+    };
+    let gamma = cuda.upload(&pseudo_random(dt, cols, 6))?;
+    let beta = cuda.upload(&pseudo_random(dt, cols, 5))?;
+    let mut mean = cuda.zeros(DType::F32, rws)?;
+    let mut rstd = cuda.zeros(DType::F32, rws)?;
+    let s = time(&mut || cuda.layernorm(&lspec, x, &gamma, &beta, out, &mut mean, &mut rstd))?;
+    let bytes = 2.0 * (rws * cols) as f64 * es;
+    push_gbs(rows, "layernorm", dt, format!("{rws}x{cols}"), s, bytes);
+    // Cross-entropy reads the logits once.
+    let v = cfg.vocab;
+    let ce_rows = (n / v).max(1);
+    let targets = cuda.upload(&HostData::I32(
+        (0..ce_rows as i32).map(|i| (i * 7919) % v as i32).collect(),
+    ))?;
+    let mut losses = cuda.zeros(DType::F32, ce_rows)?;
+    let s = time(&mut || cuda.cross_entropy(x, &targets, v, &mut losses))?;
+    let bytes = (ce_rows * v) as f64 * es;
+    push_gbs(
+        rows,
+        "cross_entropy",
+        dt,
+        format!("{ce_rows}x{v}"),
+        s,
+        bytes,
+    );
+    Ok(())
+}
+
+/// Host wall time of `f` with the device idle before and drained after: `warmup`
+/// untimed runs, then the median of `reps` (at least one). For work that includes host
+/// steps (staging into pinned memory), which events on the compute stream would miss.
+fn wall_time_reps(
+    cuda: &CudaBackend,
+    warmup: usize,
+    reps: usize,
+    f: &mut dyn FnMut() -> Result<()>,
+) -> Result<f64> {
+    let mut times = Vec::with_capacity(reps.max(1));
+    for i in 0..warmup + reps.max(1) {
+        cuda.synchronize_blocking()?;
+        let t0 = std::time::Instant::now();
+        f()?;
+        cuda.synchronize_blocking()?;
+        if i >= warmup {
+            times.push(t0.elapsed().as_secs_f64());
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 /// Bytes per second of a plain host-to-device upload (pinned staging on the copy
@@ -405,16 +457,7 @@ pub fn bandwidth(cuda: &CudaBackend, cfg: &BandwidthBench) -> Result<Vec<BenchRo
 pub fn upload(cuda: &CudaBackend, bytes: usize, reps: usize) -> Result<BenchRow> {
     let data = pseudo_random(DType::F32, bytes / 4, 7);
     let mut buf = cuda.upload(&data)?;
-    let mut times = Vec::new();
-    for _ in 0..reps.max(1) {
-        cuda.synchronize_blocking()?;
-        let t0 = std::time::Instant::now();
-        cuda.write(&mut buf, &data)?;
-        cuda.synchronize_blocking()?;
-        times.push(t0.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    let seconds = times[times.len() / 2];
+    let seconds = wall_time_reps(cuda, 0, reps, &mut || cuda.write(&mut buf, &data))?;
     Ok(BenchRow {
         name: "upload (pinned staging)".into(),
         dtype: DType::F32,
@@ -496,20 +539,7 @@ pub fn upload_overlap(cuda: &CudaBackend, cfg: &OverlapBench) -> Result<Vec<Benc
         }
         Ok(())
     };
-    let measure = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-        let mut times = Vec::with_capacity(cfg.reps.max(1));
-        for i in 0..cfg.warmup + cfg.reps.max(1) {
-            cuda.synchronize_blocking()?;
-            let t0 = std::time::Instant::now();
-            f()?;
-            cuda.synchronize_blocking()?;
-            if i >= cfg.warmup {
-                times.push(t0.elapsed().as_secs_f64());
-            }
-        }
-        times.sort_by(f64::total_cmp);
-        Ok(times[times.len() / 2])
-    };
+    let measure = |f: &mut dyn FnMut() -> Result<()>| wall_time_reps(cuda, cfg.warmup, cfg.reps, f);
     let result = (|| {
         let t_compute = measure(&mut || compute())?;
         // Each upload's buffer is dropped at once, so the next one reuses its block.
