@@ -192,6 +192,30 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         out: &mut Self::Buffer,
     ) -> Result<()>;
 
+    /// Whether [`Backend::sum_squares`] is implemented. Callers that ask (the gradient
+    /// norm) otherwise square into a temporary and [`Backend::reduce`] it.
+    fn has_fused_sum_squares(&self) -> bool {
+        false
+    }
+    /// `out[0] = Σ x[offset + i]²` over `len` elements, each widened to f32 before it
+    /// is squared; `out` is f32 with at least one element, an empty range sums to 0.
+    /// Bitwise what squaring `x` into a temporary and reducing it with
+    /// [`ReduceOp::Sum`] gives on the same backend, without the temporary (which for a
+    /// gradient norm is the size of the largest gradient). The default is an error.
+    fn sum_squares(
+        &self,
+        x: &Self::Buffer,
+        offset: usize,
+        len: usize,
+        out: &mut Self::Buffer,
+    ) -> Result<()> {
+        let _ = (x, offset, len, out);
+        Err(crate::Error::invalid(
+            "sum_squares",
+            format!("not implemented by the {} backend", self.info().name),
+        ))
+    }
+
     // ---- neural-network kernels ---------------------------------------------------
 
     /// Row-wise (optionally causal, scaled) softmax; see [`SoftmaxSpec`].

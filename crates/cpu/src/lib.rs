@@ -395,6 +395,20 @@ impl Backend for CpuBackend {
         self.install(|| reduce::reduce(op, x, outer, n, inner, out))
     }
 
+    fn has_fused_sum_squares(&self) -> bool {
+        true
+    }
+
+    fn sum_squares(
+        &self,
+        x: &CpuBuffer,
+        offset: usize,
+        len: usize,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        self.install(|| reduce::sum_squares(x, offset, len, out))
+    }
+
     fn softmax(&self, spec: &SoftmaxSpec, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
         self.install(|| nn::softmax(spec, x, y))
     }

@@ -154,6 +154,69 @@ fn reduce_row<C: Real>(op: ReduceOp, xs: &[C]) -> C {
     }
 }
 
+/// `out[0] = Σ x[offset..offset + len]²` in f32 (see `Backend::sum_squares`), in
+/// [`sum`]'s order: element `i` of the range goes into accumulator `i % 8`, and the
+/// eight are combined as [`fold8`] does. So the result is bitwise what squaring into a
+/// temporary and summing it gives, without the temporary. 16-bit data is widened a
+/// block at a time (a block is a multiple of 8 long, so the order is unchanged).
+pub(crate) fn sum_squares(
+    x: &HostData,
+    offset: usize,
+    len: usize,
+    out: &mut HostData,
+) -> Result<()> {
+    const OP: &str = "sum_squares";
+    let end = offset.checked_add(len).ok_or_else(|| {
+        Error::invalid(OP, format!("offset {offset} + len {len} overflows usize"))
+    })?;
+    check::len(OP, x, end)?;
+    let total = match x {
+        HostData::F32(v) => sum_squares_typed(&v[offset..end]),
+        HostData::F16(v) => sum_squares_typed(&v[offset..end]),
+        HostData::BF16(v) => sum_squares_typed(&v[offset..end]),
+        other => {
+            return Err(Error::invalid(
+                OP,
+                format!("x must be f32, f16 or bf16, got {:?}", other.dtype()),
+            ));
+        }
+    };
+    check::f32s_mut(OP, out, 1)?[0] = total;
+    Ok(())
+}
+
+fn sum_squares_typed<T: Float<C = f32>>(xs: &[T]) -> f32 {
+    const BLOCK: usize = 8 * 512;
+    par::simd(
+        #[inline(always)]
+        || {
+            let mut acc = [0f32; 8];
+            let mut wide = [0f32; BLOCK];
+            for block in xs.chunks(BLOCK) {
+                let ys: &[f32] = match T::as_compute(block) {
+                    Some(ys) => ys,
+                    None => {
+                        T::load_slice(block, &mut wide[..block.len()]);
+                        &wide[..block.len()]
+                    }
+                };
+                // Only the last block can leave a remainder: BLOCK is a multiple of 8.
+                let mut chunks = ys.chunks_exact(8);
+                for c in &mut chunks {
+                    for (a, &v) in acc.iter_mut().zip(c) {
+                        *a += v * v;
+                    }
+                }
+                for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+                    *a += v * v;
+                }
+            }
+            let [a0, a1, a2, a3, a4, a5, a6, a7] = acc;
+            ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+        },
+    )
+}
+
 /// Sum with 8 independent accumulators (vectorises; error grows like n/8, not n).
 #[inline(always)]
 pub(crate) fn sum<C: Real>(xs: &[C]) -> C {

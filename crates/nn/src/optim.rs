@@ -142,12 +142,14 @@ impl<B: Backend> AdamW<B> {
 }
 
 /// Global L2 norm of all gradients, `sqrt(Σ_p Σ_i g²)`, summed on the device and read
-/// back once (the number is logged anyway).
+/// back once (the number is logged anyway). Each gradient's `Σ g²` is
+/// [`Tensor::sum_squares`]: on a backend that fuses it (brrr-cpu), no temporary the
+/// size of the largest gradient is made.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn grad_norm<B: Backend>(params: &[&Param<B>]) -> Result<f64> {
     let mut total: Option<Tensor<B>> = None;
     for p in params {
-        let ss = p.grad.to_dtype(DType::F32)?.square()?.sum_all()?;
+        let ss = p.grad.sum_squares()?;
         match &mut total {
             None => total = Some(ss),
             Some(t) => t.add_(&ss)?,
@@ -200,7 +202,7 @@ pub fn clip_grad_norm_on_device<B: Backend>(
     let backend = first.grad.backend().clone();
     let mut total: Option<Tensor<B>> = None;
     for p in params {
-        let ss = p.grad.to_dtype(DType::F32)?.square()?.sum_all()?;
+        let ss = p.grad.sum_squares()?;
         match &mut total {
             None => total = Some(ss),
             Some(t) => t.add_(&ss)?,

@@ -439,6 +439,30 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
         })
     }
 
+    fn has_fused_sum_squares(&self) -> bool {
+        self.inner.has_fused_sum_squares()
+    }
+
+    fn sum_squares(
+        &self,
+        x: &Self::Buffer,
+        offset: usize,
+        len: usize,
+        out: &mut Self::Buffer,
+    ) -> Result<()> {
+        let t0 = self.now();
+        self.inner.sum_squares(x, offset, len, out)?;
+        // A multiply and an add per element; reads the range, writes one f32.
+        self.finish(t0, || OpCall {
+            kind: "sum_squares",
+            dtype: self.dt(x),
+            shape: format!("n={len}"),
+            flops: (len as u64).saturating_mul(2),
+            bytes: bytes_of(self.dt(x), len).saturating_add(4),
+            matmul: false,
+        })
+    }
+
     fn softmax(&self, spec: &SoftmaxSpec, x: &Self::Buffer, y: &mut Self::Buffer) -> Result<()> {
         let t0 = self.now();
         self.inner.softmax(spec, x, y)?;

@@ -178,6 +178,28 @@ impl<B: Backend> Tensor<B> {
     pub fn sum_all(&self) -> Result<Self> {
         self.reshape([self.elem_count()])?.sum_dim(0, true)
     }
+    /// `Σ x²` over all elements, each widened to f32 before it is squared, as an f32
+    /// tensor of shape `[1]` (0 for an empty tensor): bit for bit
+    /// `self.to_dtype(DType::F32)?.square()?.sum_all()`. On a backend with a fused
+    /// [`Backend::sum_squares`](brrr_backend::Backend::sum_squares) no temporary the size
+    /// of `self` is made, and a contiguous view into a larger buffer (a parameter's
+    /// gradient in a flat buffer) is read in place: for a gradient norm that temporary
+    /// would be the size of the largest gradient.
+    pub fn sum_squares(&self) -> Result<Self> {
+        if self.elem_count() == 0 {
+            return Tensor::zeros(&self.backend, [1], DType::F32);
+        }
+        let fused = self.backend.has_fused_sum_squares()
+            && matches!(self.dtype, DType::F32 | DType::F16 | DType::BF16);
+        if !fused {
+            return self.to_dtype(DType::F32)?.square()?.sum_all();
+        }
+        let (x, offset) = self.contiguous_at()?;
+        let mut out = Tensor::alloc(&self.backend, [1], DType::F32)?;
+        self.backend
+            .sum_squares(&x.buf, offset, x.elem_count(), out.buffer_mut()?)?;
+        Ok(out)
+    }
     /// Mean of all elements, shape `[1]`.
     pub fn mean_all(&self) -> Result<Self> {
         self.reshape([self.elem_count()])?.mean_dim(0, true)

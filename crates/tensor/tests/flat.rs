@@ -150,3 +150,46 @@ fn filling_one_part_leaves_the_others() {
     drop(reader);
     assert_eq!(flat.view(1).unwrap().to_vec_f32().unwrap(), [0.0; 5]);
 }
+
+/// `Tensor::sum_squares` of each part of a flat buffer: bitwise the composite
+/// (`to_dtype(F32)`, `square`, `sum_all`) in f32, f16 and bf16, with no temporary on
+/// brrr-cpu: the part is read in place and only the one-element result is allocated.
+#[test]
+fn sum_squares_reads_a_flat_part_in_place_and_matches_the_composite() {
+    let cpu = CpuBackend::new();
+    let mut rng = ChaCha8Rng::seed_from_u64(92);
+    let parts = [("a", vec![37, 29]), ("b", vec![1000]), ("c", vec![3, 5, 7])];
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let mut flat = FlatBuffer::zeros(&cpu, dtype, parts.clone()).unwrap();
+        for (i, (_, dims)) in parts.iter().enumerate() {
+            let v = rand_t(&cpu, &mut rng, dims).to_dtype(dtype).unwrap();
+            flat.with_part(i, |t| t.add_(&v)).unwrap();
+        }
+        for i in 0..parts.len() {
+            let part = flat.view(i).unwrap();
+            let want = part
+                .to_dtype(DType::F32)
+                .unwrap()
+                .square()
+                .unwrap()
+                .sum_all()
+                .unwrap();
+            let before = cpu.memory_stats();
+            cpu.reset_peak_memory();
+            let got = part.sum_squares().unwrap();
+            assert_eq!(
+                cpu.memory_stats().peak_bytes,
+                before.bytes_in_use + 4,
+                "{dtype:?} part {i}: a temporary was made"
+            );
+            assert_eq!(got.dtype(), DType::F32);
+            assert_eq!(
+                got.to_vec_f32().unwrap()[0].to_bits(),
+                want.to_vec_f32().unwrap()[0].to_bits(),
+                "{dtype:?} part {i}"
+            );
+        }
+    }
+    let empty = Tensor::zeros(&cpu, [0, 4], DType::F32).unwrap();
+    assert_eq!(empty.sum_squares().unwrap().to_vec_f32().unwrap(), [0.0]);
+}

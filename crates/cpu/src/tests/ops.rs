@@ -247,3 +247,68 @@ fn fast_exp_is_within_two_ulp() {
     assert_eq!(exp_f32(100.0), f32::INFINITY);
     assert!(exp_f32(f32::NAN).is_nan());
 }
+
+/// The fused sum of squares is bitwise the composite it replaces (widen to f32, square
+/// into a temporary, sum), at every offset and length, across block boundaries.
+#[test]
+fn sum_squares_is_bitwise_square_then_sum() {
+    let mut seed = 5000;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for n in [1, 7, 8, 9, 4095, 4096, 4097, 3 * 4096 + 5, 70_001] {
+            seed += 1;
+            let (_, xb) = input(&mut rng(seed), dtype, n, -3.0, 3.0);
+            for (offset, len) in [(0, n), (n / 3, n - n / 3), (0, n / 2), (n, 0)] {
+                let mut wide = cpu().zeros(DType::F32, n).unwrap();
+                cpu().cast(&xb, &mut wide).unwrap();
+                let part = HostData::F32(
+                    read(&wide)[offset..offset + len]
+                        .iter()
+                        .map(|&v| v as f32)
+                        .collect(),
+                );
+                let part = cpu().upload(&part).unwrap();
+                let mut sq = cpu().zeros(DType::F32, len).unwrap();
+                cpu().unary(UnaryOp::Square, &part, &mut sq).unwrap();
+                let mut want = cpu().zeros(DType::F32, 1).unwrap();
+                if len > 0 {
+                    cpu()
+                        .reduce(ReduceOp::Sum, &sq, 1, len, 1, &mut want)
+                        .unwrap();
+                }
+                let mut got = cpu().zeros(DType::F32, 1).unwrap();
+                cpu().sum_squares(&xb, offset, len, &mut got).unwrap();
+                assert_eq!(
+                    read(&got)[0].to_bits(),
+                    read(&want)[0].to_bits(),
+                    "{dtype:?} n={n} offset={offset} len={len}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn sum_squares_rejects_bad_ranges_and_dtypes() {
+    let x = cpu().upload(&HostData::F32(vec![1.0; 10])).unwrap();
+    let mut out = cpu().zeros(DType::F32, 1).unwrap();
+    let err = cpu()
+        .sum_squares(&x, 4, 7, &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("sum_squares"), "{err}");
+    let err = cpu()
+        .sum_squares(&x, usize::MAX, 2, &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("overflows"), "{err}");
+    let mut out16 = cpu().zeros(DType::F16, 1).unwrap();
+    assert!(cpu().sum_squares(&x, 0, 10, &mut out16).is_err());
+    let x64 = cpu().upload(&HostData::F64(vec![1.0; 4])).unwrap();
+    let err = cpu()
+        .sum_squares(&x64, 0, 4, &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("f32, f16 or bf16"), "{err}");
+    cpu().sum_squares(&x, 3, 7, &mut out).unwrap();
+    assert_eq!(read(&out)[0], 7.0);
+}
