@@ -210,10 +210,7 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         out: &mut Self::Buffer,
     ) -> Result<()> {
         let _ = (x, offset, len, out);
-        Err(crate::Error::invalid(
-            "sum_squares",
-            format!("not implemented by the {} backend", self.info().name),
-        ))
+        Err(not_implemented(self, "sum_squares"))
     }
 
     // ---- neural-network kernels ---------------------------------------------------
@@ -233,10 +230,7 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         y: &mut Self::Buffer,
     ) -> Result<()> {
         let _ = (spec, mask, segments, x, y);
-        Err(crate::Error::invalid(
-            "softmax_segmented",
-            format!("not implemented by the {} backend", self.info().name),
-        ))
+        Err(not_implemented(self, "softmax_segmented"))
     }
     /// Gradient of [`Backend::softmax`] with respect to its input `x`, from its output `y`:
     /// `dx = scale * y ⊙ (dy - Σ_j dy_j y_j)`. Masked entries have `y = 0` and get 0.
@@ -265,10 +259,7 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         lse: &mut Self::Buffer,
     ) -> Result<()> {
         let _ = (spec, qkv, y, lse);
-        Err(crate::Error::invalid(
-            "attention",
-            format!("not implemented by the {} backend", self.info().name),
-        ))
+        Err(not_implemented(self, "attention"))
     }
     /// Gradient of [`Backend::attention`]: from the forward's `qkv`, `y`, `lse` and the
     /// output gradient `dy` (`[B, T, H, D]`), overwrites `dqkv` (`[B, T, 3, H, D]`) with
@@ -284,10 +275,7 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         dqkv: &mut Self::Buffer,
     ) -> Result<()> {
         let _ = (spec, qkv, y, lse, dy, dqkv);
-        Err(crate::Error::invalid(
-            "attention_backward",
-            format!("not implemented by the {} backend", self.info().name),
-        ))
+        Err(not_implemented(self, "attention_backward"))
     }
 
     /// LayerNorm forward; also writes per-row `mean` and `rstd` (f32) for the backward.
@@ -447,4 +435,12 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         growth_tracker: &mut Self::Buffer,
         found_inf: &Self::Buffer,
     ) -> Result<()>;
+}
+
+/// The error of an optional op's default: `op` is not implemented by `backend`.
+fn not_implemented<B: Backend>(backend: &B, op: &'static str) -> crate::Error {
+    crate::Error::invalid(
+        op,
+        format!("not implemented by the {} backend", backend.info().name),
+    )
 }
