@@ -3,7 +3,7 @@
 #
 #   bench/cuda.sh              # everything
 #   STEPS=50 BATCH=16 bench/cuda.sh
-#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train amp data wgpu
+#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train amp profile data wgpu
 #
 # 1. conformance: the op-by-op suite on CUDA against brrr-cpu (cuBLAS and every own GEMM
 #    kernel) and `brrr train`'s loop against the CPU run; then the GPU-only tests of
@@ -11,11 +11,15 @@
 # 2. gemm: TFLOP/s at 4096^3 in f32, TF32 and bf16 for cuBLAS, cuBLASLt and brrr's own
 #    kernels v1-v4, then PyTorch's torch.matmul on the same GPU.
 # 3. bandwidth: GB/s of element-wise, softmax, LayerNorm, cross-entropy and cast kernels
-#    next to a measured device-to-device copy, then the same ops in PyTorch.
+#    next to a measured device-to-device copy, then the same ops in PyTorch; then the
+#    reductions with few outputs (bias gradient, gradient sum and norm), one pass against
+#    the split and fused kernels.
 # 4. train: the GPT-2 small (124M) preset on synthetic tokens with `brrr train`, then the
 #    equivalent PyTorch model (bench/torch_reference.py): tokens/s and MFU for both.
 # 5. amp: `brrr bench amp` on the 124M preset: step time, tokens/s and memory of f32, bf16
 #    and fp16 (the target is bf16 at least 2x f32's tokens/s).
+#    profile: an op-by-op profile of a few f32 and bf16 steps of the same run (`--profile`):
+#    which kinds of op take a step's time, the ranking the tokens/s alone cannot give.
 # 6. data: the host-to-device path of a batch: GB/s of an upload through pinned staging,
 #    and how much of it hides behind GEMMs enqueued before it (copy stream) against a
 #    write that must wait for them.
@@ -84,7 +88,7 @@ gpu_tests() {
     cargo test --release -p "$pkg" "${args[@]}" -- --nocapture --test-threads=1 --skip emulat
 }
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train amp data wgpu)
+[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train amp profile data wgpu)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 failed=()
 step() { # step NAME CMD... : runs CMD, tees output to $OUT/NAME.log, records failure
@@ -181,6 +185,7 @@ fi
 # ---- 3. bandwidth -------------------------------------------------------------------------
 if want bandwidth; then
     step bandwidth-brrr cuda_bench bandwidth
+    step reduce-brrr cuda_bench reduce
     if $PYTHON -c "import torch" 2>/dev/null; then
         step bandwidth-torch $PYTHON bench/torch_reference.py bandwidth --json "$OUT/torch-bandwidth.json"
     fi
@@ -206,6 +211,15 @@ fi
 if want amp; then
     step amp-brrr brrr bench amp --backend cuda --preset gpt2-124m --batch-size "$BATCH" \
         --seq-len "$SEQ" --steps 10 --warmup 2
+fi
+
+# ---- 5b. where a step's time goes: every op timed (synchronised after each) -----------------
+if want profile; then
+    for amp in off bf16; do
+        step "profile-$amp" brrr train --backend cuda --preset gpt2-124m --synthetic --steps 4 \
+            --warmup-steps 1 --batch-size "$BATCH" --seq-len "$SEQ" --amp "$amp" --profile --quiet \
+            --out "$OUT/profile-$amp" --force
+    done
 fi
 
 # ---- 6. the batch's way to the GPU --------------------------------------------------------------

@@ -96,6 +96,10 @@ inline unsigned __float_as_uint(float f) {
     memcpy(&u, &f, 4);
     return u;
 }
+// The host compiler is not asked for FMA (no -march), so a product is rounded once, as
+// the device intrinsics promise.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __longlong_as_double(long long u) {
     double f;
     memcpy(&f, &u, 8);

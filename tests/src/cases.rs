@@ -940,10 +940,13 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
         (5, 7, 9),
         (2, 1, 13),
         (4, 33, 65),
+        (2, 150, 33), // few columns down many rows: CUDA's split into chunks of rows
     ];
     if large {
         reduces.push((1, 4097, 1));
         reduces.push((70000, 2, 1)); // one workgroup per output: a 2-D grid
+        reduces.push((1, 100_000, 1)); // one long row: CUDA splits it over 6 blocks
+        reduces.push((1, 2048, 768)); // a bias gradient's shape
     }
     for (outer, n, inner) in reduces {
         for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {

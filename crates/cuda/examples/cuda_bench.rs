@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release -p brrr-cuda --example cuda_bench -- gemm [SIZE]
 //! cargo run --release -p brrr-cuda --example cuda_bench -- bandwidth [ELEMS]
+//! cargo run --release -p brrr-cuda --example cuda_bench -- reduce
 //! cargo run --release -p brrr-cuda --example cuda_bench -- overlap [MIB]
 //! cargo run --release -p brrr-cuda --example cuda_bench -- all
 //! ```
@@ -11,7 +12,7 @@
 //! slow, and its numbers mean nothing; it checks that the program works).
 
 use brrr_cuda::CudaBackend;
-use brrr_cuda::bench::{BandwidthBench, BenchRow, GemmBench, OverlapBench};
+use brrr_cuda::bench::{BandwidthBench, BenchRow, GemmBench, OverlapBench, ReduceBench};
 
 fn print(title: &str, rows: &[BenchRow]) {
     println!("\n{title}");
@@ -48,8 +49,10 @@ fn main() {
     let pos: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let what = pos.first().map(|s| s.as_str()).unwrap_or("all");
     let number = pos.get(1).and_then(|s| s.parse::<usize>().ok());
-    if !["gemm", "bandwidth", "overlap", "all"].contains(&what) {
-        eprintln!("cuda_bench: unknown benchmark {what:?}: gemm, bandwidth, overlap or all");
+    if !["gemm", "bandwidth", "reduce", "overlap", "all"].contains(&what) {
+        eprintln!(
+            "cuda_bench: unknown benchmark {what:?}: gemm, bandwidth, reduce, overlap or all"
+        );
         std::process::exit(2);
     }
     let cuda = if emulated {
@@ -111,6 +114,24 @@ fn main() {
             let up =
                 brrr_cuda::bench::upload(&cuda, if emulated { 1 << 20 } else { 256 << 20 }, 3)?;
             print("Host to device", &[up]);
+        }
+        if what == "reduce" || what == "all" {
+            let mut cfg = ReduceBench::default();
+            if emulated {
+                cfg = ReduceBench {
+                    bias_rows: 256,
+                    bias_cols: 24,
+                    long_row: 40_000,
+                    reps: 1,
+                    warmup: 0,
+                    ..cfg
+                };
+            }
+            let rows = brrr_cuda::bench::reductions(&cuda, &cfg)?;
+            print(
+                "Reductions with few outputs, brrr-cuda (speed of each second row over the first)",
+                &rows,
+            );
         }
         if what == "overlap" || what == "all" {
             let mut cfg = OverlapBench::default();

@@ -6,7 +6,7 @@ use crate::gemm::GemmImpl;
 use crate::kernels::Family;
 use crate::ops::{
     AdamWArgs, Strided, binary_code, check_float, check_index, check_layout, check_no_overlap,
-    reduce_code, suffix, unary_code,
+    suffix, unary_code,
 };
 use brrr_backend::{
     AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, EmbeddingSpec, Error,
@@ -794,36 +794,56 @@ impl Backend for CudaBackend {
                 format!("{op:?} over an empty axis (n = 0) is undefined"),
             ));
         }
-        let s = suffix(x.dtype);
-        let code = reduce_code(op);
         if inner == 1 {
-            self.launch(
-                Family::Reduce,
-                &format!("reduce_rows_{s}"),
-                self.rows_cfg(outer, n),
-                &[
-                    Arg::Ptr(out.device_ptr()),
-                    Arg::Ptr(x.device_ptr()),
-                    Arg::U64(outer as u64),
-                    Arg::U64(n as u64),
-                    Arg::I32(code),
-                ],
-            )
+            self.reduce_rows(op, x.dtype, x.device_ptr(), outer, n, out.device_ptr())
         } else {
-            self.launch(
-                Family::Reduce,
-                &format!("reduce_cols_{s}"),
-                self.flat_cfg(total_out),
-                &[
-                    Arg::Ptr(out.device_ptr()),
-                    Arg::Ptr(x.device_ptr()),
-                    Arg::U64(outer as u64),
-                    Arg::U64(n as u64),
-                    Arg::U64(inner as u64),
-                    Arg::I32(code),
-                ],
+            self.reduce_cols(
+                op,
+                x.dtype,
+                x.device_ptr(),
+                outer,
+                n,
+                inner,
+                out.device_ptr(),
             )
         }
+    }
+
+    /// Fused: squares are summed as they are read (`reduce_rows_partial` with its
+    /// `square` flag), in the order and split of squaring into a temporary and reducing
+    /// it, so bitwise that composite without the temporary.
+    fn has_fused_sum_squares(&self) -> bool {
+        true
+    }
+
+    fn sum_squares(
+        &self,
+        x: &CudaBuffer,
+        offset: usize,
+        len: usize,
+        out: &mut CudaBuffer,
+    ) -> Result<()> {
+        const OP: &str = "sum_squares";
+        let end = offset.checked_add(len).ok_or_else(|| {
+            Error::invalid(OP, format!("offset {offset} + len {len} overflows usize"))
+        })?;
+        if end > x.len {
+            return Err(Error::shape(
+                OP,
+                format!("range {offset}..{end} is outside x's {} elements", x.len),
+            ));
+        }
+        if !matches!(x.dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::invalid(
+                OP,
+                format!("x must be f32, f16 or bf16, got {:?}", x.dtype),
+            ));
+        }
+        same_dtype(OP, DType::F32, out.dtype)?;
+        if out.len == 0 {
+            return Err(Error::shape(OP, "out has no element to hold the sum"));
+        }
+        self.sum_squares_into(x.dtype, x.ptr_at(offset), len, out.device_ptr())
     }
 
     fn softmax(&self, spec: &SoftmaxSpec, x: &CudaBuffer, y: &mut CudaBuffer) -> Result<()> {

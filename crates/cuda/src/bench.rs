@@ -9,14 +9,16 @@
 //! - [`bandwidth`]: GB/s of the memory-bound kernels (element-wise, softmax, LayerNorm,
 //!   cross-entropy, casts) next to a device-to-device copy, the practical ceiling. Bytes
 //!   are the minimum traffic: every input read once, every output written once.
+//! - [`reductions`]: GB/s of the reductions with few outputs (a bias gradient, a whole
+//!   gradient's sum and sum of squares), one pass against the split or fused kernels.
 //! - [`upload`]: GB/s of a host-to-device upload through pinned staging.
 //! - [`upload_overlap`]: whether that upload hides behind compute enqueued before it
 //!   (the copy stream at work), against a write that must wait for the compute.
 
 use crate::{CudaBackend, CudaBuffer, GemmImpl};
 use brrr_backend::{
-    Backend, BinaryOp, DType, GemmSpec, HostData, LayerNormSpec, Layout, Result, SoftmaxSpec,
-    UnaryOp,
+    Backend, BinaryOp, DType, GemmSpec, HostData, LayerNormSpec, Layout, ReduceOp, Result,
+    SoftmaxSpec, UnaryOp,
 };
 
 /// What a row measures.
@@ -427,6 +429,104 @@ fn rowwise_rows(
         bytes,
     );
     Ok(())
+}
+
+/// Settings of [`reductions`].
+#[derive(Clone, Debug)]
+pub struct ReduceBench {
+    /// A bias gradient: the sum over `bias_rows` rows (batch x sequence, 8 x 1024) of
+    /// `bias_cols` columns (GPT-2 small's width).
+    pub bias_rows: usize,
+    pub bias_cols: usize,
+    /// One whole gradient summed: GPT-2 small's token embedding, 50304 x 768.
+    pub long_row: usize,
+    pub dtypes: Vec<DType>,
+    pub warmup: usize,
+    pub reps: usize,
+}
+
+impl Default for ReduceBench {
+    fn default() -> Self {
+        ReduceBench {
+            bias_rows: 8192,
+            bias_cols: 768,
+            long_row: 50304 * 768,
+            dtypes: vec![DType::F32, DType::BF16],
+            warmup: 3,
+            reps: 20,
+        }
+    }
+}
+
+/// The reductions of a training step whose outputs are few, each timed with the
+/// one-pass kernel and with what the backend runs (the split into partial results, or
+/// the fused sum of squares): a bias gradient's column sum, a whole gradient's sum, and
+/// the gradient norm's sum of squares. GB/s count the data read once; each second row's
+/// `fraction_of_baseline` is its speed over the row before it.
+pub fn reductions(cuda: &CudaBackend, cfg: &ReduceBench) -> Result<Vec<BenchRow>> {
+    let time = |f: &mut dyn FnMut() -> Result<()>| time_reps(cuda, cfg.warmup, cfg.reps, 5.0, f);
+    let mut rows = Vec::new();
+    let (br, bc, n) = (cfg.bias_rows, cfg.bias_cols, cfg.long_row);
+    for &dt in &cfg.dtypes {
+        let es = dt.size_in_bytes() as f64;
+        let x = cuda.upload(&pseudo_random(dt, br * bc, 8))?;
+        let long = cuda.upload(&pseudo_random(dt, n, 9))?;
+        let mut out = cuda.zeros(dt, bc)?;
+        let (px, pl, po) = (x.device_ptr(), long.device_ptr(), out.device_ptr());
+        let one = time(&mut || cuda.reduce_one_pass(ReduceOp::Sum, dt, px, 1, br, bc, po))?;
+        let split = time(&mut || cuda.reduce(ReduceOp::Sum, &x, 1, br, bc, &mut out))?;
+        let size = format!("{br}x{bc} -> {bc}");
+        let bytes = (br * bc) as f64 * es;
+        push_pair(&mut rows, "column sum", dt, &size, bytes, [one, split]);
+        let one = time(&mut || cuda.reduce_one_pass(ReduceOp::Sum, dt, pl, 1, n, 1, po))?;
+        let split = time(&mut || cuda.reduce(ReduceOp::Sum, &long, 1, n, 1, &mut out))?;
+        let size = format!("1x{n} -> 1");
+        push_pair(&mut rows, "row sum", dt, &size, n as f64 * es, [one, split]);
+        // Tensor::sum_squares without the fused op: widen to f32, square, sum.
+        let mut sum = cuda.zeros(DType::F32, 1)?;
+        let composite = time(&mut || {
+            let mut sq = cuda.alloc(DType::F32, n)?;
+            if dt == DType::F32 {
+                cuda.unary(UnaryOp::Square, &long, &mut sq)?;
+            } else {
+                let mut wide = cuda.alloc(DType::F32, n)?;
+                cuda.cast(&long, &mut wide)?;
+                cuda.unary(UnaryOp::Square, &wide, &mut sq)?;
+            }
+            cuda.reduce(ReduceOp::Sum, &sq, 1, n, 1, &mut sum)
+        })?;
+        let fused = time(&mut || cuda.sum_squares(&long, 0, n, &mut sum))?;
+        let size = format!("{n} -> 1");
+        push_pair(
+            &mut rows,
+            "sum of squares",
+            dt,
+            &size,
+            n as f64 * es,
+            [composite, fused],
+        );
+    }
+    Ok(rows)
+}
+
+/// Two rows of [`reductions`]: the baseline (one pass, or square + sum) and what runs.
+fn push_pair(rows: &mut Vec<BenchRow>, what: &str, dt: DType, size: &str, bytes: f64, s: [f64; 2]) {
+    let names = if what == "sum of squares" {
+        ["square + sum", "fused"]
+    } else {
+        ["one pass", "split"]
+    };
+    for (i, (name, seconds)) in names.iter().zip(s).enumerate() {
+        rows.push(BenchRow {
+            name: format!("{what}, {name}"),
+            dtype: dt,
+            size: size.to_string(),
+            seconds,
+            rate: Rate::GbS(bytes / seconds / 1e9),
+            fraction_of_baseline: Some(if i == 0 { 1.0 } else { s[0] / seconds }),
+            note: String::new(),
+        });
+    }
 }
 
 /// Host wall time of `f` with the device idle before and drained after: `warmup`

@@ -42,6 +42,8 @@ pub mod emu;
 pub mod gemm;
 #[cfg(not(target_arch = "wasm32"))]
 mod ops;
+#[cfg(not(target_arch = "wasm32"))]
+mod reduce;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use alloc::{AllocatorStats, rounded_size};

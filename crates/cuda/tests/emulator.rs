@@ -541,7 +541,15 @@ fn reductions() {
     let cpu = CpuBackend::new();
     let mut r = rng(7);
     for dt in FLOATS {
-        for (outer, n, inner) in [(3, 70, 1), (2, 9, 7), (1, 300, 1), (4, 1, 3)] {
+        // These take the split kernels: a row in 3 blocks (the last one shorter), and
+        // columns in chunks of 64 rows (the last one shorter).
+        // The long row (3 x 1024 emulated threads per case) runs in f32 and bf16 only.
+        let long_row = [(1, 49_153, 1)]
+            .into_iter()
+            .filter(|_| dt == DType::F32 || dt == DType::BF16);
+        let split = [(1, 130, 3), (2, 150, 33)];
+        let one_pass = [(3, 70, 1), (2, 9, 7), (1, 300, 1), (4, 1, 3)];
+        for (outer, n, inner) in one_pass.into_iter().chain(split).chain(long_row) {
             let h = data(dt, &rand_vec(&mut r, outer * n * inner, -2.0, 2.0));
             let x = up(cuda, &h);
             for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
@@ -568,6 +576,61 @@ fn reductions() {
         let mut out = cuda.zeros(dt, 4).unwrap();
         assert!(cuda.reduce(ReduceOp::Max, &x, 4, 0, 1, &mut out).is_err());
     }
+}
+
+/// The fused sum of squares: bitwise squaring into an f32 temporary and summing it on
+/// the same backend (one block, and a row split into 3 blocks), and close to the
+/// CPU's; in place at an offset; bad ranges and dtypes are errors.
+#[test]
+fn sum_squares_is_bitwise_square_then_sum() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    assert!(cuda.has_fused_sum_squares());
+    let mut r = rng(11);
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for (offset, len) in [(0, 0), (3, 1), (5, 1000), (7, 49_153)] {
+            let h = data(dt, &rand_vec(&mut r, offset + len + 3, -2.0, 2.0));
+            let x = up(cuda, &h);
+            let mut fused = cuda.zeros(DType::F32, 1).unwrap();
+            cuda.sum_squares(&x, offset, len, &mut fused).unwrap();
+
+            let part: Vec<f64> = h.to_f64()[offset..offset + len].to_vec();
+            let wide = up(cuda, &data(DType::F32, &part));
+            let mut sq = cuda.zeros(DType::F32, len).unwrap();
+            cuda.unary(UnaryOp::Square, &wide, &mut sq).unwrap();
+            let mut composite = cuda.zeros(DType::F32, 1).unwrap();
+            cuda.reduce(ReduceOp::Sum, &sq, 1, len, 1, &mut composite)
+                .unwrap();
+            let (got, want) = (get(cuda, &fused), get(cuda, &composite));
+            assert_eq!(
+                got.to_f64()[0].to_bits(),
+                want.to_f64()[0].to_bits(),
+                "{dt} offset {offset} len {len}: fused {got:?}, composite {want:?}"
+            );
+
+            let mut on_ref = on_cpu(&HostData::zeros(DType::F32, 1));
+            cpu.sum_squares(&on_cpu(&h), offset, len, &mut on_ref)
+                .unwrap();
+            let scale = (len as f64).sqrt().max(1.0);
+            assert_close(
+                &format!("sum_squares {dt} len {len}"),
+                &got,
+                &block_on(cpu.read(&on_ref)).unwrap(),
+                units(DType::F32) * 4.0,
+                scale,
+            );
+        }
+    }
+    let x = cuda.zeros(DType::F32, 10).unwrap();
+    let mut out = cuda.zeros(DType::F32, 1).unwrap();
+    assert!(cuda.sum_squares(&x, 8, 3, &mut out).is_err());
+    assert!(cuda.sum_squares(&x, usize::MAX, 2, &mut out).is_err());
+    let mut none = cuda.zeros(DType::F32, 0).unwrap();
+    assert!(cuda.sum_squares(&x, 0, 10, &mut none).is_err());
+    let mut wrong = cuda.zeros(DType::BF16, 1).unwrap();
+    assert!(cuda.sum_squares(&x, 0, 10, &mut wrong).is_err());
+    let ints = cuda.zeros(DType::I32, 10).unwrap();
+    assert!(cuda.sum_squares(&ints, 0, 10, &mut out).is_err());
 }
 
 #[test]
