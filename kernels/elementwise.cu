@@ -152,6 +152,38 @@ BRRR_DEVICE void binary_strided_impl(T* out, const T* a, const T* b, u64 n, int 
     }
 }
 
+// out = op(full, row) where `row` (`cols` elements) repeats along `full` (a bias added to
+// every row of activations); op(row, full) if `row_first`. The strided kernel would pay
+// index arithmetic per element and 2-byte loads in bf16; here each thread moves 16-byte
+// packs. The host guarantees cols % V == 0 and 16-byte aligned pointers, so a pack never
+// straddles two rows. The row's pack index follows the grid stride incrementally instead
+// of a 64-bit division per pack.
+template <class T>
+BRRR_DEVICE void binary_row_impl(T* out, const T* full, const T* row, u64 n, u64 cols, int op, int row_first) {
+    typedef typename Acc<T>::type A;
+    const int V = 16 / sizeof(T);
+    const u64 nv = n / V;
+    const u64 row_packs = cols / V;
+    const Pack<T>* fv = reinterpret_cast<const Pack<T>*>(full);
+    const Pack<T>* rv = reinterpret_cast<const Pack<T>*>(row);
+    Pack<T>* ov = reinterpret_cast<Pack<T>*>(out);
+    const u64 step = global_thread_count() % row_packs;
+    u64 c = global_thread_id() % row_packs;
+    for (u64 j = global_thread_id(); j < nv; j += global_thread_count()) {
+        Pack<T> pf = fv[j];
+        const Pack<T> pr = rv[c];
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            const A f = to_acc(pf.v[e]);
+            const A r = to_acc(pr.v[e]);
+            pf.v[e] = from_acc<T>(row_first ? binary_apply(op, r, f) : binary_apply(op, f, r));
+        }
+        ov[j] = pf;
+        c += step;
+        if (c >= row_packs) c -= row_packs;
+    }
+}
+
 // ---- GELU (tanh approximation, as GPT-2) -------------------------------------------------
 //
 // 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as x * sigmoid(2u): the
@@ -206,6 +238,11 @@ template <class A> struct AxpyFn {
         map2(out, a, b, n, f);                                                                 \
     }                                                                                          \
     BRRR_REGISTER(binary_vec_##S)                                                              \
+    extern "C" __global__ void BRRR_FLAT binary_row_##S(T* out, const T* full, const T* row, u64 n, u64 cols, \
+                                              int op, int row_first) {                         \
+        binary_row_impl<T>(out, full, row, n, cols, op, row_first);                            \
+    }                                                                                          \
+    BRRR_REGISTER(binary_row_##S)                                                              \
     extern "C" __global__ void BRRR_FLAT binary_strided_##S(T* out, const T* a, const T* b, u64 n, int op, \
                                                   Strided d) {                                 \
         binary_strided_impl<T, u64>(out, a, b, n, op, d);                                      \

@@ -857,6 +857,22 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
             all_ops.to_vec(),
         ),
         (
+            "[3,5,16] op [16] (a bias: whole 16-byte packs)",
+            Layout::contiguous([3, 5, 16]),
+            240,
+            lay(&[3, 5, 16], &[0, 0, 1], 0),
+            16,
+            all_ops.to_vec(),
+        ),
+        (
+            "[16] op [5,16]",
+            lay(&[5, 16], &[0, 1], 0),
+            16,
+            Layout::contiguous([5, 16]),
+            80,
+            vec![BinaryOp::Sub, BinaryOp::Div],
+        ),
+        (
             "[4,1] op [1,6]",
             lay(&[4, 6], &[1, 0], 0),
             4,

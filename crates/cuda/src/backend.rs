@@ -6,7 +6,7 @@ use crate::gemm::GemmImpl;
 use crate::kernels::Family;
 use crate::ops::{
     AdamWArgs, Strided, binary_code, check_float, check_index, check_layout, check_no_overlap,
-    suffix, unary_code,
+    row_broadcast, suffix, unary_code,
 };
 use brrr_backend::{
     AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, EmbeddingSpec, Error,
@@ -712,6 +712,22 @@ impl Backend for CudaBackend {
                     Arg::Ptr(pb),
                     Arg::U64(n as u64),
                     Arg::I32(code),
+                ],
+            );
+        }
+        if let Some((full, row, cols, row_first)) = row_broadcast(a_layout, pa, b_layout, pb, es) {
+            return self.launch(
+                Family::Elementwise,
+                &format!("binary_row_{s}"),
+                self.flat_cfg(n / (16 / es)),
+                &[
+                    Arg::Ptr(out.device_ptr()),
+                    Arg::Ptr(full),
+                    Arg::Ptr(row),
+                    Arg::U64(n as u64),
+                    Arg::U64(cols as u64),
+                    Arg::I32(code),
+                    Arg::I32(row_first as i32),
                 ],
             );
         }

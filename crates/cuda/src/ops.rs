@@ -1,6 +1,7 @@
 //! Kernel argument structs (`#[repr(C)]` mirrors of the structs in `kernels/*.cu`) and
 //! the op codes the kernels switch on.
 
+use crate::device::DevPtr;
 use brrr_backend::{BinaryOp, DType, Error, Layout, MAX_RANK, ReduceOp, Result, UnaryOp};
 
 /// `struct Strided` of elementwise.cu: a view of up to 6 dimensions with the strides of
@@ -164,6 +165,40 @@ pub(crate) fn binary_code(op: BinaryOp) -> i32 {
     }
 }
 
+/// Whether a binary op is a bias-style broadcast that `binary_row` runs: one operand
+/// contiguous, the other one row of `cols` repeated (strides 0 except a last stride of 1),
+/// `cols` a whole number of 16-byte packs and both addresses 16-byte aligned. Returns
+/// (full, row, cols, row_first), `row_first` when the row is the left operand `a`.
+pub(crate) fn row_broadcast(
+    a: &Layout,
+    pa: DevPtr,
+    b: &Layout,
+    pb: DevPtr,
+    elem_size: usize,
+) -> Option<(DevPtr, DevPtr, usize, bool)> {
+    let case = if a.is_contiguous() {
+        repeated_row(b).map(|cols| (pa, pb, cols, false))
+    } else if b.is_contiguous() {
+        repeated_row(a).map(|cols| (pb, pa, cols, true))
+    } else {
+        None
+    };
+    let per_pack = 16 / elem_size;
+    case.filter(|&(full, row, cols, _)| {
+        cols.is_multiple_of(per_pack) && full.is_multiple_of(16) && row.is_multiple_of(16)
+    })
+}
+
+/// `cols` if `l` is one contiguous row of `cols > 0` elements repeated over at least two
+/// rows: every stride 0 but the last, which is 1.
+fn repeated_row(l: &Layout) -> Option<usize> {
+    let dims = l.shape.dims();
+    let (&cols, outer) = dims.split_last()?;
+    let (&last, rest) = l.strides.split_last()?;
+    let rows: usize = outer.iter().product();
+    (cols > 0 && rows > 1 && last == 1 && rest.iter().all(|&s| s == 0)).then_some(cols)
+}
+
 /// The RED_* codes of reduce.cu.
 pub(crate) fn reduce_code(op: ReduceOp) -> i32 {
     match op {
@@ -210,6 +245,39 @@ pub(crate) fn check_index(op: &'static str, dtype: DType) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use brrr_backend::Shape;
+
+    #[test]
+    fn a_bias_broadcast_is_recognised_only_when_whole_packs_and_aligned() {
+        let shape = Shape::new([4, 8, 768]);
+        let full = Layout::contiguous(shape.clone());
+        let bias = Layout::contiguous([768]).broadcast_to("t", &shape).unwrap();
+        assert_eq!(
+            row_broadcast(&full, 256, &bias, 512, 2),
+            Some((256, 512, 768, false))
+        );
+        assert_eq!(
+            row_broadcast(&bias, 512, &full, 256, 4),
+            Some((256, 512, 768, true))
+        );
+        // Misaligned row, a row that is not whole packs, two broadcasts, a column.
+        assert_eq!(row_broadcast(&full, 256, &bias, 514, 2), None);
+        let odd = Shape::new([4, 12]);
+        let odd_bias = Layout::contiguous([12]).broadcast_to("t", &odd).unwrap();
+        assert_eq!(
+            row_broadcast(&Layout::contiguous(odd.clone()), 0, &odd_bias, 0, 2),
+            None
+        );
+        assert!(row_broadcast(&Layout::contiguous(odd.clone()), 0, &odd_bias, 0, 4).is_some());
+        assert_eq!(row_broadcast(&bias, 0, &bias, 0, 4), None);
+        let col = Layout::contiguous([4, 1])
+            .broadcast_to("t", &Shape::new([4, 8]))
+            .unwrap();
+        assert_eq!(
+            row_broadcast(&Layout::contiguous([4, 8]), 0, &col, 0, 4),
+            None
+        );
+    }
 
     #[test]
     fn layouts_match_the_cuda_structs() {

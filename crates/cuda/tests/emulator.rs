@@ -397,6 +397,53 @@ fn binary_ops_with_broadcasting() {
     }
 }
 
+/// A row repeated along the other operand (a bias): `binary_row`'s 16-byte packs when
+/// the row is whole packs (16 columns, at offset 0 or 8), the strided kernel otherwise
+/// (12 columns in 16-bit dtypes; an offset of 3); either operand may be the row.
+#[test]
+fn binary_with_a_repeated_row() {
+    let cuda = need_emu!();
+    let cpu = CpuBackend::new();
+    let mut r = rng(6);
+    for dt in FLOATS {
+        for (cols, row_offset) in [(16, 0), (16, 8), (12, 0), (16, 3)] {
+            let shape = Shape::new([3, 5, cols]);
+            let n = shape.elem_count();
+            let full = Layout::contiguous(shape.clone());
+            let mut row = Layout::contiguous([cols])
+                .broadcast_to("t", &shape)
+                .unwrap();
+            row.offset = row_offset;
+            let hf = data(dt, &rand_vec(&mut r, n, 0.5, 2.0));
+            let hr = data(dt, &rand_vec(&mut r, cols + row_offset, -2.0, -0.5));
+            let (f, rw) = (up(cuda, &hf), up(cuda, &hr));
+            for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Div, BinaryOp::Max] {
+                for row_first in [false, true] {
+                    let mut out = cuda.zeros(dt, n).unwrap();
+                    let mut want = on_cpu(&HostData::zeros(dt, n));
+                    let (cf, cr) = (on_cpu(&hf), on_cpu(&hr));
+                    if row_first {
+                        cuda.binary(op, &rw, &row, &f, &full, &mut out).unwrap();
+                        cpu.binary(op, &cr, &row, &cf, &full, &mut want).unwrap();
+                    } else {
+                        cuda.binary(op, &f, &full, &rw, &row, &mut out).unwrap();
+                        cpu.binary(op, &cf, &full, &cr, &row, &mut want).unwrap();
+                    }
+                    assert_close(
+                        &format!(
+                            "{op:?} {dt} cols {cols} offset {row_offset} row_first {row_first}"
+                        ),
+                        &get(cuda, &out),
+                        &want,
+                        units(dt),
+                        1e-3,
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn axpy_gelu_and_gelu_backward() {
     let cuda = need_emu!();
