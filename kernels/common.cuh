@@ -135,6 +135,12 @@ template <> BRRR_DEVICE bf16_t from_acc<bf16_t>(float x) {
     return r;
 }
 
+// 16 bytes of T: the unit of a vectorized load or store (4 f32, 8 bf16). Whole-buffer
+// pointers from brrr's allocator are 256-byte aligned; the host checks the rest.
+template <class T> struct __align__(16) Pack {
+    T v[16 / sizeof(T)];
+};
+
 // ---- reductions ----------------------------------------------------------------------
 
 BRRR_DEVICE float vmax(float a, float b) { return fmaxf(a, b); }

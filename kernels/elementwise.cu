@@ -12,11 +12,6 @@
 //
 // Kernel names end in the dtype: f16, bf16, f32, f64 (cast kernels: source_destination).
 
-// 16 bytes of T: the unit of a vectorized load or store.
-template <class T> struct __align__(16) Pack {
-    T v[16 / sizeof(T)];
-};
-
 // Applies f to every element of x, writing out: packs first, then the < V leftovers.
 template <class T, class F> BRRR_DEVICE void map1(T* __restrict__ out, const T* __restrict__ x, u64 n, F f) {
     const int V = 16 / sizeof(T);

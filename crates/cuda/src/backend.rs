@@ -285,6 +285,23 @@ impl CudaBackend {
         }
     }
 
+    /// A softmax kernel (`base` is `softmax` or `softmax_backward`) and its launch: the
+    /// packed version, one 16-byte pack per thread, when a row is whole packs (the
+    /// attention scores' rows are); the element version otherwise.
+    fn softmax_kernel(&self, base: &str, dtype: DType, spec: &SoftmaxSpec) -> (String, LaunchCfg) {
+        let per_pack = 16 / dtype.size_in_bytes();
+        let s = suffix(dtype);
+        if spec.cols.is_multiple_of(per_pack) {
+            let packs = spec.cols / per_pack;
+            (
+                format!("{base}_vec_{s}"),
+                self.rows_cfg(spec.rows, packs * 4),
+            )
+        } else {
+            (format!("{base}_{s}"), self.rows_cfg(spec.rows, spec.cols))
+        }
+    }
+
     /// One block per row (grid-stride over rows), about 4 columns per thread, a multiple
     /// of 32 threads between 32 and 1024.
     pub(crate) fn rows_cfg(&self, rows: usize, cols: usize) -> LaunchCfg {
@@ -872,10 +889,11 @@ impl Backend for CudaBackend {
         if total == 0 {
             return Ok(());
         }
+        let (name, cfg) = self.softmax_kernel("softmax", x.dtype, spec);
         self.launch(
             Family::Softmax,
-            &format!("softmax_{}", suffix(x.dtype)),
-            self.rows_cfg(spec.rows, spec.cols),
+            &name,
+            cfg,
             &[
                 Arg::Ptr(y.device_ptr()),
                 Arg::Ptr(x.device_ptr()),
@@ -938,10 +956,11 @@ impl Backend for CudaBackend {
         if total == 0 {
             return Ok(());
         }
+        let (name, cfg) = self.softmax_kernel("softmax_backward", y.dtype, spec);
         self.launch(
             Family::Softmax,
-            &format!("softmax_backward_{}", suffix(y.dtype)),
-            self.rows_cfg(spec.rows, spec.cols),
+            &name,
+            cfg,
             &[
                 Arg::Ptr(dx.device_ptr()),
                 Arg::Ptr(y.device_ptr()),
@@ -1212,10 +1231,15 @@ impl Backend for CudaBackend {
         if rows == 0 {
             return Ok(());
         }
+        let vec = if vocab.is_multiple_of(16 / logits.dtype.size_in_bytes()) {
+            "_vec"
+        } else {
+            ""
+        };
         self.launch(
             Family::CrossEntropy,
             &format!(
-                "cross_entropy_{}_{}{loss_suffix}",
+                "cross_entropy{vec}_{}_{}{loss_suffix}",
                 suffix(logits.dtype),
                 suffix(targets.dtype)
             ),
@@ -1254,10 +1278,15 @@ impl Backend for CudaBackend {
         if rows == 0 {
             return Ok(());
         }
+        let vec = if vocab.is_multiple_of(16 / logits.dtype.size_in_bytes()) {
+            "_vec"
+        } else {
+            ""
+        };
         self.launch(
             Family::CrossEntropy,
             &format!(
-                "cross_entropy_backward_{}_{}{loss_suffix}",
+                "cross_entropy_backward{vec}_{}_{}{loss_suffix}",
                 suffix(logits.dtype),
                 suffix(targets.dtype)
             ),

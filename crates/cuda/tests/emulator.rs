@@ -686,10 +686,15 @@ fn softmax_forward_and_backward() {
     let cpu = CpuBackend::new();
     let mut r = rng(8);
     for dt in FLOATS {
+        // Rows of whole 16-byte packs take the packed kernels (8 and 24 columns in every
+        // dtype, 300 in f32 and f64, 9000 in all: more packs than threads per block);
+        // the others the element kernels. Causal rows end part-way into a pack.
         for (rows, cols, causal, scale) in [
             (6, 37, false, 1.0f32),
             (16, 8, true, 0.35),
             (3, 300, false, 2.0),
+            (48, 24, true, 0.125),
+            (1, 9000, false, 0.5),
         ] {
             let spec = SoftmaxSpec {
                 rows,
@@ -863,8 +868,13 @@ fn cross_entropy_forward_and_backward() {
     let cuda = need_emu!();
     let cpu = CpuBackend::new();
     let mut r = rng(11);
-    let (rows, vocab) = (9, 257);
-    for dt in FLOATS {
+    let rows = 9;
+    // 264 columns are whole 16-byte packs in every dtype: the `_vec` kernels run. At
+    // 16392 bf16 columns, threads take two packs each (the running sum is rescaled).
+    let cases = [257usize, 264]
+        .into_iter()
+        .flat_map(|v| FLOATS.map(|d| (v, d)));
+    for (vocab, dt) in cases.chain([(16_392, DType::BF16)]) {
         for loss_dt in [DType::F32, DType::F64] {
             if loss_dt == DType::F64 && dt != DType::F64 {
                 continue;
@@ -884,7 +894,7 @@ fn cross_entropy_forward_and_backward() {
                 .unwrap();
             let tol = if dt == DType::F64 { 1e4 } else { 64.0 };
             assert_close(
-                &format!("cross_entropy {dt}->{loss_dt}"),
+                &format!("cross_entropy {dt}->{loss_dt} vocab {vocab}"),
                 &get(cuda, &losses),
                 &want,
                 tol,
@@ -900,7 +910,7 @@ fn cross_entropy_forward_and_backward() {
             cpu.cross_entropy_backward(&on_cpu(&hl), &on_cpu(&ht), &on_cpu(&hdl), vocab, &mut want)
                 .unwrap();
             assert_close(
-                &format!("cross_entropy_backward {dt}"),
+                &format!("cross_entropy_backward {dt} vocab {vocab}"),
                 &get(cuda, &dlogits),
                 &want,
                 units(dt) * 2.0,
