@@ -285,20 +285,25 @@ impl CudaBackend {
         }
     }
 
-    /// A softmax kernel (`base` is `softmax` or `softmax_backward`) and its launch: the
-    /// packed version, one 16-byte pack per thread, when a row is whole packs (the
-    /// attention scores' rows are); the element version otherwise.
-    fn softmax_kernel(&self, base: &str, dtype: DType, spec: &SoftmaxSpec) -> (String, LaunchCfg) {
+    /// A row kernel (`softmax`, `layernorm`, ...) and its launch: the packed version
+    /// (`{base}_vec`), one 16-byte pack per thread, when a row is whole packs and every
+    /// pointer in `aligned` (a parameter inside a flat buffer) is 16-byte aligned; the
+    /// element version otherwise. Whole buffers are always aligned.
+    fn packed_rows_kernel(
+        &self,
+        base: &str,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        aligned: &[DevPtr],
+    ) -> (String, LaunchCfg) {
         let per_pack = 16 / dtype.size_in_bytes();
         let s = suffix(dtype);
-        if spec.cols.is_multiple_of(per_pack) {
-            let packs = spec.cols / per_pack;
-            (
-                format!("{base}_vec_{s}"),
-                self.rows_cfg(spec.rows, packs * 4),
-            )
+        if cols.is_multiple_of(per_pack) && aligned.iter().all(|p| p.is_multiple_of(16)) {
+            let packs = cols / per_pack;
+            (format!("{base}_vec_{s}"), self.rows_cfg(rows, packs * 4))
         } else {
-            (format!("{base}_{s}"), self.rows_cfg(spec.rows, spec.cols))
+            (format!("{base}_{s}"), self.rows_cfg(rows, cols))
         }
     }
 
@@ -889,7 +894,7 @@ impl Backend for CudaBackend {
         if total == 0 {
             return Ok(());
         }
-        let (name, cfg) = self.softmax_kernel("softmax", x.dtype, spec);
+        let (name, cfg) = self.packed_rows_kernel("softmax", x.dtype, spec.rows, spec.cols, &[]);
         self.launch(
             Family::Softmax,
             &name,
@@ -956,7 +961,8 @@ impl Backend for CudaBackend {
         if total == 0 {
             return Ok(());
         }
-        let (name, cfg) = self.softmax_kernel("softmax_backward", y.dtype, spec);
+        let (name, cfg) =
+            self.packed_rows_kernel("softmax_backward", y.dtype, spec.rows, spec.cols, &[]);
         self.launch(
             Family::Softmax,
             &name,
@@ -1004,17 +1010,20 @@ impl Backend for CudaBackend {
         if spec.cols == 0 {
             return Err(Error::invalid(OP, "cols must be positive"));
         }
+        let (g, b) = (gamma.ptr_at(g_at.start), beta.ptr_at(b_at.start));
+        let (name, cfg) =
+            self.packed_rows_kernel("layernorm", x.dtype, spec.rows, spec.cols, &[g, b]);
         self.launch(
             Family::LayerNorm,
-            &format!("layernorm_{}", suffix(x.dtype)),
-            self.rows_cfg(spec.rows, spec.cols),
+            &name,
+            cfg,
             &[
                 Arg::Ptr(y.device_ptr()),
                 Arg::Ptr(mean.device_ptr()),
                 Arg::Ptr(rstd.device_ptr()),
                 Arg::Ptr(x.device_ptr()),
-                Arg::Ptr(gamma.ptr_at(g_at.start)),
-                Arg::Ptr(beta.ptr_at(b_at.start)),
+                Arg::Ptr(g),
+                Arg::Ptr(b),
                 Arg::U64(spec.rows as u64),
                 Arg::U64(spec.cols as u64),
                 Arg::F32(spec.eps),
@@ -1056,7 +1065,6 @@ impl Backend for CudaBackend {
         if rows == 0 || cols == 0 {
             return Ok(());
         }
-        let s = suffix(x.dtype);
         let acc = if x.dtype == DType::F64 {
             DType::F64
         } else {
@@ -1064,16 +1072,19 @@ impl Backend for CudaBackend {
         };
         // The (mean, rstd) pairs the backward uses, per row (see layernorm.cu).
         let stats = self.new_buffer(acc, 2 * rows)?;
+        let g = gamma.ptr_at(g_at.start);
+        let (name, cfg) =
+            self.packed_rows_kernel("layernorm_backward_dx", x.dtype, rows, cols, &[g]);
         self.launch(
             Family::LayerNorm,
-            &format!("layernorm_backward_dx_{s}"),
-            self.rows_cfg(rows, cols),
+            &name,
+            cfg,
             &[
                 Arg::Ptr(dx.device_ptr()),
                 Arg::Ptr(stats.device_ptr()),
                 Arg::Ptr(dy.device_ptr()),
                 Arg::Ptr(x.device_ptr()),
-                Arg::Ptr(gamma.ptr_at(g_at.start)),
+                Arg::Ptr(g),
                 Arg::Ptr(mean.device_ptr()),
                 Arg::Ptr(rstd.device_ptr()),
                 Arg::U64(rows as u64),

@@ -515,45 +515,49 @@ fn flat_buffer_parts() {
             assert_close(&tag, &get(cuda, &y), &want, units(dt), 1e-2);
         }
 
-        let (rows, cols, g_at, b_at) = (6, 40, 5, 51);
-        let spec = LayerNormSpec::new(rows, cols, 1e-5).params_at(g_at, b_at);
-        let flat = g_at.max(b_at) + cols + 3;
-        let hx = data(dt, &rand_vec(&mut r, rows * cols, -3.0, 3.0));
-        let hp = data(dt, &rand_vec(&mut r, flat, 0.5, 1.5));
-        let (x, p) = (up(cuda, &hx), up(cuda, &hp));
-        let mut y = cuda.zeros(dt, rows * cols).unwrap();
-        let mut mean = cuda.zeros(DType::F32, rows).unwrap();
-        let mut rstd = cuda.zeros(DType::F32, rows).unwrap();
-        cuda.layernorm(&spec, &x, &p, &p, &mut y, &mut mean, &mut rstd)
-            .unwrap();
-        let mut wy = on_cpu(&HostData::zeros(dt, rows * cols));
-        let mut wm = on_cpu(&HostData::zeros(DType::F32, rows));
-        let mut wr = on_cpu(&HostData::zeros(DType::F32, rows));
-        let (cx, cp) = (on_cpu(&hx), on_cpu(&hp));
-        cpu.layernorm(&spec, &cx, &cp, &cp, &mut wy, &mut wm, &mut wr)
-            .unwrap();
-        let tag = format!("layernorm {dt} gamma at {g_at}, beta at {b_at}");
-        assert_close(&tag, &get(cuda, &y), &wy, units(dt) * 2.0, 1.0);
+        // Parameters at 5 and 51 are off 16-byte packs (the element kernels); at 8 and
+        // 56 on them in every dtype (the `_vec` kernels).
+        let (rows, cols) = (6, 40);
+        for (g_at, b_at) in [(5, 51), (8, 56)] {
+            let spec = LayerNormSpec::new(rows, cols, 1e-5).params_at(g_at, b_at);
+            let flat = g_at.max(b_at) + cols + 3;
+            let hx = data(dt, &rand_vec(&mut r, rows * cols, -3.0, 3.0));
+            let hp = data(dt, &rand_vec(&mut r, flat, 0.5, 1.5));
+            let (x, p) = (up(cuda, &hx), up(cuda, &hp));
+            let mut y = cuda.zeros(dt, rows * cols).unwrap();
+            let mut mean = cuda.zeros(DType::F32, rows).unwrap();
+            let mut rstd = cuda.zeros(DType::F32, rows).unwrap();
+            cuda.layernorm(&spec, &x, &p, &p, &mut y, &mut mean, &mut rstd)
+                .unwrap();
+            let mut wy = on_cpu(&HostData::zeros(dt, rows * cols));
+            let mut wm = on_cpu(&HostData::zeros(DType::F32, rows));
+            let mut wr = on_cpu(&HostData::zeros(DType::F32, rows));
+            let (cx, cp) = (on_cpu(&hx), on_cpu(&hp));
+            cpu.layernorm(&spec, &cx, &cp, &cp, &mut wy, &mut wm, &mut wr)
+                .unwrap();
+            let tag = format!("layernorm {dt} gamma at {g_at}, beta at {b_at}");
+            assert_close(&tag, &get(cuda, &y), &wy, units(dt) * 2.0, 1.0);
 
-        let hdy = data(dt, &rand_vec(&mut r, rows * cols, -1.0, 1.0));
-        let hg0 = data(dt, &rand_vec(&mut r, flat, -1.0, 1.0));
-        let hb0 = data(dt, &rand_vec(&mut r, flat, -1.0, 1.0));
-        let (dy, mean, rstd) = (up(cuda, &hdy), up(cuda, &wm), up(cuda, &wr));
-        let mut dx = cuda.zeros(dt, rows * cols).unwrap();
-        let (mut dg, mut db) = (up(cuda, &hg0), up(cuda, &hb0));
-        cuda.layernorm_backward(&spec, &dy, &x, &p, &mean, &rstd, &mut dx, &mut dg, &mut db)
+            let hdy = data(dt, &rand_vec(&mut r, rows * cols, -1.0, 1.0));
+            let hg0 = data(dt, &rand_vec(&mut r, flat, -1.0, 1.0));
+            let hb0 = data(dt, &rand_vec(&mut r, flat, -1.0, 1.0));
+            let (dy, mean, rstd) = (up(cuda, &hdy), up(cuda, &wm), up(cuda, &wr));
+            let mut dx = cuda.zeros(dt, rows * cols).unwrap();
+            let (mut dg, mut db) = (up(cuda, &hg0), up(cuda, &hb0));
+            cuda.layernorm_backward(&spec, &dy, &x, &p, &mean, &rstd, &mut dx, &mut dg, &mut db)
+                .unwrap();
+            let mut wdx = on_cpu(&HostData::zeros(dt, rows * cols));
+            let (mut wdg, mut wdb) = (on_cpu(&hg0), on_cpu(&hb0));
+            let cdy = on_cpu(&hdy);
+            cpu.layernorm_backward(
+                &spec, &cdy, &cx, &cp, &wm, &wr, &mut wdx, &mut wdg, &mut wdb,
+            )
             .unwrap();
-        let mut wdx = on_cpu(&HostData::zeros(dt, rows * cols));
-        let (mut wdg, mut wdb) = (on_cpu(&hg0), on_cpu(&hb0));
-        let cdy = on_cpu(&hdy);
-        cpu.layernorm_backward(
-            &spec, &cdy, &cx, &cp, &wm, &wr, &mut wdx, &mut wdg, &mut wdb,
-        )
-        .unwrap();
-        let tag = format!("layernorm_backward {dt} gamma at {g_at}, beta at {b_at}");
-        assert_close(&tag, &get(cuda, &dx), &wdx, units(dt) * 4.0, 1.0);
-        assert_close(&tag, &get(cuda, &dg), &wdg, units(dt) * 4.0, 3.0);
-        assert_close(&tag, &get(cuda, &db), &wdb, units(dt) * 4.0, 3.0);
+            let tag = format!("layernorm_backward {dt} gamma at {g_at}, beta at {b_at}");
+            assert_close(&tag, &get(cuda, &dx), &wdx, units(dt) * 4.0, 1.0);
+            assert_close(&tag, &get(cuda, &dg), &wdg, units(dt) * 4.0, 3.0);
+            assert_close(&tag, &get(cuda, &db), &wdb, units(dt) * 4.0, 3.0);
+        }
 
         let (rows, dim, at) = (9, 24, 7);
         let spec = EmbeddingSpec::new(dim).table_at(at, rows);
@@ -741,7 +745,9 @@ fn layernorm_forward_and_backward() {
     let cpu = CpuBackend::new();
     let mut r = rng(9);
     for dt in FLOATS {
-        for (rows, cols) in [(5, 48), (70, 10), (2, 333)] {
+        // 48 and 768 columns are whole 16-byte packs in every dtype (the `_vec`
+        // kernels; 768 is GPT-2 small's width), 10 in f32 and f64; 333 in none.
+        for (rows, cols) in [(5, 48), (70, 10), (2, 333), (3, 768)] {
             let spec = LayerNormSpec {
                 rows,
                 cols,
