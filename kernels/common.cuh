@@ -199,6 +199,24 @@ template <class A> BRRR_DEVICE A block_reduce(A v, int op) {
     return r;
 }
 
+// The online softmax's running (max m, sum s of exp(z - m)) taking a pack of V values at
+// once (Milakov & Gimelshein, 2018): the pack's largest value rescales s once, then each
+// value is added. -inf values (masked) add nothing; NaN propagates into s.
+template <class A, int V> BRRR_DEVICE void online_max_sum_pack(A& m, A& s, const A (&z)[V]) {
+    const A neg_inf = -A(inf_f64());
+    A pm = neg_inf;
+#pragma unroll
+    for (int e = 0; e < V; e++) pm = vmax(pm, z[e]);
+    if (pm > m) {
+        s *= m_exp(m - pm);
+        m = pm;
+    }
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        if (z[e] != neg_inf) s += m_exp(z[e] - m);
+    }
+}
+
 // ---- 64-bit index helpers ------------------------------------------------------------
 
 BRRR_DEVICE u64 global_thread_id() {

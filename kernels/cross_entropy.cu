@@ -41,8 +41,7 @@ BRRR_DEVICE void row_logsumexp_stats(const T* xr, u64 vocab, typename Acc<T>::ty
     S = block_reduce(mine, 0);
 }
 
-// row_logsumexp_stats over packs: a pack's largest entry rescales the running sum once,
-// then each entry is added (softmax.cu's softmax_vec_impl does the same).
+// row_logsumexp_stats over packs (online_max_sum_pack in common.cuh).
 template <class T>
 BRRR_DEVICE void row_logsumexp_stats_vec(const T* xr, u64 vocab, typename Acc<T>::type& M,
                                          typename Acc<T>::type& S) {
@@ -55,20 +54,9 @@ BRRR_DEVICE void row_logsumexp_stats_vec(const T* xr, u64 vocab, typename Acc<T>
     for (u64 p = threadIdx.x; p < vocab / V; p += blockDim.x) {
         const Pack<T> px = xv[p];
         A z[V];
-        A pm = neg_inf;
 #pragma unroll
-        for (int e = 0; e < V; e++) {
-            z[e] = to_acc(px.v[e]);
-            pm = vmax(pm, z[e]);
-        }
-        if (pm > m) {
-            s *= m_exp(m - pm);
-            m = pm;
-        }
-#pragma unroll
-        for (int e = 0; e < V; e++) {
-            if (z[e] != neg_inf) s += m_exp(z[e] - m);
-        }
+        for (int e = 0; e < V; e++) z[e] = to_acc(px.v[e]);
+        online_max_sum_pack(m, s, z);
     }
     M = block_reduce(m, 1);
     const A mine = (m == neg_inf) ? A(0) : s * m_exp(m - M);

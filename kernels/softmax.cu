@@ -67,7 +67,7 @@ BRRR_DEVICE void softmax_backward_impl(T* dx, const T* y, const T* dy, u64 rows,
 // element, so a row needs 8x fewer threads and more rows are in flight per SM. The
 // online max/sum takes a pack at a time: its largest valid entry rescales the running
 // sum once, then every valid entry is added. Different partial sums than the element
-// kernels, the same function; masked and -inf entries add nothing, NaN propagates.
+// kernels, the same function (online_max_sum_pack in common.cuh).
 template <class T>
 BRRR_DEVICE void softmax_vec_impl(T* y, const T* x, u64 rows, u64 cols, float scale_f, int causal) {
     typedef typename Acc<T>::type A;
@@ -84,20 +84,9 @@ BRRR_DEVICE void softmax_vec_impl(T* y, const T* x, u64 rows, u64 cols, float sc
         for (u64 p = threadIdx.x; p * V < valid; p += blockDim.x) {
             const Pack<T> px = xr[p];
             A z[V];
-            A pm = neg_inf;
 #pragma unroll
-            for (int e = 0; e < V; e++) {
-                z[e] = p * V + e < valid ? scale * to_acc(px.v[e]) : neg_inf;
-                pm = vmax(pm, z[e]);
-            }
-            if (pm > m) {
-                s *= m_exp(m - pm);
-                m = pm;
-            }
-#pragma unroll
-            for (int e = 0; e < V; e++) {
-                if (z[e] != neg_inf) s += m_exp(z[e] - m);
-            }
+            for (int e = 0; e < V; e++) z[e] = p * V + e < valid ? scale * to_acc(px.v[e]) : neg_inf;
+            online_max_sum_pack(m, s, z);
         }
         const A row_max = block_reduce(m, 1);
         const A mine = (m == neg_inf) ? A(0) : s * m_exp(m - row_max);

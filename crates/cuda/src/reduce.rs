@@ -8,7 +8,7 @@
 //! The split sizes depend on the problem's sizes only, never on the GPU, so a result
 //! has the same bits on every device (and on the emulator).
 
-use crate::backend::CudaBackend;
+use crate::backend::{CudaBackend, CudaBuffer};
 use crate::device::{Arg, DevPtr, LaunchCfg};
 use crate::kernels::Family;
 use crate::ops::{reduce_code, suffix};
@@ -122,22 +122,37 @@ impl CudaBackend {
         n: usize,
         out: DevPtr,
     ) -> Result<()> {
-        let (s, code) = (suffix(dtype), reduce_code(op));
+        let code = reduce_code(op);
         let split = row_split(outer, n);
         if split.splits == 1 {
             return self.reduce_one_pass(op, dtype, x, outer, n, 1, out);
         }
         let partial = self.new_buffer(acc_dtype(dtype), outer * split.splits)?;
         self.reduce_rows_partial(code, dtype, x, outer, n, split, false, partial.device_ptr())?;
+        self.reduce_rows_final(code, dtype, &partial, outer, split.splits, n, out)
+    }
+
+    /// Combines each row's `splits` partial results into `out` (of `dtype`), in order.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_rows_final(
+        &self,
+        code: i32,
+        dtype: DType,
+        partial: &CudaBuffer,
+        outer: usize,
+        splits: usize,
+        n: usize,
+        out: DevPtr,
+    ) -> Result<()> {
         self.launch(
             Family::Reduce,
-            &format!("reduce_rows_final_{s}"),
-            self.rows_cfg(outer, split.splits * 4),
+            &format!("reduce_rows_final_{}", suffix(dtype)),
+            self.rows_cfg(outer, splits * 4),
             &[
                 Arg::Ptr(out),
                 Arg::Ptr(partial.device_ptr()),
                 Arg::U64(outer as u64),
-                Arg::U64(split.splits as u64),
+                Arg::U64(splits as u64),
                 Arg::U64(n as u64),
                 Arg::I32(code),
             ],
@@ -248,19 +263,7 @@ impl CudaBackend {
         }
         let partial = self.new_buffer(DType::F32, split.splits)?;
         self.reduce_rows_partial(code, dtype, x, 1, n, split, true, partial.device_ptr())?;
-        self.launch(
-            Family::Reduce,
-            "reduce_rows_final_f32",
-            self.rows_cfg(1, split.splits * 4),
-            &[
-                Arg::Ptr(out),
-                Arg::Ptr(partial.device_ptr()),
-                Arg::U64(1),
-                Arg::U64(split.splits as u64),
-                Arg::U64(n as u64),
-                Arg::I32(code),
-            ],
-        )
+        self.reduce_rows_final(code, DType::F32, &partial, 1, split.splits, n, out)
     }
 }
 
