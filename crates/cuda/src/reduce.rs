@@ -4,7 +4,8 @@
 //! Why split: the one-pass kernels give a row one block, and an output column one
 //! thread. A gradient norm's row of 38M elements is then one block on one SM of 132, and
 //! a bias gradient (768 columns summed over 8192 rows) is 768 threads each waiting on
-//! 8192 loads one after another: both run at a few percent of the memory bandwidth.
+//! 8192 loads one after another: both leave most of the GPU idle (`cuda_bench reduce`
+//! times each against its split).
 //! The split sizes depend on the problem's sizes only, never on the GPU, so a result
 //! has the same bits on every device (and on the emulator).
 
