@@ -6,7 +6,7 @@ use crate::gemm::GemmImpl;
 use crate::kernels::Family;
 use crate::ops::{
     AdamWArgs, Strided, binary_code, check_float, check_index, check_layout, check_no_overlap,
-    row_broadcast, suffix, unary_code,
+    row_broadcast, suffix, unary_code, whole_packs,
 };
 use brrr_backend::{
     AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, EmbeddingSpec, Error,
@@ -297,10 +297,9 @@ impl CudaBackend {
         cols: usize,
         aligned: &[DevPtr],
     ) -> (String, LaunchCfg) {
-        let per_pack = 16 / dtype.size_in_bytes();
         let s = suffix(dtype);
-        if cols.is_multiple_of(per_pack) && aligned.iter().all(|p| p.is_multiple_of(16)) {
-            let packs = cols / per_pack;
+        if whole_packs(dtype, cols) && aligned.iter().all(|p| p.is_multiple_of(16)) {
+            let packs = cols / (16 / dtype.size_in_bytes());
             (format!("{base}_vec_{s}"), self.rows_cfg(rows, packs * 4))
         } else {
             (format!("{base}_{s}"), self.rows_cfg(rows, cols))
@@ -1242,7 +1241,7 @@ impl Backend for CudaBackend {
         if rows == 0 {
             return Ok(());
         }
-        let vec = if vocab.is_multiple_of(16 / logits.dtype.size_in_bytes()) {
+        let vec = if whole_packs(logits.dtype, vocab) {
             "_vec"
         } else {
             ""
@@ -1289,7 +1288,7 @@ impl Backend for CudaBackend {
         if rows == 0 {
             return Ok(());
         }
-        let vec = if vocab.is_multiple_of(16 / logits.dtype.size_in_bytes()) {
+        let vec = if whole_packs(logits.dtype, vocab) {
             "_vec"
         } else {
             ""

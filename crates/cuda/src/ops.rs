@@ -189,6 +189,12 @@ pub(crate) fn row_broadcast(
     })
 }
 
+/// Whether a row of `cols` elements of `dtype` is a whole number of 16-byte packs, so
+/// that a `_vec` kernel's packs never straddle two rows.
+pub(crate) fn whole_packs(dtype: DType, cols: usize) -> bool {
+    cols.is_multiple_of(16 / dtype.size_in_bytes())
+}
+
 /// `cols` if `l` is one contiguous row of `cols > 0` elements repeated over at least two
 /// rows: every stride 0 but the last, which is 1.
 fn repeated_row(l: &Layout) -> Option<usize> {
