@@ -141,6 +141,23 @@ template <class T> struct __align__(16) Pack {
     T v[16 / sizeof(T)];
 };
 
+// `p` seen as packs. A 16-byte load or store at an address that is not a multiple of 16
+// faults on a GPU ("misaligned address") but reads the right bytes on a CPU, so the
+// emulator checks every such view: a host-side alignment test that lets a bad offset
+// through fails there too, not first on a GPU.
+template <class T> BRRR_DEVICE const Pack<T>* as_packs(const T* p) {
+#ifdef BRRR_EMU
+    emu::check_aligned_16(p);
+#endif
+    return reinterpret_cast<const Pack<T>*>(p);
+}
+template <class T> BRRR_DEVICE Pack<T>* as_packs(T* p) {
+#ifdef BRRR_EMU
+    emu::check_aligned_16(p);
+#endif
+    return reinterpret_cast<Pack<T>*>(p);
+}
+
 // ---- reductions ----------------------------------------------------------------------
 
 BRRR_DEVICE float vmax(float a, float b) { return fmaxf(a, b); }

@@ -48,7 +48,7 @@ BRRR_DEVICE void row_logsumexp_stats_vec(const T* xr, u64 vocab, typename Acc<T>
     typedef typename Acc<T>::type A;
     const int V = 16 / sizeof(T);
     const A neg_inf = -A(inf_f64());
-    const Pack<T>* xv = reinterpret_cast<const Pack<T>*>(xr);
+    const Pack<T>* xv = as_packs(xr);
     A m = neg_inf;
     A s = A(0);
     for (u64 p = threadIdx.x; p < vocab / V; p += blockDim.x) {
@@ -109,8 +109,8 @@ BRRR_DEVICE void ce_grad_row_vec(T* dr, const T* xr, u64 vocab, i64 t, typename 
                                  typename Acc<T>::type inv, typename Acc<T>::type dl) {
     typedef typename Acc<T>::type A;
     const int V = 16 / sizeof(T);
-    const Pack<T>* xv = reinterpret_cast<const Pack<T>*>(xr);
-    Pack<T>* dv = reinterpret_cast<Pack<T>*>(dr);
+    const Pack<T>* xv = as_packs(xr);
+    Pack<T>* dv = as_packs(dr);
     for (u64 p = threadIdx.x; p < vocab / V; p += blockDim.x) {
         const Pack<T> px = xv[p];
         Pack<T> pd;

@@ -16,8 +16,8 @@
 template <class T, class F> BRRR_DEVICE void map1(T* __restrict__ out, const T* __restrict__ x, u64 n, F f) {
     const int V = 16 / sizeof(T);
     const u64 nv = n / V;
-    const Pack<T>* xv = reinterpret_cast<const Pack<T>*>(x);
-    Pack<T>* ov = reinterpret_cast<Pack<T>*>(out);
+    const Pack<T>* xv = as_packs(x);
+    Pack<T>* ov = as_packs(out);
     for (u64 j = global_thread_id(); j < nv; j += global_thread_count()) {
         Pack<T> p = xv[j];
 #pragma unroll
@@ -33,9 +33,9 @@ template <class T, class F>
 BRRR_DEVICE void map2(T* out, const T* a, const T* b, u64 n, F f) {
     const int V = 16 / sizeof(T);
     const u64 nv = n / V;
-    const Pack<T>* av = reinterpret_cast<const Pack<T>*>(a);
-    const Pack<T>* bv = reinterpret_cast<const Pack<T>*>(b);
-    Pack<T>* ov = reinterpret_cast<Pack<T>*>(out);
+    const Pack<T>* av = as_packs(a);
+    const Pack<T>* bv = as_packs(b);
+    Pack<T>* ov = as_packs(out);
     for (u64 j = global_thread_id(); j < nv; j += global_thread_count()) {
         Pack<T> pa = av[j];
         const Pack<T> pb = bv[j];
@@ -159,9 +159,9 @@ BRRR_DEVICE void binary_row_impl(T* out, const T* full, const T* row, u64 n, u64
     const int V = 16 / sizeof(T);
     const u64 nv = n / V;
     const u64 row_packs = cols / V;
-    const Pack<T>* fv = reinterpret_cast<const Pack<T>*>(full);
-    const Pack<T>* rv = reinterpret_cast<const Pack<T>*>(row);
-    Pack<T>* ov = reinterpret_cast<Pack<T>*>(out);
+    const Pack<T>* fv = as_packs(full);
+    const Pack<T>* rv = as_packs(row);
+    Pack<T>* ov = as_packs(out);
     const u64 step = global_thread_count() % row_packs;
     u64 c = global_thread_id() % row_packs;
     for (u64 j = global_thread_id(); j < nv; j += global_thread_count()) {

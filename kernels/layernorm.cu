@@ -109,11 +109,11 @@ BRRR_DEVICE void layernorm_vec_impl(T* y, float* mean_out, float* rstd_out, cons
     typedef typename Acc<T>::type A;
     const int V = 16 / sizeof(T);
     const u64 packs = cols / V;
-    const Pack<T>* gv = reinterpret_cast<const Pack<T>*>(gamma);
-    const Pack<T>* bv = reinterpret_cast<const Pack<T>*>(beta);
+    const Pack<T>* gv = as_packs(gamma);
+    const Pack<T>* bv = as_packs(beta);
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * cols);
-        Pack<T>* yr = reinterpret_cast<Pack<T>*>(y + row * cols);
+        const Pack<T>* xr = as_packs(x + row * cols);
+        Pack<T>* yr = as_packs(y + row * cols);
         A s = A(0);
         for (u64 p = threadIdx.x; p < packs; p += blockDim.x) {
             const Pack<T> px = xr[p];
@@ -158,11 +158,11 @@ BRRR_DEVICE void layernorm_backward_dx_vec_impl(T* dx, typename Acc<T>::type* st
     typedef typename Acc<T>::type A;
     const int V = 16 / sizeof(T);
     const u64 packs = cols / V;
-    const Pack<T>* gv = reinterpret_cast<const Pack<T>*>(gamma);
+    const Pack<T>* gv = as_packs(gamma);
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * cols);
-        const Pack<T>* dyr = reinterpret_cast<const Pack<T>*>(dy + row * cols);
-        Pack<T>* dxr = reinterpret_cast<Pack<T>*>(dx + row * cols);
+        const Pack<T>* xr = as_packs(x + row * cols);
+        const Pack<T>* dyr = as_packs(dy + row * cols);
+        Pack<T>* dxr = as_packs(dx + row * cols);
         A mu, rs;
         backward_row_stats<T>(x + row * cols, cols, mean[row], rstd[row], eps, mu, rs);
         if (threadIdx.x == 0) {

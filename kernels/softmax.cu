@@ -76,8 +76,8 @@ BRRR_DEVICE void softmax_vec_impl(T* y, const T* x, u64 rows, u64 cols, float sc
     const A neg_inf = -A(inf_f64());
     const u64 packs = cols / V;
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * cols);
-        Pack<T>* yr = reinterpret_cast<Pack<T>*>(y + row * cols);
+        const Pack<T>* xr = as_packs(x + row * cols);
+        Pack<T>* yr = as_packs(y + row * cols);
         const u64 valid = causal ? (row % cols) + 1 : cols;
         A m = neg_inf;
         A s = A(0);
@@ -118,9 +118,9 @@ BRRR_DEVICE void softmax_backward_vec_impl(T* dx, const T* y, const T* dy, u64 r
     const A scale = A(scale_f);
     const u64 packs = cols / V;
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const Pack<T>* yr = reinterpret_cast<const Pack<T>*>(y + row * cols);
-        const Pack<T>* dyr = reinterpret_cast<const Pack<T>*>(dy + row * cols);
-        Pack<T>* dxr = reinterpret_cast<Pack<T>*>(dx + row * cols);
+        const Pack<T>* yr = as_packs(y + row * cols);
+        const Pack<T>* dyr = as_packs(dy + row * cols);
+        Pack<T>* dxr = as_packs(dx + row * cols);
         const u64 valid = causal ? (row % cols) + 1 : cols;
         A dot = A(0);
         for (u64 p = threadIdx.x; p * V < valid; p += blockDim.x) {

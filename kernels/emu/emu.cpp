@@ -94,6 +94,13 @@ static unsigned char* smem_ptr(unsigned addr, unsigned bytes) {
     return g_dyn_smem.data() + addr;
 }
 
+void check_aligned_16(const void* p) {
+    if ((uintptr_t)p % 16 != 0) {
+        fprintf(stderr, "emu: 16-byte vector access at misaligned address %p\n", p);
+        abort();
+    }
+}
+
 void cp_async_16(unsigned dst, const void* src, int bytes) {
     if (dst % 16 != 0 || ((uintptr_t)src % 16 != 0 && bytes != 0)) {
         fprintf(stderr, "emu: cp.async with misaligned address (smem %u, global %p)\n", dst, src);

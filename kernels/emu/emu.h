@@ -50,6 +50,8 @@ float f64_to_f32_rz(double x);
 unsigned char* dynamic_smem();
 unsigned smem_addr(const void* p);
 void cp_async_16(unsigned dst, const void* src, int bytes);
+// Aborts with a message when `p` is not 16-byte aligned (a vectorized access would fault).
+void check_aligned_16(const void* p);
 void ldmatrix_x4(unsigned (&r)[4], unsigned addr, bool trans);
 void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], bool bf16);
 
