@@ -552,7 +552,7 @@ impl ElemRange {
             Error::invalid(
                 op,
                 format!(
-                    "range of {} elements at offset {} ends past usize::MAX",
+                    "range of {} elements at offset {} overflows usize (its end is past usize::MAX)",
                     self.len, self.offset
                 ),
             )

@@ -9,7 +9,7 @@
 use crate::check;
 use crate::par;
 use crate::scalar::{self, Float, Real};
-use brrr_backend::{Error, HostData, ReduceOp, Result};
+use brrr_backend::{ElemRange, Error, HostData, ReduceOp, Result};
 
 pub(crate) fn reduce(
     op: ReduceOp,
@@ -166,9 +166,7 @@ pub(crate) fn sum_squares(
     out: &mut HostData,
 ) -> Result<()> {
     const OP: &str = "sum_squares";
-    let end = offset.checked_add(len).ok_or_else(|| {
-        Error::invalid(OP, format!("offset {offset} + len {len} overflows usize"))
-    })?;
+    let end = ElemRange::new(offset, len).end(OP)?;
     check::len(OP, x, end)?;
     let total = match x {
         HostData::F32(v) => sum_squares_typed(&v[offset..end]),

@@ -9,9 +9,9 @@ use crate::ops::{
     row_broadcast, suffix, unary_code, whole_packs,
 };
 use brrr_backend::{
-    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, EmbeddingSpec, Error,
-    GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams,
-    SegmentMask, SoftmaxSpec, UnaryOp,
+    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, ElemRange, EmbeddingSpec,
+    Error, GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result,
+    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -861,9 +861,7 @@ impl Backend for CudaBackend {
         out: &mut CudaBuffer,
     ) -> Result<()> {
         const OP: &str = "sum_squares";
-        let end = offset.checked_add(len).ok_or_else(|| {
-            Error::invalid(OP, format!("offset {offset} + len {len} overflows usize"))
-        })?;
+        let end = ElemRange::new(offset, len).end(OP)?;
         if end > x.len {
             return Err(Error::shape(
                 OP,
