@@ -158,6 +158,8 @@ impl Allocator {
                 st.stats.in_use_bytes += c.size as u64;
                 st.stats.live_blocks += 1;
                 st.stats.peak_in_use_bytes = st.stats.peak_in_use_bytes.max(st.stats.in_use_bytes);
+                drop(st);
+                self.dev.block_in_use(c.ptr, bytes, c.size);
                 return Ok((
                     Block {
                         ptr: c.ptr,
@@ -192,6 +194,8 @@ impl Allocator {
         st.stats.in_use_bytes += size as u64;
         st.stats.live_blocks += 1;
         st.stats.peak_in_use_bytes = st.stats.peak_in_use_bytes.max(st.stats.in_use_bytes);
+        drop(st);
+        self.dev.block_in_use(ptr, bytes, size);
         Ok((Block { ptr, size }, None))
     }
 
@@ -202,6 +206,7 @@ impl Allocator {
         if block.size == 0 {
             return;
         }
+        self.dev.block_released(block.ptr);
         let ev = {
             let mut st = self.state();
             st.event_pool.pop()

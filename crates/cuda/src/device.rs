@@ -159,4 +159,11 @@ pub(crate) trait Device: Send + Sync + 'static {
 
     /// Waits for all work on all streams.
     fn synchronize(&self) -> Result<()>;
+
+    /// The allocator hands out the block at `ptr` (`size` bytes, rounded up) for a buffer
+    /// of `used` bytes. The emulator guards the rest of the block so that an op writing
+    /// past the buffer's end is an error; a GPU does nothing.
+    fn block_in_use(&self, _ptr: DevPtr, _used: usize, _size: usize) {}
+    /// The block at `ptr` went back to the allocator's cache.
+    fn block_released(&self, _ptr: DevPtr) {}
 }

@@ -8,6 +8,11 @@
 //! semantics of `cublasGemmStridedBatchedEx` and of cuBLASLt's bias/GELU epilogue, so
 //! the row-major mapping is checked against the definition of the API it calls.
 //!
+//! Beyond a CPU's checks, it fails where a GPU program is wrong but a CPU run would
+//! pass: misaligned 16-byte accesses and shared memory outside the launch (in
+//! `kernels/emu`), and an op that writes past the end of one of its operands into the
+//! allocator's rounding (each handed-out block's tail is guarded).
+//!
 //! Building needs a C++20 compiler (`g++`, or `$CXX`); [`build_emulator`] writes the
 //! embedded sources to a directory and compiles them once per source version.
 
@@ -16,7 +21,7 @@ use crate::device::{
 };
 use crate::kernels::{Family, PRELUDE, fnv1a};
 use brrr_backend::{DType, Error, Result};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -128,9 +133,39 @@ pub(crate) struct EmuDevice {
 #[derive(Default)]
 struct EmuState {
     allocs: HashMap<DevPtr, std::alloc::Layout>,
+    /// The blocks the allocator has handed out, by start address.
+    guards: BTreeMap<DevPtr, Guard>,
     used: u64,
     events: HashMap<EventId, Option<Instant>>,
     next_event: EventId,
+}
+
+/// The byte every guarded tail holds. Reading it gives NaN in every float dtype, so a
+/// kernel that reads past a buffer's end fails loudly too.
+const GUARD_BYTE: u8 = 0xff;
+
+/// A handed-out block: its buffer uses `used` bytes, the bytes from `start` to `size`
+/// hold [`GUARD_BYTE`].
+#[derive(Clone, Copy, Debug)]
+struct Guard {
+    used: usize,
+    /// `used` rounded up to 4 bytes: the backend zero-fills a buffer as 4-byte words, so
+    /// the last word of a 16-bit buffer of odd length is the buffer's to write.
+    start: usize,
+    size: usize,
+}
+
+impl Guard {
+    /// The guarded tail of the block at `ptr`.
+    ///
+    /// # Safety
+    /// The block at `ptr` must still be allocated with at least `self.size` bytes.
+    unsafe fn tail<'a>(self, ptr: DevPtr) -> &'a mut [u8] {
+        // SAFETY: per the function contract; start <= size.
+        unsafe {
+            std::slice::from_raw_parts_mut((ptr as *mut u8).add(self.start), self.size - self.start)
+        }
+    }
 }
 
 impl EmuDevice {
@@ -160,6 +195,40 @@ impl EmuDevice {
 
     fn state(&self) -> std::sync::MutexGuard<'_, EmuState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Checks the guarded tails of the blocks that `ptrs` point into, after `what` ran.
+    ///
+    /// A real GPU would not notice such a write (the allocator's rounding leaves the bytes
+    /// to the buffer), but the same kernel on a view into a flat parameter buffer would
+    /// overwrite the next parameter. Only the operands are checked, so that a write is
+    /// blamed on the op that made it even when tests run ops on other threads.
+    fn check_guards(&self, what: &dyn Fn() -> String, ptrs: &[DevPtr]) -> Result<()> {
+        let st = self.state();
+        for &p in ptrs.iter().filter(|&&p| p != 0) {
+            let Some((&base, g)) = st.guards.range(..=p).next_back() else {
+                continue;
+            };
+            if p >= base + g.size as u64 {
+                continue;
+            }
+            // SAFETY: the block is in `guards`, so it is allocated and handed out.
+            let tail = unsafe { g.tail(base) };
+            let Some(first) = tail.iter().position(|&b| b != GUARD_BYTE) else {
+                continue;
+            };
+            let last = tail.iter().rposition(|&b| b != GUARD_BYTE).unwrap_or(first);
+            tail.fill(GUARD_BYTE);
+            return Err(emu_err(format!(
+                "{} wrote past the end of a buffer: bytes {}..={} of the block at {base:#x} \
+                 changed, and its buffer has {} bytes",
+                what(),
+                g.start + first,
+                g.start + last,
+                g.used
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -312,13 +381,13 @@ impl Device for EmuDevice {
                 Pattern::B64(v) => std::slice::from_raw_parts_mut(ptr as *mut u64, count).fill(v),
             }
         }
-        Ok(())
+        self.check_guards(&|| "memset".to_string(), &[ptr])
     }
 
     fn copy_htod(&self, dst: DevPtr, src: &[u8], _after: Option<EventId>) -> Result<()> {
         // SAFETY: dst holds src.len() bytes (checked by the backend).
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
-        Ok(())
+        self.check_guards(&|| "a host-to-device copy".to_string(), &[dst])
     }
 
     fn copy_dtoh(&self, dst: &mut [u8], src: DevPtr) -> Result<()> {
@@ -330,7 +399,7 @@ impl Device for EmuDevice {
     fn copy_dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<()> {
         // SAFETY: both hold `bytes` bytes; they may overlap.
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
-        Ok(())
+        self.check_guards(&|| "a device-to-device copy".to_string(), &[dst])
     }
 
     fn launch(&self, _family: Family, name: &str, cfg: LaunchCfg, args: &[Arg]) -> Result<()> {
@@ -356,19 +425,26 @@ impl Device for EmuDevice {
                 .into_owned();
             return Err(emu_err(format!("launch of {name} failed: {msg}")));
         }
-        Ok(())
+        let ptrs: Vec<DevPtr> = args
+            .iter()
+            .filter_map(|a| match a {
+                Arg::Ptr(p) => Some(*p),
+                _ => None,
+            })
+            .collect();
+        self.check_guards(&|| format!("kernel {name}"), &ptrs)
     }
 
     fn blas_gemm(&self, g: &BlasGemm) -> Result<()> {
         // SAFETY: the backend checked the operands' lengths against the descriptor.
         unsafe { reference_gemm(g, None) };
-        Ok(())
+        self.check_guards(&|| "cublasGemmStridedBatchedEx".to_string(), &[g.c])
     }
 
     fn lt_matmul(&self, g: &LtMatmul) -> Result<()> {
         // SAFETY: as above.
         unsafe { reference_gemm(&g.gemm, Some(g)) };
-        Ok(())
+        self.check_guards(&|| "cublasLtMatmul".to_string(), &[g.gemm.c])
     }
 
     fn event_create(&self, _timing: bool) -> Result<EventId> {
@@ -402,6 +478,18 @@ impl Device for EmuDevice {
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
+
+    fn block_in_use(&self, ptr: DevPtr, used: usize, size: usize) {
+        let start = used.next_multiple_of(4).min(size);
+        let g = Guard { used, start, size };
+        // SAFETY: the allocator hands out a block of `size` bytes it got from `malloc`.
+        unsafe { g.tail(ptr) }.fill(GUARD_BYTE);
+        self.state().guards.insert(ptr, g);
+    }
+
+    fn block_released(&self, ptr: DevPtr) {
+        self.state().guards.remove(&ptr);
+    }
 }
 
 impl Drop for EmuDevice {
@@ -411,5 +499,81 @@ impl Drop for EmuDevice {
             // SAFETY: allocated by malloc above with this layout.
             unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::Allocator;
+    use std::sync::Arc;
+
+    fn device() -> Option<Arc<EmuDevice>> {
+        if !compiler_available() {
+            brrr_backend::skip::report_skipped("cuda-emu guards", "no C++ compiler");
+            return None;
+        }
+        let lib = build_emulator(None).expect("building the kernel emulator");
+        Some(Arc::new(
+            EmuDevice::load(&lib, 1 << 30).expect("loading it"),
+        ))
+    }
+
+    /// `fill_b64` writing `n` 8-byte words from `ptr`.
+    fn fill(dev: &EmuDevice, ptr: DevPtr, n: u64) -> Result<()> {
+        let cfg = LaunchCfg {
+            grid: (1, 1, 1),
+            block: (32, 1, 1),
+            smem: 0,
+        };
+        let args = [Arg::Ptr(ptr), Arg::U64(n), Arg::U64(7)];
+        dev.launch(Family::Elementwise, "fill_b64", cfg, &args)
+    }
+
+    #[test]
+    fn a_kernel_writing_past_a_buffer_is_an_error() {
+        let Some(dev) = device() else { return };
+        let alloc = Allocator::new(dev.clone());
+        let block = alloc.alloc(80).unwrap(); // ten words in a 512-byte block
+        fill(&dev, block.ptr, 10).unwrap();
+        let e = fill(&dev, block.ptr, 11).unwrap_err().to_string();
+        assert!(
+            e.contains("kernel fill_b64 wrote past the end of a buffer")
+                && e.contains("bytes 80..=87")
+                && e.contains("has 80 bytes"),
+            "{e}"
+        );
+        // An operand pointing inside the block (a view) is checked too, and the guard was
+        // restored after the error.
+        let e = fill(&dev, block.ptr + 8, 10).unwrap_err().to_string();
+        assert!(e.contains("bytes 80..=87"), "{e}");
+        fill(&dev, block.ptr + 8, 9).unwrap();
+        // A reused block is guarded for its new, shorter buffer.
+        alloc.release(block);
+        let again = alloc.alloc(16).unwrap();
+        fill(&dev, again.ptr, 2).unwrap();
+        let e = fill(&dev, again.ptr, 3).unwrap_err().to_string();
+        assert!(
+            e.contains("bytes 16..=23") && e.contains("has 16 bytes"),
+            "{e}"
+        );
+        alloc.release(again);
+    }
+
+    #[test]
+    fn the_last_word_of_an_odd_16_bit_buffer_is_not_guarded() {
+        let Some(dev) = device() else { return };
+        let alloc = Allocator::new(dev.clone());
+        let block = alloc.alloc(6).unwrap(); // three f16 elements: zeroed as two words
+        dev.memset(block.ptr, Pattern::B32(0), 2).unwrap();
+        let e = dev
+            .memset(block.ptr, Pattern::B32(0), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("memset wrote past") && e.contains("bytes 8..=11"),
+            "{e}"
+        );
+        alloc.release(block);
     }
 }
