@@ -24,8 +24,9 @@
 #    and how much of it hides behind GEMMs enqueued before it (copy stream) against a
 #    write that must wait for them.
 # 7. wgpu: brrr-wgpu on the same GPU through Vulkan: the conformance suite, training
-#    against the CPU, GEMM GFLOP/s per WGSL kernel version and the element-wise overhead /
-#    bandwidth sweep. Needs a Vulkan loader (libvulkan.so.1) and the NVIDIA ICD.
+#    against the CPU, GEMM GFLOP/s per WGSL kernel version, the element-wise overhead /
+#    bandwidth sweep and the reductions with few outputs (one pass against the split).
+#    Needs a Vulkan loader (libvulkan.so.1) and the NVIDIA ICD.
 #
 # Needs: an NVIDIA driver, a CUDA toolkit's NVRTC and cuBLAS (12.x or 13.x), for the
 # PyTorch rows python3 with torch, and either cargo or a bundle of prebuilt binaries from
@@ -235,6 +236,7 @@ if want wgpu; then
         step wgpu-conformance gpu_tests brrr-conformance wgpu train_wgpu
         step wgpu-gemm brrr bench gemm --backend wgpu --sizes 256,1024,2048,4096 --reps 10
         step wgpu-overhead brrr bench overhead
+        step wgpu-reduce brrr bench reduce
     else
         echo "==== wgpu: FAILED (no Vulkan loader: libvulkan.so.1 is not installed)"
         failed+=(wgpu)

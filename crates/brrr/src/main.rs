@@ -87,6 +87,9 @@ enum BenchCommand {
     /// The overhead-bound regime on wgpu: time per dispatch of a tiny element-wise op
     /// versus size, and where it becomes bandwidth-bound.
     Overhead(BenchOverheadArgs),
+    /// Reductions with few outputs on wgpu (a bias gradient, a whole gradient's sum): the
+    /// one-pass kernels against the split into partial results.
+    Reduce(BenchReduceArgs),
     /// Collectives in the manner of nccl-tests: time, algbw, busbw, #wrong per size and
     /// algorithm, alpha-beta fit next to brrr-perf's model.
     Collectives(brrr::bench_collectives::BenchCollectivesArgs),
@@ -103,6 +106,19 @@ struct BenchOverheadArgs {
     /// Dispatches per timing.
     #[arg(long, default_value_t = 64)]
     dispatches: usize,
+}
+
+#[derive(clap::Args)]
+struct BenchReduceArgs {
+    /// Rows of the column sum (default: a GPT-2 small bias gradient, 8 x 1024 tokens).
+    #[arg(long, default_value_t = 8192)]
+    rows: usize,
+    /// Columns of the column sum (GPT-2 small's width).
+    #[arg(long, default_value_t = 768)]
+    cols: usize,
+    /// Elements of the row summed to one value.
+    #[arg(long, default_value_t = 1 << 24)]
+    row: usize,
 }
 
 #[derive(clap::Args)]
@@ -131,6 +147,7 @@ fn main() -> ExitCode {
         }),
         Command::Bench(BenchCommand::Gemm(args)) => run_bench_gemm(&args),
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
+        Command::Bench(BenchCommand::Reduce(args)) => run_bench_reduce(&args),
         Command::Bench(BenchCommand::Amp(args)) => run_bench_amp(&args),
         Command::Data(DataCommand::Prepare(args)) => data_cmd::run_prepare(&args).and_then(|r| {
             perf_cmd::write_stdout(&r.to_string())
@@ -303,6 +320,34 @@ fn run_bench_overhead(args: &BenchOverheadArgs) -> brrr_backend::Result<()> {
 
 #[cfg(not(feature = "wgpu"))]
 fn run_bench_overhead(_: &BenchOverheadArgs) -> brrr_backend::Result<()> {
+    Err(train::not_built(train::BackendKind::Wgpu))
+}
+
+#[cfg(feature = "wgpu")]
+fn run_bench_reduce(args: &BenchReduceArgs) -> brrr_backend::Result<()> {
+    let b = wgpu_backend()?;
+    let table = brrr_wgpu::bench::bench_reduce(&b, [args.rows, args.cols], args.row, 0.3)?;
+    say(format_args!(
+        "{:<20} {:>10} {:>12} {:>9} {:>9}",
+        "reduction", "elements", "µs", "GB/s", "speed-up"
+    ))?;
+    for pair in table.chunks(2) {
+        for r in pair {
+            say(format_args!(
+                "{:<20} {:>10} {:>12.1} {:>9.2} {:>8.2}x",
+                r.kernel,
+                r.size,
+                r.seconds * 1e6,
+                r.rate,
+                pair[0].seconds / r.seconds
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn run_bench_reduce(_: &BenchReduceArgs) -> brrr_backend::Result<()> {
     Err(train::not_built(train::BackendKind::Wgpu))
 }
 

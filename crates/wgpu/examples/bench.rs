@@ -5,6 +5,7 @@
 //! cargo run --release -p brrr-wgpu --example bench -- gemm 64,256,1024
 //! cargo run --release -p brrr-wgpu --example bench -- overhead
 //! cargo run --release -p brrr-wgpu --example bench -- upload 4096,65536,262144
+//! cargo run --release -p brrr-wgpu --example bench -- reduce
 //! ```
 //!
 //! On a software adapter (lavapipe, SwiftShader) the numbers describe a CPU pretending
@@ -15,7 +16,8 @@ fn main() {} // timing needs std::time, and the browser demos have their own
 
 #[cfg(not(target_arch = "wasm32"))]
 use brrr_wgpu::bench::{
-    GEMM_SIZES, OVERHEAD_SIZES, Row, bench_gemm, bench_overhead, bench_upload, overhead_crossover,
+    GEMM_SIZES, OVERHEAD_SIZES, Row, bench_gemm, bench_overhead, bench_reduce, bench_upload,
+    overhead_crossover,
 };
 #[cfg(not(target_arch = "wasm32"))]
 use brrr_wgpu::{MatmulKernel, WgpuBackend};
@@ -74,6 +76,15 @@ fn main() -> brrr_backend::Result<()> {
         let rows = bench_upload(&gpu, &sizes, 0.5)?;
         print(
             "upload of u32 token ids, two per step then a wait: time per upload (GB/s)",
+            &rows,
+        );
+    }
+    if what == "all" || what == "reduce" {
+        // A bias gradient of GPT-2 small (8 x 1024 rows, 768 columns) and a 16M-element
+        // gradient's sum.
+        let rows = bench_reduce(&gpu, [8192, 768], 1 << 24, 0.5)?;
+        print(
+            "reductions with few outputs, f32: one pass against the split (GB/s read)",
             &rows,
         );
     }

@@ -6,7 +6,7 @@
 //! useful to see the shape of the curves, not as GPU performance.
 
 use crate::{MatmulKernel, WgpuBackend};
-use brrr_backend::{Backend, DType, GemmSpec, HostData, Result, block_on};
+use brrr_backend::{Backend, DType, GemmSpec, HostData, ReduceOp, Result, block_on};
 use std::time::{Duration, Instant};
 
 /// One measurement.
@@ -181,6 +181,47 @@ pub fn bench_upload(backend: &WgpuBackend, sizes: &[usize], min_seconds: f64) ->
         }
     }
     Ok(rows)
+}
+
+/// The reductions of a training step whose outputs are few, f32, each timed with the
+/// one-pass kernel and with what [`Backend::reduce`] runs (split into partial results
+/// and a fixed-order final pass): a bias gradient's column sum (`rows` x `cols` down to
+/// `cols`) and one long row's sum (`long_row` elements down to one, as a gradient norm
+/// sums). Rows `... one pass` and `... split`; the rate is GB/s of input read once.
+pub fn bench_reduce(
+    backend: &WgpuBackend,
+    [rows, cols]: [usize; 2],
+    long_row: usize,
+    min_seconds: f64,
+) -> Result<Vec<Row>> {
+    let min = Duration::from_secs_f64(min_seconds);
+    let code = crate::ops::reduce_code(ReduceOp::Sum);
+    let mut out_rows = Vec::new();
+    for (what, dims) in [
+        ("column sum", [1, rows, cols]),
+        ("row sum", [1, long_row, 1]),
+    ] {
+        let n: usize = dims.iter().product();
+        let x = backend.upload(&HostData::F32(pseudo_random(n, 4)))?;
+        let outs = dims[0] * dims[2];
+        let mut out = backend.zeros(DType::F32, outs)?;
+        let one = time_it(backend, min, 3, || {
+            backend.reduce_one_pass(code, &x.buf, dims, &out.buf)
+        })?;
+        let split = time_it(backend, min, 3, || {
+            backend.reduce(ReduceOp::Sum, &x, dims[0], dims[1], dims[2], &mut out)
+        })?;
+        for (how, seconds) in [("one pass", one), ("split", split)] {
+            out_rows.push(Row {
+                kernel: format!("{what} {how}"),
+                size: n,
+                seconds,
+                rate: (4 * n) as f64 / seconds / 1e9,
+                unit: "GB/s",
+            });
+        }
+    }
+    Ok(out_rows)
 }
 
 fn upload_row(kernel: String, n: usize, seconds: f64) -> Row {

@@ -202,6 +202,15 @@ impl<'a> Kernel<'a> {
 #[derive(Default, Clone, Debug)]
 pub(crate) struct Params(Vec<u32>);
 
+/// One dispatch of [`Inner::dispatch_seq`]: a kernel, its uniform, its storage
+/// buffers (after the uniform, in binding order) and its workgroup grid.
+pub(crate) struct Dispatch<'a> {
+    pub kernel: &'a Kernel<'a>,
+    pub params: Params,
+    pub bufs: &'a [&'a wgpu::Buffer],
+    pub groups: [u32; 3],
+}
+
 impl Params {
     pub(crate) fn new() -> Self {
         Params(Vec::with_capacity(16))
@@ -665,6 +674,23 @@ impl Inner {
             u.destroy();
         }
         self.take_error(&format!("{}:{}", k.family.file_name(), k.name))
+    }
+
+    /// Dispatches recorded in order into one command buffer and submitted once, for an op
+    /// made of several passes: it then pays one submission, like a one-pass op. wgpu
+    /// orders a pass that reads a buffer after the pass that wrote it.
+    pub(crate) fn dispatch_seq(&self, steps: &[Dispatch<'_>]) -> Result<()> {
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        let mut uniforms = Vec::with_capacity(steps.len());
+        for d in steps {
+            uniforms.extend(self.encode(&mut enc, d.kernel, &d.params, d.bufs, d.groups)?);
+        }
+        self.queue.submit([enc.finish()]);
+        for u in uniforms {
+            u.destroy();
+        }
+        let names: Vec<&str> = steps.iter().map(|d| d.kernel.name).collect();
+        self.take_error(&names.join("+"))
     }
 
     pub(crate) fn copy(&self, src: &wgpu::Buffer, dst: &wgpu::Buffer, bytes: u64) -> Result<()> {

@@ -48,6 +48,7 @@ pub mod bench;
 mod device;
 mod oneshot;
 mod ops;
+mod reduce;
 pub mod shaders;
 
 pub use device::{DeviceReport, STAGED_MAX_BYTES, STAGING_CHUNK_BYTES, UploadPath, WgpuBuffer};

@@ -54,7 +54,7 @@ fn check_index(op: &'static str, b: &WgpuBuffer, what: &str) -> Result<()> {
     }
 }
 
-fn u32_of(v: usize) -> Result<u32> {
+pub(crate) fn u32_of(v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::LimitExceeded {
         backend: BACKEND,
         limit: "u32 element index (WGSL indexes with u32)",
@@ -392,7 +392,7 @@ fn binary_code(op: BinaryOp) -> u32 {
     }
 }
 
-fn reduce_code(op: ReduceOp) -> u32 {
+pub(crate) fn reduce_code(op: ReduceOp) -> u32 {
     match op {
         ReduceOp::Sum => 0,
         ReduceOp::Mean => 1,
@@ -813,28 +813,9 @@ impl Backend for WgpuBackend {
             return Ok(());
         }
         u32_of(outer * n * inner)?;
-        let p = Params::new()
-            .u(u32_of(outer)?)
-            .u(u32_of(n)?)
-            .u(u32_of(inner)?)
-            .u(reduce_code(op));
         let wx = self.widen(name, x)?;
         let wo = self.widen_out(name, out, outs < out.len)?;
-        if inner == 1 {
-            self.row_kernel(
-                &Kernel::new(Family::Reduce, "rows"),
-                &p,
-                outer,
-                &[&wx.buf, &wo.buf],
-            )?;
-        } else {
-            self.flat_kernel(
-                &Kernel::new(Family::Reduce, "columns"),
-                &p,
-                outs,
-                &[&wx.buf, &wo.buf],
-            )?;
-        }
+        self.reduce_f32(reduce_code(op), &wx.buf, [outer, n, inner], &wo.buf)?;
         self.narrow(wo, out)
     }
 
