@@ -151,3 +151,25 @@ fn wg_min(v: f32, lid: u32) -> f32 {
 // A large finite stand-in for -inf: WGSL constant expressions may not be infinite.
 const NEG_BIG: f32 = -3.0e38;
 const POS_BIG: f32 = 3.0e38;
+
+// A sequential reduction's start and step for reduce.wgsl's op codes: 2 max, 3 min,
+// anything else (0 sum, 1 mean) adds.
+fn red_init(op: u32) -> f32 {
+    if (op == 2u) {
+        return NEG_BIG;
+    }
+    if (op == 3u) {
+        return POS_BIG;
+    }
+    return 0.0;
+}
+
+fn red_combine(op: u32, acc: f32, v: f32) -> f32 {
+    if (op == 2u) {
+        return max(acc, v);
+    }
+    if (op == 3u) {
+        return min(acc, v);
+    }
+    return acc + v;
+}

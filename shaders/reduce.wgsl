@@ -36,21 +36,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let o = idx / p.inner;
     let i = idx % p.inner;
     let base = o * p.n * p.inner + i;
-    var acc = 0.0;
-    if (p.op == 2u) {
-        acc = NEG_BIG;
-    } else if (p.op == 3u) {
-        acc = POS_BIG;
-    }
+    var acc = red_init(p.op);
     for (var r = 0u; r < p.n; r = r + 1u) {
-        let v = x[base + r * p.inner];
-        if (p.op == 2u) {
-            acc = max(acc, v);
-        } else if (p.op == 3u) {
-            acc = min(acc, v);
-        } else {
-            acc = acc + v;
-        }
+        acc = red_combine(p.op, acc, x[base + r * p.inner]);
     }
     if (p.op == 1u) {
         acc = acc / f32(p.n);
@@ -140,21 +128,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let base = (c / p.inner) * p.n * p.inner + c % p.inner;
     let r0 = k * p.rows_per_chunk;
     let r1 = min(r0 + p.rows_per_chunk, p.n);
-    var acc = 0.0;
-    if (p.op == 2u) {
-        acc = NEG_BIG;
-    } else if (p.op == 3u) {
-        acc = POS_BIG;
-    }
+    var acc = red_init(p.op);
     for (var r = r0; r < r1; r = r + 1u) {
-        let v = x[base + r * p.inner];
-        if (p.op == 2u) {
-            acc = max(acc, v);
-        } else if (p.op == 3u) {
-            acc = min(acc, v);
-        } else {
-            acc = acc + v;
-        }
+        acc = red_combine(p.op, acc, x[base + r * p.inner]);
     }
     partial[idx] = acc;
 }
@@ -185,14 +161,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let first = o * p.first_mul;
     var acc = partial[first];
     for (var k = 1u; k < p.parts; k = k + 1u) {
-        let v = partial[first + k * p.stride];
-        if (p.op == 2u) {
-            acc = max(acc, v);
-        } else if (p.op == 3u) {
-            acc = min(acc, v);
-        } else {
-            acc = acc + v;
-        }
+        acc = red_combine(p.op, acc, partial[first + k * p.stride]);
     }
     if (p.op == 1u) {
         acc = acc / f32(p.n);
