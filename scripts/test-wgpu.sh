@@ -6,6 +6,8 @@
 #   scripts/test-wgpu.sh            # both
 #   scripts/test-wgpu.sh native     # only the native suite
 #   scripts/test-wgpu.sh browser    # only the browser suite
+#   scripts/test-wgpu.sh install    # only install lavapipe (before the workspace tests,
+#                                   # so that they find an adapter on a fresh machine)
 #
 # Installs what is missing, and only that (so a second run costs seconds):
 #   - apt: mesa-vulkan-drivers libvulkan1 (lavapipe), chromium chromium-driver
@@ -20,9 +22,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 WHAT="${1:-all}"
 case "$WHAT" in
-    all | native | browser) ;;
+    all | native | browser | install) ;;
     *)
-        echo "usage: $0 [all|native|browser]" >&2
+        echo "usage: $0 [all|native|browser|install]" >&2
         exit 2
         ;;
 esac
@@ -52,7 +54,7 @@ if [ "$WHAT" != browser ]; then
     have_lavapipe || missing+=(mesa-vulkan-drivers)
     have_libvulkan || missing+=(libvulkan1)
 fi
-if [ "$WHAT" != native ]; then
+if [ "$WHAT" = all ] || [ "$WHAT" = browser ]; then
     [ -n "$(chromium_bin)" ] || missing+=(chromium)
     command -v chromedriver > /dev/null || missing+=(chromium-driver)
 fi
@@ -67,6 +69,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
     step "system packages present (lavapipe, libvulkan1, chromium, chromedriver as needed)"
 fi
+if [ "$WHAT" = install ]; then exit 0; fi
 
 # ---- Rust tools, only if missing ---------------------------------------------------------
 if [ "$WHAT" != native ]; then

@@ -175,6 +175,9 @@ step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 step "openmpi (scripts/test-mpi.sh --install)" bash scripts/test-mpi.sh --install
 step "cargo clippy (brrr, all features)" clippy_all_features
 step "nvrtc (bench/install-nvrtc.sh)" nvrtc
+# Lavapipe before the workspace tests: otherwise, on a fresh machine, they report wgpu
+# as SKIPPED and only the wgpu step below runs its suite.
+step "lavapipe (scripts/test-wgpu.sh install)" bash scripts/test-wgpu.sh install
 step "tests" tests
 step "mpi (scripts/test-mpi.sh)" bash scripts/test-mpi.sh
 # nextest does not run doctests.
