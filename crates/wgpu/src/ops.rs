@@ -10,7 +10,8 @@ use brrr_backend::{
 };
 use half::{bf16, f16};
 
-const WG: usize = 256;
+/// Invocations per workgroup of the kernels (`@workgroup_size(256)`, `WG` in common.wgsl).
+pub(crate) const WG: usize = 256;
 
 pub(crate) fn no_f64(op: &'static str) -> Error {
     Error::Unsupported {

@@ -13,7 +13,7 @@
 
 use crate::WgpuBackend;
 use crate::device::{Dispatch, Kernel, Params};
-use crate::ops::u32_of as u;
+use crate::ops::{WG, u32_of as u};
 use crate::shaders::Family;
 use brrr_backend::{DType, Result};
 
@@ -75,7 +75,9 @@ impl WgpuBackend {
         [outer, n, inner]: [usize; 3],
         out: &wgpu::Buffer,
     ) -> Result<()> {
-        let (first, partial_len, fin) = if inner == 1 {
+        // The first pass, the outputs, and where output o's partial results lie:
+        // partial[o * first_mul + k * stride] for k < parts.
+        let ((k1, p1, g1), outputs, [parts, first_mul, stride]) = if inner == 1 {
             let split = row_split(outer, n);
             if split.splits == 1 {
                 return self.reduce_one_pass(code, x, [outer, n, inner], out);
@@ -83,8 +85,8 @@ impl WgpuBackend {
             let parts = split.splits;
             (
                 self.rows_dispatch(code, outer, n, split)?,
-                outer * parts,
-                final_params(code, outer, [parts, parts, 1], n)?,
+                outer,
+                [parts, parts, 1],
             )
         } else {
             let cols = outer * inner;
@@ -99,16 +101,17 @@ impl WgpuBackend {
                 .u(u(rows_per_chunk)?)
                 .u(u(chunks)?);
             let grid = self.inner.grid((chunks * cols).div_ceil(WG))?;
-            (
-                (COLUMNS_PARTIAL, p, grid),
-                chunks * cols,
-                final_params(code, cols, [chunks, 1, cols], n)?,
-            )
+            ((COLUMNS_PARTIAL, p, grid), cols, [chunks, 1, cols])
         };
-        let partial = self.inner.alloc(DType::F32, partial_len)?;
-        let (fin_params, outputs) = fin;
+        let partial = self.inner.alloc(DType::F32, outputs * parts)?;
+        let fin_params = Params::new()
+            .u(u(outputs)?)
+            .u(u(parts)?)
+            .u(u(first_mul)?)
+            .u(u(stride)?)
+            .u(u(n)?)
+            .u(code);
         let fin_grid = self.inner.grid(outputs.div_ceil(WG))?;
-        let (k1, p1, g1) = first;
         self.inner.dispatch_seq(&[
             Dispatch {
                 kernel: &k1,
@@ -172,27 +175,6 @@ const ROWS: Kernel<'static> = Kernel::new(Family::Reduce, "rows");
 const COLUMNS: Kernel<'static> = Kernel::new(Family::Reduce, "columns");
 const COLUMNS_PARTIAL: Kernel<'static> = Kernel::new(Family::Reduce, "columns_partial");
 const FINAL: Kernel<'static> = Kernel::new(Family::Reduce, "final");
-/// Invocations per workgroup of every reduce kernel (`@workgroup_size(256)`).
-const WG: usize = 256;
-
-/// The uniform of the `final` kernel, and its output count: output `o` combines
-/// `partial[o * first_mul + k * stride]` for `k < parts`, in order, and divides a mean by
-/// `n`.
-fn final_params(
-    code: u32,
-    outputs: usize,
-    [parts, first_mul, stride]: [usize; 3],
-    n: usize,
-) -> Result<(Params, usize)> {
-    let p = Params::new()
-        .u(u(outputs)?)
-        .u(u(parts)?)
-        .u(u(first_mul)?)
-        .u(u(stride)?)
-        .u(u(n)?)
-        .u(code);
-    Ok((p, outputs))
-}
 
 #[cfg(test)]
 mod tests {
