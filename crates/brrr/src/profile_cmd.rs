@@ -7,6 +7,7 @@
 //! nested inside `forward`, `backward` and `adamw`.
 
 use crate::train::{self, BackendKind, Summary, TrainArgs};
+use brrr_amp::AmpMode;
 use brrr_backend::{Backend, BackendInfo, Error, Result};
 use brrr_cpu::CpuBackend;
 use brrr_perf::roofline::Roofline;
@@ -39,6 +40,7 @@ pub fn run_on<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
         &tracer.to_chrome_value(),
         &info,
         profiled.synchronizes_each_op(),
+        summary.amp,
     );
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
@@ -49,8 +51,14 @@ pub fn run_on<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
 
 /// The profile table of a trace written by a profiled run: the op spans inside the
 /// `step` spans, after the first step when there are several (it allocates and faults
-/// in memory: warm-up, as in PyTorch's profiler schedule), against [`roofline_for`].
-pub fn report(trace: &serde_json::Value, info: &BackendInfo, synchronized: bool) -> String {
+/// in memory: warm-up, as in PyTorch's profiler schedule), against [`roofline_for`] for
+/// the run's precision `amp`.
+pub fn report(
+    trace: &serde_json::Value,
+    info: &BackendInfo,
+    synchronized: bool,
+    amp: AmpMode,
+) -> String {
     let steps = trace["traceEvents"].as_array().map_or(0, |events| {
         events
             .iter()
@@ -59,7 +67,7 @@ pub fn report(trace: &serde_json::Value, info: &BackendInfo, synchronized: bool)
     });
     let skip = usize::from(steps > 1);
     let (profile, wall_us) = Profile::from_chrome_trace(trace, "step", skip);
-    let (roofline, peak_line) = roofline_for(info);
+    let (roofline, peak_line) = roofline_for(info, amp);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -119,8 +127,11 @@ const TOP_SHAPES: usize = 10;
 
 /// The roofline the regimes are judged against, and a line describing the CPU's peak:
 /// on the CPU its measured FMA peak (nominal as the fallback) and STREAM-triad
-/// bandwidth; on a GPU brrr-perf's f32 vector peak and bandwidth for it, if known.
-pub fn roofline_for(info: &BackendInfo) -> (Option<Roofline>, Option<String>) {
+/// bandwidth; on a GPU brrr-perf's peak for the run's precision (as [`train::mfu_peak`]:
+/// the f32 vector peak, or under `--amp` the 16-bit tensor-core peak that the GEMMs run
+/// at) and bandwidth, if known. One roofline judges every op: under `--amp` the
+/// element-wise ops, which run on the vector units, are memory-bound against either.
+pub fn roofline_for(info: &BackendInfo, amp: AmpMode) -> (Option<Roofline>, Option<String>) {
     if info.name == "cpu" {
         let peak = brrr_perf::machine::cpu_fp32_peak_measured();
         let bandwidth = brrr_perf::machine::measure_cpu_bandwidth();
@@ -155,8 +166,8 @@ pub fn roofline_for(info: &BackendInfo) -> (Option<Roofline>, Option<String>) {
         return (Roofline::new(label, peak.flops, bandwidth).ok(), Some(line));
     }
     let name = info.device.split(" (").next().unwrap_or_default();
-    let roofline = brrr_perf::specs::gpu_for_device(name).and_then(|gpu| {
-        Roofline::for_gpu(&gpu, brrr_perf::DType::F32, brrr_perf::Unit::Vector).ok()
-    });
+    let (dtype, unit, _) = train::gpu_peak_kind(amp);
+    let roofline = brrr_perf::specs::gpu_for_device(name)
+        .and_then(|gpu| Roofline::for_gpu(&gpu, dtype, unit).ok());
     (roofline, None)
 }

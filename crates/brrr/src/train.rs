@@ -513,6 +513,8 @@ pub struct Summary {
     pub mfu: Option<f64>,
     /// The peak MFU is measured against, or why there is none.
     pub peak: std::result::Result<MfuPeak, String>,
+    /// The precision the run trained in (`--amp`), which chooses the peak.
+    pub amp: AmpMode,
     /// Where the checkpoint is, inside `out_dir` (one file, or a data-parallel run's
     /// shards).
     pub checkpoint: String,
@@ -575,10 +577,17 @@ pub struct MfuPeak {
     pub what: String,
 }
 
-/// The peak a run on `info`'s device is measured against. The model trains in f32 with
-/// TF32 off, so on a GPU this is the f32 *vector* peak (not the tensor-core one), the same
-/// rule PyTorch's defaults give the reference run in `bench/torch_reference.py`.
-pub fn mfu_peak(info: &brrr_backend::BackendInfo) -> std::result::Result<MfuPeak, String> {
+/// The peak a run on `info`'s device in precision `amp` is measured against.
+///
+/// On a GPU: in f32 (TF32 off, as `bench/torch_reference.py` runs PyTorch) the f32
+/// *vector* peak; under `--amp bf16` / `fp16` the 16-bit *tensor-core* peak, since that
+/// is where the GEMMs, nearly all of the FLOPs, run (PyTorch's and PaLM's convention for
+/// mixed precision). On the CPU the measured f32 FMA peak in every mode: brrr-cpu widens
+/// 16-bit operands and computes in f32, so f32 arithmetic is its ceiling.
+pub fn mfu_peak(
+    info: &brrr_backend::BackendInfo,
+    amp: AmpMode,
+) -> std::result::Result<MfuPeak, String> {
     if info.name == "cpu" {
         // The FMA throughput measured now; the nominal clock's peak where none can be.
         let p = brrr_perf::machine::cpu_fp32_peak_measured();
@@ -592,13 +601,22 @@ pub fn mfu_peak(info: &brrr_backend::BackendInfo) -> std::result::Result<MfuPeak
     let gpu = brrr_perf::specs::gpu_for_device(name).ok_or_else(|| {
         format!("no peak known for \"{name}\" (brrr_perf::specs has no such GPU)")
     })?;
-    let flops = gpu
-        .peak(brrr_perf::DType::F32, brrr_perf::Unit::Vector)
-        .map_err(|e| e.to_string())?;
+    let (dtype, unit, label) = gpu_peak_kind(amp);
+    let flops = gpu.peak(dtype, unit).map_err(|e| e.to_string())?;
     Ok(MfuPeak {
         flops,
-        what: format!("fp32 vector peak of {} (brrr_perf::specs)", gpu.name),
+        what: format!("{label} of {} (brrr_perf::specs)", gpu.name),
     })
+}
+
+/// Which of a GPU's peaks a run in precision `amp` is judged against (see [`mfu_peak`]).
+pub fn gpu_peak_kind(amp: AmpMode) -> (brrr_perf::DType, brrr_perf::Unit, &'static str) {
+    use brrr_perf::{DType, Unit};
+    match amp {
+        AmpMode::Off => (DType::F32, Unit::Vector, "fp32 vector peak"),
+        AmpMode::Bf16 => (DType::Bf16, Unit::Tensor, "dense bf16 tensor-core peak"),
+        AmpMode::Fp16 => (DType::F16, Unit::Tensor, "dense fp16 tensor-core peak"),
+    }
 }
 
 /// Runs `brrr train`.
@@ -988,6 +1006,7 @@ fn finished_summary(dir: &Path, state: &TrainState) -> Summary {
         tokens_per_s: 0.0,
         mfu: None,
         peak: Err("nothing was trained".into()),
+        amp: AmpMode::Off,
         checkpoint: CHECKPOINT_FILE.into(),
     }
 }
@@ -1097,7 +1116,7 @@ impl CliObserver {
         } else {
             0.0
         };
-        let peak = mfu_peak(info);
+        let peak = mfu_peak(info, plan.cfg.amp.mode);
         let flops_per_token = plan.cfg.model.flops_per_token(plan.cfg.seq_len);
         let mfu = match &peak {
             Ok(p) if tps > 0.0 => Some(tps * flops_per_token / p.flops),
@@ -1116,6 +1135,7 @@ impl CliObserver {
             tokens_per_s: tps,
             mfu,
             peak,
+            amp: plan.cfg.amp.mode,
             checkpoint: CHECKPOINT_FILE.into(),
         }
     }

@@ -406,6 +406,7 @@ fn summary(job: &Job, r: RankResult) -> Summary {
         tokens_per_s: r.tokens_per_s,
         mfu: None,
         peak: Err("not measured for data-parallel runs".into()),
+        amp: job.cfg.amp.mode,
         checkpoint: format!("{SHARD_DIR}/dp-rank*-of{}.bin", job.dp.world),
     }
 }

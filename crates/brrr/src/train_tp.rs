@@ -211,6 +211,7 @@ impl Job {
             // Throughput of all ranks together on one machine's cores.
             mfu: None,
             peak: Err("not measured for tensor-parallel runs".into()),
+            amp: brrr_amp::AmpMode::Off,
             checkpoint: crate::train::CHECKPOINT_FILE.into(),
         })
     }

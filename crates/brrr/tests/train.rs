@@ -231,8 +231,9 @@ fn sample_generates_text_from_a_run() {
     assert_eq!(text, again, "sampling with a seed is deterministic");
 }
 
-/// MFU is measured against the f32 vector peak of the GPU the backend names, and a device
-/// the spec table does not know gives a reason instead of a made-up figure.
+/// MFU is measured against the f32 vector peak of the GPU the backend names (under
+/// `--amp`, its 16-bit tensor-core peak), and a device the spec table does not know gives
+/// a reason instead of a made-up figure.
 #[test]
 fn mfu_peak_follows_the_reported_device() {
     let info = |name, device: &str| brrr_backend::BackendInfo {
@@ -240,18 +241,31 @@ fn mfu_peak_follows_the_reported_device() {
         device: device.to_string(),
         dtypes: vec![brrr_backend::DType::F32],
     };
-    let h200 = train::mfu_peak(&info("cuda", "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)")).unwrap();
+    use brrr_amp::AmpMode;
+    let h200_device = info("cuda", "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)");
+    let h200 = train::mfu_peak(&h200_device, AmpMode::Off).unwrap();
     assert_eq!(h200.flops, 67e12);
     assert!(h200.what.contains("H200"), "{}", h200.what);
-    let a100 = train::mfu_peak(&info("wgpu", "NVIDIA A100-SXM4-80GB")).unwrap();
+    // A bf16 run is judged against the tensor cores its GEMMs use, not the f32 lanes
+    // (against which an H100's bf16 run once printed "MFU 244%").
+    let h200_bf16 = train::mfu_peak(&h200_device, AmpMode::Bf16).unwrap();
+    assert_eq!(h200_bf16.flops, 989.5e12);
+    assert!(h200_bf16.what.contains("bf16 tensor"), "{}", h200_bf16.what);
+    let h200_fp16 = train::mfu_peak(&h200_device, AmpMode::Fp16).unwrap();
+    assert_eq!(h200_fp16.flops, 989.5e12);
+    assert!(h200_fp16.what.contains("fp16 tensor"), "{}", h200_fp16.what);
+    let a100 = train::mfu_peak(&info("wgpu", "NVIDIA A100-SXM4-80GB"), AmpMode::Off).unwrap();
     assert_eq!(a100.flops, 19.5e12);
-    let why = train::mfu_peak(&info(
-        "wgpu",
-        "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, Cpu)",
-    ))
+    let a100_bf16 = train::mfu_peak(&info("wgpu", "NVIDIA A100-SXM4-80GB"), AmpMode::Bf16);
+    assert_eq!(a100_bf16.unwrap().flops, 312e12);
+    let why = train::mfu_peak(
+        &info("wgpu", "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, Cpu)"),
+        AmpMode::Off,
+    )
     .unwrap_err();
     assert!(why.contains("\"llvmpipe\""), "{why}");
-    let cpu = train::mfu_peak(&info("cpu", "any CPU")).unwrap();
+    // The CPU computes 16-bit runs in f32: the same measured peak in every mode.
+    let cpu = train::mfu_peak(&info("cpu", "any CPU"), AmpMode::Bf16).unwrap();
     assert!(cpu.flops > 0.0 && cpu.what.contains("CPU"), "{}", cpu.what);
 }
 
