@@ -13,7 +13,7 @@
 # 3. bandwidth: GB/s of element-wise, softmax, LayerNorm, cross-entropy and cast kernels
 #    next to a measured device-to-device copy, then the same ops in PyTorch; then the
 #    reductions with few outputs (bias gradient, gradient sum and norm), one pass against
-#    the split and fused kernels.
+#    the split and fused kernels; then the embedding backward, v1 against v2.
 # 4. train: the GPT-2 small (124M) preset on synthetic tokens with `brrr train`, then the
 #    equivalent PyTorch model (bench/torch_reference.py): tokens/s and MFU for both.
 # 5. amp: `brrr bench amp` on the 124M preset: step time, tokens/s and memory of f32, bf16
@@ -187,6 +187,7 @@ fi
 if want bandwidth; then
     step bandwidth-brrr cuda_bench bandwidth
     step reduce-brrr cuda_bench reduce
+    step embedding-brrr cuda_bench embedding
     if $PYTHON -c "import torch" 2>/dev/null; then
         step bandwidth-torch $PYTHON bench/torch_reference.py bandwidth --json "$OUT/torch-bandwidth.json"
     fi

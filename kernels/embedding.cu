@@ -7,10 +7,11 @@
 // Backward: dtable[ids[i], :] += dout[i, :]. Ids repeat (every sequence has many "the"),
 // so a naive parallel loop races. Atomics would fix the race but make the sum's order,
 // and so its rounding, change from run to run. Instead the table rows are split into
-// `buckets` classes (id % buckets); block b walks through all ids in order and adds only
-// the rows of its class. Every table element is then updated by exactly one thread, in
-// the order of i: the result is deterministic and equal to a sequential loop, in every
-// dtype, without atomics. The id list is staged through shared memory in tiles.
+// `buckets` classes (row % buckets), each owned by one warp (v2; a block in v1) that
+// walks through all ids in order and adds only the rows of its class. Every table
+// element is then updated by exactly one thread, in the order of i: the result is
+// deterministic and equal to a sequential loop, in every dtype, without atomics. An id
+// outside [0, rows) adds nothing. The id list is staged through shared memory in tiles.
 
 template <class I> BRRR_DEVICE bool id_in_range(I id, u64 rows, u64& row);
 template <> BRRR_DEVICE bool id_in_range<u32>(u32 id, u64 rows, u64& row) {
@@ -40,9 +41,13 @@ BRRR_DEVICE void embedding_impl(T* out, const I* ids, const T* table, u64 n, u64
 
 #define EMB_TILE 256
 
+// v1, kept for the benchmark (`cuda_bench embedding`) and as the fallback for tables of
+// more than 2^32 rows: a block per bucket, and every thread of it walks every id with a
+// 64-bit modulo. Only about n / buckets ids match a block, so nearly all of its work is
+// the scan, repeated by each of the block's 8 warps and each of its sm_count * 8 blocks.
 template <class T, class I>
-BRRR_DEVICE void embedding_backward_impl(T* dtable, const I* ids, const T* dout, u64 n, u64 dim, u64 rows,
-                                         u64 buckets) {
+BRRR_DEVICE void embedding_backward_v1_impl(T* dtable, const I* ids, const T* dout, u64 n, u64 dim, u64 rows,
+                                            u64 buckets) {
     __shared__ I tile[EMB_TILE];
     for (u64 b = blockIdx.x; b < buckets; b += gridDim.x) {
         for (u64 start = 0; start < n; start += EMB_TILE) {
@@ -64,17 +69,96 @@ BRRR_DEVICE void embedding_backward_impl(T* dtable, const I* ids, const T* dout,
     }
 }
 
+// v2 (what the backend runs): a warp per bucket, ids scanned 32 at a time with a ballot.
+// The block stages a tile of ids with each one's bucket already computed (a u32 modulo,
+// once per id and block instead of once per id and thread; the host guarantees that
+// rows fit in u32 and falls back to v1 otherwise). Each warp then reads 32 buckets at
+// once, one per lane, ballots "is it mine", and walks the set bits from the lowest, so
+// its ids come in the order of i; for each one the 32 lanes add the dout row into the
+// table row. A warp owns its rows alone and adds in the order of i: the sums, and their
+// rounding, are v1's and a sequential loop's, bit for bit, in every dtype.
+#define EMB_TILE_V2 1024
+#define EMB_NO_BUCKET 0xffffffffu
+
+// dst[d] += g[d] for d = lane, lane + 32, ...: 8 elements per lane loaded before any is
+// stored, so one id costs dim / 256 memory round trips rather than dim / 32.
+template <class T> BRRR_DEVICE void embedding_add_row_warp(T* dst, const T* g, u64 dim, u32 lane) {
+    typedef typename Acc<T>::type A;
+    u64 d = lane;
+    for (; d + 7 * 32 < dim; d += 8 * 32) {
+        A a[8], b[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            a[k] = to_acc(dst[d + 32 * k]);
+            b[k] = to_acc(g[d + 32 * k]);
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) dst[d + 32 * k] = from_acc<T>(a[k] + b[k]);
+    }
+    for (; d < dim; d += 32) dst[d] = from_acc<T>(to_acc(dst[d]) + to_acc(g[d]));
+}
+
+// Stages ids[start, start + count) as (row, bucket); EMB_NO_BUCKET marks an id outside
+// [0, rows), which matches no warp (the forward gives it a zero row; it adds nothing).
+template <class I>
+BRRR_DEVICE void embedding_stage_tile(u32* tile_row, u32* tile_bucket, const I* ids, u64 start, u32 count,
+                                      u32 rows, u32 buckets) {
+    for (u32 t = threadIdx.x; t < count; t += blockDim.x) {
+        u64 row = 0;
+        const bool ok = id_in_range<I>(ids[start + t], rows, row);
+        tile_row[t] = (u32)row;
+        tile_bucket[t] = ok ? (u32)row % buckets : EMB_NO_BUCKET;
+    }
+}
+
+template <class T, class I>
+BRRR_DEVICE void embedding_backward_impl(T* dtable, const I* ids, const T* dout, u64 n, u64 dim, u32 rows,
+                                         u32 buckets) {
+    __shared__ u32 tile_row[EMB_TILE_V2];
+    __shared__ u32 tile_bucket[EMB_TILE_V2];
+    const u32 lane = threadIdx.x & 31;
+    const u32 warps = blockDim.x >> 5;
+    // Block-uniform loop (it contains __syncthreads); buckets < 2^31 (host), no overflow.
+    for (u32 first = blockIdx.x * warps; first < buckets; first += gridDim.x * warps) {
+        // In the last block a warp may get a bucket >= buckets: it matches nothing but
+        // still takes part in the barriers and ballots.
+        const u32 mine = first + (threadIdx.x >> 5);
+        for (u64 start = 0; start < n; start += EMB_TILE_V2) {
+            const u32 count = (u32)(n - start < EMB_TILE_V2 ? n - start : EMB_TILE_V2);
+            __syncthreads();  // every warp is done with the previous tile
+            embedding_stage_tile<I>(tile_row, tile_bucket, ids, start, count, rows, buckets);
+            __syncthreads();
+            for (u32 t0 = 0; t0 < count; t0 += 32) {
+                const u32 t = t0 + lane;
+                const bool match = t < count && tile_bucket[t] == mine;
+                unsigned set = __ballot_sync(0xffffffffu, match);  // warp-uniform
+                while (set != 0) {
+                    const u32 j = t0 + (u32)(__ffs((int)set) - 1);  // lowest bit: smallest i
+                    set &= set - 1;
+                    embedding_add_row_warp<T>(dtable + (u64)tile_row[j] * dim, dout + (start + j) * dim, dim, lane);
+                }
+            }
+        }
+    }
+}
+
 #define EMBEDDING_KERNELS(T, S, I, IS)                                                         \
     extern "C" __global__ void BRRR_ROWS embedding_##S##_##IS(T* out, const I* ids, const T* table, u64 n, u64 dim, \
                                                      u64 rows) {                               \
         embedding_impl<T, I>(out, ids, table, n, dim, rows);                                   \
     }                                                                                          \
     BRRR_REGISTER(embedding_##S##_##IS)                                                        \
-    extern "C" __global__ void BRRR_ROWS embedding_backward_##S##_##IS(T* dtable, const I* ids, const T* dout, u64 n, \
+    extern "C" __global__ void BRRR_FLAT embedding_backward_##S##_##IS(T* dtable, const I* ids, const T* dout, u64 n, \
                                                               u64 dim, u64 rows, u64 buckets) { \
-        embedding_backward_impl<T, I>(dtable, ids, dout, n, dim, rows, buckets);               \
+        /* the host checked that rows (and so buckets) fit in u32 */                           \
+        embedding_backward_impl<T, I>(dtable, ids, dout, n, dim, (u32)rows, (u32)buckets);     \
     }                                                                                          \
-    BRRR_REGISTER(embedding_backward_##S##_##IS)
+    BRRR_REGISTER(embedding_backward_##S##_##IS)                                               \
+    extern "C" __global__ void BRRR_ROWS embedding_backward_v1_##S##_##IS(T* dtable, const I* ids, const T* dout, \
+                                                                 u64 n, u64 dim, u64 rows, u64 buckets) { \
+        embedding_backward_v1_impl<T, I>(dtable, ids, dout, n, dim, rows, buckets);            \
+    }                                                                                          \
+    BRRR_REGISTER(embedding_backward_v1_##S##_##IS)
 
 #define EMBEDDING_FOR(T, S)             \
     EMBEDDING_KERNELS(T, S, u32, u32)   \

@@ -122,3 +122,21 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int lane_mask) {
     memcpy(&r, &bits, sizeof(T));
     return r;
 }
+
+// The calling thread's lane: its linear index in the block, modulo 32 (how warps are
+// formed, as on a GPU).
+inline unsigned emu_lane() {
+    return (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) % 32u;
+}
+
+// Bit `lane` set for every lane whose `pred` is true: an OR across the warp in five
+// butterfly exchanges. Like the tests' other warp operations, every lane of the warp
+// must call it (the kernels pass the full mask 0xffffffff).
+inline unsigned __ballot_sync(unsigned, int pred) {
+    u64 bits = pred ? (1ull << emu_lane()) : 0ull;
+    for (unsigned o = 16; o > 0; o >>= 1) bits |= emu::warp_exchange(bits, o, true);
+    return (unsigned)bits;
+}
+// 1 + the index of the lowest set bit, 0 when none (CUDA's __ffs).
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }

@@ -1162,11 +1162,21 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
 
     // ---- embedding -----------------------------------------------------------------
     // (rows, dim, ids, id dtype, where the table starts in a flat buffer and how many
-    // elements follow it; None: the table is the whole buffer)
+    // elements follow it; None: the table is the whole buffer). The backward's buckets
+    // of rows (one per CUDA warp: 128 on the emulator, sm_count * 32 on a GPU) and its
+    // tiles of 1024 ids: 3 rows take 80 repeats each, with rows of 300 (a whole 256 per
+    // warp pass plus a ragged tail); 300 rows outnumber the emulator's buckets and 5000
+    // a GPU's, with 1100 ids (two tiles, the second ragged, not a multiple of 32). (Ids
+    // outside the table are an error on the reference; crates/cuda/tests/emulator.rs
+    // checks that CUDA skips them. More repeats drift from the reference, which rounds
+    // each row's sum once where CUDA rounds every addition: that test checks them exactly.)
     for (rows, dim, n, idt, flat) in [
         (11usize, 5usize, 13usize, DType::U32, None),
         (7, 1, 4, DType::I32, None),
         (50, 64, 130, DType::I32, None),
+        (3, 300, 240, DType::U32, None),
+        (300, 40, 1100, DType::I32, None),
+        (5000, 3, 1100, DType::U32, None),
         (11, 5, 13, DType::U32, Some((7usize, 9usize))),
         (50, 64, 130, DType::I32, Some((64, 3))),
     ] {

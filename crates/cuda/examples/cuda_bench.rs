@@ -4,6 +4,7 @@
 //! cargo run --release -p brrr-cuda --example cuda_bench -- gemm [SIZE]
 //! cargo run --release -p brrr-cuda --example cuda_bench -- bandwidth [ELEMS]
 //! cargo run --release -p brrr-cuda --example cuda_bench -- reduce
+//! cargo run --release -p brrr-cuda --example cuda_bench -- embedding
 //! cargo run --release -p brrr-cuda --example cuda_bench -- overlap [MIB]
 //! cargo run --release -p brrr-cuda --example cuda_bench -- all
 //! ```
@@ -12,7 +13,9 @@
 //! slow, and its numbers mean nothing; it checks that the program works).
 
 use brrr_cuda::CudaBackend;
-use brrr_cuda::bench::{BandwidthBench, BenchRow, GemmBench, OverlapBench, ReduceBench};
+use brrr_cuda::bench::{
+    BandwidthBench, BenchRow, EmbeddingBench, GemmBench, OverlapBench, ReduceBench,
+};
 
 fn print(title: &str, rows: &[BenchRow]) {
     println!("\n{title}");
@@ -49,9 +52,10 @@ fn main() {
     let pos: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let what = pos.first().map(|s| s.as_str()).unwrap_or("all");
     let number = pos.get(1).and_then(|s| s.parse::<usize>().ok());
-    if !["gemm", "bandwidth", "reduce", "overlap", "all"].contains(&what) {
+    let known = ["gemm", "bandwidth", "reduce", "embedding", "overlap", "all"];
+    if !known.contains(&what) {
         eprintln!(
-            "cuda_bench: unknown benchmark {what:?}: gemm, bandwidth, reduce, overlap or all"
+            "cuda_bench: unknown benchmark {what:?}: gemm, bandwidth, reduce, embedding, overlap or all"
         );
         std::process::exit(2);
     }
@@ -130,6 +134,24 @@ fn main() {
             let rows = brrr_cuda::bench::reductions(&cuda, &cfg)?;
             print(
                 "Reductions with few outputs, brrr-cuda (speed of each second row over the first)",
+                &rows,
+            );
+        }
+        if what == "embedding" || what == "all" {
+            let mut cfg = EmbeddingBench::default();
+            if emulated {
+                cfg = EmbeddingBench {
+                    ids: 300,
+                    dim: 40,
+                    rows: 200,
+                    reps: 1,
+                    warmup: 0,
+                    ..cfg
+                };
+            }
+            let rows = brrr_cuda::bench::embedding(&cuda, &cfg)?;
+            print(
+                "Embedding backward, brrr-cuda (speed of each v2 row over v1)",
                 &rows,
             );
         }

@@ -412,6 +412,85 @@ impl CudaBackend {
     }
 }
 
+/// The kernels of `embedding_backward` (kernels/embedding.cu). The backend runs v2; the
+/// benchmark times v1 against it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EmbeddingBackward {
+    /// A block per bucket of rows, every thread scanning every id.
+    V1Block,
+    /// A warp per bucket, ids scanned 32 at a time with a ballot.
+    V2Warp,
+}
+
+impl CudaBackend {
+    /// `dtable[ids[i]] += dout[i]` with the chosen kernel. v2 falls back to v1 for a table
+    /// of more than `u32::MAX` rows (v2 computes buckets in 32 bits); both give the same
+    /// bits, since each adds every row's contributions in the order of i.
+    pub(crate) fn embedding_backward_with(
+        &self,
+        which: EmbeddingBackward,
+        spec: &EmbeddingSpec,
+        ids: &CudaBuffer,
+        dout: &CudaBuffer,
+        dtable: &mut CudaBuffer,
+    ) -> Result<()> {
+        const OP: &str = "embedding_backward";
+        check_index(OP, ids.dtype)?;
+        check_float(OP, dtable.dtype)?;
+        same_dtype(OP, dtable.dtype, dout.dtype)?;
+        let (at, rows) = spec.table_range(OP, dtable.len)?;
+        let (n, dim) = (ids.len, spec.dim);
+        Error::check_len(OP, mul(OP, n, dim)?, dout.len)?;
+        if n == 0 || rows == 0 {
+            return Ok(());
+        }
+        let sms = self.inner.info.sm_count.max(1) as usize;
+        let v2 = which == EmbeddingBackward::V2Warp && u32::try_from(rows).is_ok();
+        let (version, buckets, cfg) = if v2 {
+            // A warp per bucket, 8 warps per block. Every warp scans all n ids (n / 32
+            // ballots), so the scan costs buckets * n / 32 warp steps in all: more buckets
+            // cost more scanning. Fewer buckets leave fewer warps to share the n * dim
+            // additions, and each warp handles its ids one after another, a few memory
+            // round trips each: too few warps cannot keep enough loads in flight.
+            // sm_count * 32 warps (4 blocks per SM, half of an H100 SM's 64 warps) balance
+            // the two at GPT-2's shapes (8192 ids, 50304 rows): 256 ballots per warp, a few
+            // microseconds, against about 2 ids per warp with random ids. (A frequent
+            // token's ids all fall to one warp, which adds them one after another: real
+            // text is slower than random ids, but no element ever has two writers.)
+            let buckets = rows.min(sms * 32);
+            let cfg = LaunchCfg {
+                grid: (buckets.div_ceil(8) as u32, 1, 1),
+                block: (256, 1, 1),
+                smem: 0,
+            };
+            ("", buckets, cfg)
+        } else {
+            let buckets = rows.min(sms * 8);
+            let cfg = LaunchCfg {
+                grid: (buckets as u32, 1, 1),
+                block: (self.rows_cfg(1, dim).block.0.min(256), 1, 1),
+                smem: 0,
+            };
+            ("v1_", buckets, cfg)
+        };
+        let (s, is) = (suffix(dtable.dtype), suffix(ids.dtype));
+        self.launch(
+            Family::Embedding,
+            &format!("embedding_backward_{version}{s}_{is}"),
+            cfg,
+            &[
+                Arg::Ptr(dtable.ptr_at(at.start)),
+                Arg::Ptr(ids.device_ptr()),
+                Arg::Ptr(dout.device_ptr()),
+                Arg::U64(n as u64),
+                Arg::U64(dim as u64),
+                Arg::U64(rows as u64),
+                Arg::U64(buckets as u64),
+            ],
+        )
+    }
+}
+
 impl Backend for CudaBackend {
     type Buffer = CudaBuffer;
 
@@ -1183,40 +1262,7 @@ impl Backend for CudaBackend {
         dout: &CudaBuffer,
         dtable: &mut CudaBuffer,
     ) -> Result<()> {
-        const OP: &str = "embedding_backward";
-        check_index(OP, ids.dtype)?;
-        check_float(OP, dtable.dtype)?;
-        same_dtype(OP, dtable.dtype, dout.dtype)?;
-        let (at, rows) = spec.table_range(OP, dtable.len)?;
-        let (n, dim) = (ids.len, spec.dim);
-        Error::check_len(OP, mul(OP, n, dim)?, dout.len)?;
-        if n == 0 || rows == 0 {
-            return Ok(());
-        }
-        let buckets = rows.min(self.inner.info.sm_count.max(1) as usize * 8);
-        let cfg = LaunchCfg {
-            grid: (buckets as u32, 1, 1),
-            block: (self.rows_cfg(1, dim).block.0.min(256), 1, 1),
-            smem: 0,
-        };
-        self.launch(
-            Family::Embedding,
-            &format!(
-                "embedding_backward_{}_{}",
-                suffix(dtable.dtype),
-                suffix(ids.dtype)
-            ),
-            cfg,
-            &[
-                Arg::Ptr(dtable.ptr_at(at.start)),
-                Arg::Ptr(ids.device_ptr()),
-                Arg::Ptr(dout.device_ptr()),
-                Arg::U64(n as u64),
-                Arg::U64(dim as u64),
-                Arg::U64(rows as u64),
-                Arg::U64(buckets as u64),
-            ],
-        )
+        self.embedding_backward_with(EmbeddingBackward::V2Warp, spec, ids, dout, dtable)
     }
 
     fn cross_entropy(

@@ -11,14 +11,17 @@
 //!   are the minimum traffic: every input read once, every output written once.
 //! - [`reductions`]: GB/s of the reductions with few outputs (a bias gradient, a whole
 //!   gradient's sum and sum of squares), one pass against the split or fused kernels.
+//! - [`embedding`]: GB/s of the embedding backward (the scatter-add into the token
+//!   table), the block-per-bucket v1 kernel against the warp-ballot v2 the backend runs.
 //! - [`upload`]: GB/s of a host-to-device upload through pinned staging.
 //! - [`upload_overlap`]: whether that upload hides behind compute enqueued before it
 //!   (the copy stream at work), against a write that must wait for the compute.
 
+use crate::backend::EmbeddingBackward;
 use crate::{CudaBackend, CudaBuffer, GemmImpl};
 use brrr_backend::{
-    Backend, BinaryOp, DType, GemmSpec, HostData, LayerNormSpec, Layout, ReduceOp, Result,
-    SoftmaxSpec, UnaryOp,
+    Backend, BinaryOp, DType, EmbeddingSpec, Error, GemmSpec, HostData, LayerNormSpec, Layout,
+    ReduceOp, Result, SoftmaxSpec, UnaryOp, block_on,
 };
 
 /// What a row measures.
@@ -527,6 +530,117 @@ fn push_pair(rows: &mut Vec<BenchRow>, what: &str, dt: DType, size: &str, bytes:
             note: String::new(),
         });
     }
+}
+
+/// Settings of [`embedding`].
+#[derive(Clone, Debug)]
+pub struct EmbeddingBench {
+    /// Token ids per call: batch x sequence, GPT-2's 8 x 1024.
+    pub ids: usize,
+    /// Row length: GPT-2 small's 768.
+    pub dim: usize,
+    /// Table rows: GPT-2's padded vocabulary, 50304.
+    pub rows: usize,
+    /// Seed of the random ids (uniform over the table).
+    pub seed: u64,
+    pub dtypes: Vec<DType>,
+    pub warmup: usize,
+    pub reps: usize,
+}
+
+impl Default for EmbeddingBench {
+    fn default() -> Self {
+        EmbeddingBench {
+            ids: 8192,
+            dim: 768,
+            rows: 50304,
+            seed: 17,
+            dtypes: vec![DType::F32, DType::BF16],
+            warmup: 3,
+            reps: 20,
+        }
+    }
+}
+
+/// `n` seeded pseudo-random ids below `rows` (an LCG's high bits).
+fn random_ids(n: usize, rows: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) % rows.max(1) as u64) as u32
+        })
+        .collect()
+}
+
+/// The embedding backward (`dtable[ids[i]] += dout[i]`) with random ids, timed with the
+/// v1 kernel (a block per bucket of rows, every thread scanning every id) and with v2
+/// (a warp per bucket, a ballot per 32 ids), which the backend runs. GB/s count the
+/// minimum traffic: the ids and `dout` read once, each distinct table row read and
+/// written once. Each v2 row's `fraction_of_baseline` is its speed over v1. Before
+/// timing, one call of each on the same table must give the same bits (both add in the
+/// order of the ids); an `Err` says where they differ.
+pub fn embedding(cuda: &CudaBackend, cfg: &EmbeddingBench) -> Result<Vec<BenchRow>> {
+    let time = |f: &mut dyn FnMut() -> Result<()>| time_reps(cuda, cfg.warmup, cfg.reps, 5.0, f);
+    let (n, dim, rows) = (cfg.ids, cfg.dim, cfg.rows);
+    let host_ids = random_ids(n, rows, cfg.seed);
+    let mut distinct = host_ids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let ids = cuda.upload(&HostData::U32(host_ids))?;
+    let spec = EmbeddingSpec::new(dim);
+    let mut out = Vec::new();
+    for &dt in &cfg.dtypes {
+        let es = dt.size_in_bytes() as f64;
+        let dout = cuda.upload(&pseudo_random(dt, n * dim, 10))?;
+        let table = pseudo_random(dt, rows * dim, 11);
+        let run = |which| -> Result<(CudaBuffer, HostData)> {
+            let mut dtable = cuda.upload(&table)?;
+            cuda.embedding_backward_with(which, &spec, &ids, &dout, &mut dtable)?;
+            let once = block_on(cuda.read(&dtable))?;
+            Ok((dtable, once))
+        };
+        let (mut t1, once1) = run(EmbeddingBackward::V1Block)?;
+        let (mut t2, once2) = run(EmbeddingBackward::V2Warp)?;
+        if once1.as_bytes() != once2.as_bytes() {
+            return Err(Error::invalid(
+                "bench embedding",
+                format!("{dt}: the v2 kernel's table differs from v1's"),
+            ));
+        }
+        let v1 = time(&mut || {
+            cuda.embedding_backward_with(EmbeddingBackward::V1Block, &spec, &ids, &dout, &mut t1)
+        })?;
+        let v2 = time(&mut || {
+            cuda.embedding_backward_with(EmbeddingBackward::V2Warp, &spec, &ids, &dout, &mut t2)
+        })?;
+        let bytes = n as f64 * (4.0 + dim as f64 * es) + 2.0 * (distinct.len() * dim) as f64 * es;
+        let size = format!("{n}x{dim} -> {rows}");
+        for (i, (name, seconds)) in [
+            ("embedding backward, v1 block", v1),
+            ("embedding backward, v2 warp", v2),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out.push(BenchRow {
+                name: name.to_string(),
+                dtype: dt,
+                size: size.clone(),
+                seconds,
+                rate: Rate::GbS(bytes / seconds / 1e9),
+                fraction_of_baseline: Some(if i == 0 { 1.0 } else { v1 / seconds }),
+                note: if i == 0 {
+                    String::new()
+                } else {
+                    "bitwise equal to v1".into()
+                },
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Host wall time of `f` with the device idle before and drained after: `warmup`

@@ -871,6 +871,93 @@ fn embedding_forward_and_backward() {
     }
 }
 
+/// `a + b` as the kernels compute it for `dtype`: in f32 (f64 for f64), rounded once to
+/// the dtype.
+fn add_like_the_kernels(dtype: DType, a: f64, b: f64) -> f64 {
+    let s = a as f32 + b as f32;
+    match dtype {
+        DType::F64 => a + b,
+        DType::F32 => f64::from(s),
+        DType::BF16 => f64::from(half::bf16::from_f32(s).to_f32()),
+        _ => f64::from(half::f16::from_f32(s).to_f32()),
+    }
+}
+
+/// The embedding backward as a sequential loop over the ids, each addition rounded to
+/// the dtype (as the kernels do), skipping ids outside `[0, rows)`.
+fn sequential_scatter_add(
+    dtype: DType,
+    ids: &[i64],
+    dout: &[f64],
+    table: &[f64],
+    dim: usize,
+) -> Vec<f64> {
+    let rows = (table.len() / dim) as i64;
+    let mut t = table.to_vec();
+    for (i, &id) in ids.iter().enumerate() {
+        if !(0..rows).contains(&id) {
+            continue;
+        }
+        let row = id as usize * dim;
+        for d in 0..dim {
+            t[row + d] = add_like_the_kernels(dtype, t[row + d], dout[i * dim + d]);
+        }
+    }
+    t
+}
+
+/// The embedding backward adds every row's contributions in the order of the ids, one
+/// rounding per addition, and skips ids outside the table (which a GPU cannot report):
+/// equal bit for bit to a sequential loop, in every dtype. Shapes: many repeats of 3
+/// rows of 300 (a whole 256-element pass per warp plus a ragged tail); 200 rows, more
+/// than the emulator's 128 buckets; 1100 ids, two tiles of 1024 with a ragged second
+/// one; ids below 0, equal to `rows` and far beyond.
+#[test]
+fn embedding_backward_is_a_sequential_loop_bit_for_bit() {
+    let cuda = need_emu!();
+    let mut r = rng(11);
+    for (rows, dim) in [(3usize, 300usize), (200, 33)] {
+        for dt in FLOATS {
+            for idx in [DType::U32, DType::I32] {
+                let n = 1100;
+                let bad: &[i64] = if idx == DType::I32 {
+                    &[-1, -1000, rows as i64, rows as i64 + 5, i64::from(i32::MAX)]
+                } else {
+                    &[rows as i64, rows as i64 + 1, i64::from(u32::MAX)]
+                };
+                let ids: Vec<i64> = (0..n)
+                    .map(|i| {
+                        if i % 7 == 3 {
+                            bad[i / 7 % bad.len()]
+                        } else {
+                            i64::from(r.random_range(0..rows as u32))
+                        }
+                    })
+                    .collect();
+                let ids_f: Vec<f64> = ids.iter().map(|&v| v as f64).collect();
+                // Rounded to the dtype first, so the host loop starts from the same values.
+                let hdout = data(dt, &rand_vec(&mut r, n * dim, -1.0, 1.0));
+                let htable = data(dt, &rand_vec(&mut r, rows * dim, -1.0, 1.0));
+                let want = sequential_scatter_add(dt, &ids, &hdout.to_f64(), &htable.to_f64(), dim);
+                let (hids, dout) = (data(idx, &ids_f), up(cuda, &hdout));
+                let mut dtable = up(cuda, &htable);
+                cuda.embedding_backward(
+                    &EmbeddingSpec::new(dim),
+                    &up(cuda, &hids),
+                    &dout,
+                    &mut dtable,
+                )
+                .unwrap();
+                assert_eq!(
+                    get(cuda, &dtable),
+                    data(dt, &want),
+                    "embedding_backward {dt} {idx} rows={rows} dim={dim}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn cross_entropy_forward_and_backward() {
     let cuda = need_emu!();
