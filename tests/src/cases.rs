@@ -544,6 +544,67 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
             1,
             false,
         ),
+        // Rows contiguous on both sides and whole 16-byte packs in every dtype, both
+        // addresses aligned: CUDA copies 16-byte packs.
+        (
+            "head split [2,4,3,64] -> [2,3,4,64]",
+            lay(&[2, 3, 4, 64], &[768, 64, 192, 1], 0),
+            1536,
+            Layout::contiguous([2, 3, 4, 64]),
+            1536,
+            false,
+        ),
+        (
+            "head merge [2,3,4,64] -> [2,4,3,64]",
+            Layout::contiguous([2, 3, 4, 64]),
+            1536,
+            lay(&[2, 3, 4, 64], &[768, 64, 192, 1], 0),
+            1536,
+            false,
+        ),
+        (
+            "rows of 8, [5,3,8] -> [3,5,8], offset 8",
+            lay(&[3, 5, 8], &[8, 24, 1], 8),
+            128,
+            Layout::contiguous([3, 5, 8]),
+            120,
+            false,
+        ),
+        // Just missing the packs: rows of 9 (no dtype makes 16-byte multiples of them),
+        // an offset of one element on either side, rows 12 elements apart (packs in
+        // f32/f64 only).
+        (
+            "rows of 9, [5,3,9] -> [3,5,9]",
+            lay(&[3, 5, 9], &[9, 27, 1], 0),
+            135,
+            Layout::contiguous([3, 5, 9]),
+            135,
+            false,
+        ),
+        (
+            "rows of 8, [5,3,8] -> [3,5,8], source offset 1",
+            lay(&[3, 5, 8], &[8, 24, 1], 1),
+            121,
+            Layout::contiguous([3, 5, 8]),
+            120,
+            false,
+        ),
+        (
+            "rows of 8, [3,5,8] -> [5,3,8], destination offset 1",
+            Layout::contiguous([3, 5, 8]),
+            120,
+            lay(&[3, 5, 8], &[8, 24, 1], 1),
+            121,
+            true,
+        ),
+        (
+            "rows of 8 at a stride of 12",
+            lay(&[5, 8], &[12, 1], 0),
+            56,
+            Layout::contiguous([5, 8]),
+            40,
+            false,
+        ),
     ];
     for (label, src, slen, dst, dlen, keep) in copies.iter().cloned() {
         b.add("copy_strided", label, |g, d| {

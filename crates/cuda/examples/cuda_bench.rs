@@ -105,6 +105,7 @@ fn main() {
                     elems: 768 * 8,
                     softmax_cols: 64,
                     vocab: 512,
+                    head_split: [2, 16, 3, 64],
                     reps: 1,
                     warmup: 0,
                     ..cfg

@@ -690,20 +690,30 @@ impl Backend for CudaBackend {
         let small = src_span <= u32::MAX as usize
             && dst_span <= u32::MAX as usize
             && n <= u32::MAX as usize;
-        let width = match es {
-            2 => "b16",
-            4 => "b32",
-            _ => "b64",
+        // Rows of whole 16-byte packs on both sides (an attention head split's rows of
+        // 64): a thread per pack, the index math once per 16 bytes. `small` holds for
+        // packs too: their counts and spans are smaller than the elements'.
+        let (width, items, desc) = match desc.in_packs(es, ps, pd) {
+            Some(packed) => ("b128", n / (16 / es), packed),
+            None => (
+                match es {
+                    2 => "b16",
+                    4 => "b32",
+                    _ => "b64",
+                },
+                n,
+                desc,
+            ),
         };
         let name = format!("copy_strided{}_{width}", if small { "32" } else { "" });
         self.launch(
             Family::Elementwise,
             &name,
-            self.flat_cfg(n),
+            self.flat_cfg(items),
             &[
                 Arg::Ptr(pd),
                 Arg::Ptr(ps),
-                Arg::U64(n as u64),
+                Arg::U64(items as u64),
                 Arg::pod(&desc),
             ],
         )

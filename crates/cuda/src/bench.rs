@@ -7,7 +7,7 @@
 //! - [`gemm`]: TFLOP/s (`2 n^3` flops) of cuBLAS, cuBLASLt and brrr's own kernels v1-v4
 //!   for f32, TF32 and bf16, the issue's `4096^3` by default.
 //! - [`bandwidth`]: GB/s of the memory-bound kernels (element-wise, softmax, LayerNorm,
-//!   cross-entropy, casts) next to a device-to-device copy, the practical ceiling. Bytes
+//!   cross-entropy, casts, the attention head split's strided copy) next to a device-to-device copy, the practical ceiling. Bytes
 //!   are the minimum traffic: every input read once, every output written once.
 //! - [`reductions`]: GB/s of the reductions with few outputs (a bias gradient, a whole
 //!   gradient's sum and sum of squares), one pass against the split or fused kernels.
@@ -224,6 +224,10 @@ pub struct BandwidthBench {
     pub layernorm_cols: usize,
     /// Vocabulary of the cross-entropy row (GPT-2's padded 50304).
     pub vocab: usize,
+    /// The attention head split copied by the strided-copy row: a contiguous
+    /// `[batch, seq, heads, head_dim]` into `[batch, heads, seq, head_dim]` (GPT-2
+    /// small's 8 x 1024 x 12 x 64).
+    pub head_split: [usize; 4],
     pub dtypes: Vec<DType>,
     pub warmup: usize,
     pub reps: usize,
@@ -236,6 +240,7 @@ impl Default for BandwidthBench {
             softmax_cols: 1024,
             layernorm_cols: 768,
             vocab: 50304,
+            head_split: [8, 1024, 12, 64],
             dtypes: vec![DType::F32, DType::BF16],
             warmup: 3,
             reps: 20,
@@ -303,8 +308,35 @@ pub fn bandwidth(cuda: &CudaBackend, cfg: &BandwidthBench) -> Result<Vec<BenchRo
         let mut out: CudaBuffer = cuda.zeros(dt, n)?;
         elementwise_rows(cuda, cfg, dt, &x, &mut out, &time, &mut rows)?;
         rowwise_rows(cuda, cfg, dt, &x, &mut out, &time, &mut rows)?;
+        head_split_row(cuda, cfg.head_split, dt, &time, &mut rows)?;
     }
     Ok(rows)
+}
+
+/// The strided-copy row of [`bandwidth`]: attention's head split, a contiguous
+/// `[b, t, h, d]` copied into `[b, h, t, d]` (a transpose of the middle axes; rows of
+/// `d` contiguous on both sides, so 16-byte packs when `d` is whole packs).
+fn head_split_row(
+    cuda: &CudaBackend,
+    [b, t, h, d]: [usize; 4],
+    dt: DType,
+    time: &TimeFn,
+    rows: &mut Vec<BenchRow>,
+) -> Result<()> {
+    let n = b * t * h * d;
+    let src = cuda.upload(&pseudo_random(dt, n, 12))?;
+    let mut dst = cuda.zeros(dt, n)?;
+    let src_view = Layout {
+        shape: brrr_backend::Shape::new([b, h, t, d]),
+        strides: vec![t * h * d, d, h * d, 1],
+        offset: 0,
+    };
+    let dst_view = Layout::contiguous([b, h, t, d]);
+    let s = time(&mut || cuda.copy_strided(&src, &src_view, &mut dst, &dst_view))?;
+    let bytes = 2.0 * n as f64 * dt.size_in_bytes() as f64;
+    let size = format!("{b}x{t}x{h}x{d}");
+    push_gbs(rows, "copy_strided (head split)", dt, size, s, bytes);
+    Ok(())
 }
 
 /// The element-wise rows of [`bandwidth`] for one dtype: add, exp, axpy, GELU, a

@@ -45,6 +45,38 @@ impl Strided {
         d.rank = r as u32;
         d
     }
+
+    /// The same copy counted in 16-byte packs of `elem_size`-byte elements, for
+    /// `copy_strided_b128`: when the innermost dimension is contiguous in both views
+    /// (stride 1) and a whole number of packs long, every other stride is a whole number
+    /// of packs too (so each run of the inner dimension starts on a pack boundary; a
+    /// broadcast stride 0 is one), and both base addresses `pa`, `pb` are 16-byte
+    /// aligned. `None` otherwise: the copy then goes element by element.
+    pub(crate) fn in_packs(&self, elem_size: usize, pa: DevPtr, pb: DevPtr) -> Option<Strided> {
+        if elem_size == 0 || elem_size >= 16 || !16usize.is_multiple_of(elem_size) {
+            return None;
+        }
+        let per = (16 / elem_size) as u64;
+        let last = (self.rank as usize).checked_sub(1)?;
+        let outer_whole =
+            (0..last).all(|ax| self.sa[ax].is_multiple_of(per) && self.sb[ax].is_multiple_of(per));
+        if self.sa[last] != 1
+            || self.sb[last] != 1
+            || !self.shape[last].is_multiple_of(per)
+            || !outer_whole
+            || !pa.is_multiple_of(16)
+            || !pb.is_multiple_of(16)
+        {
+            return None;
+        }
+        let mut p = *self;
+        p.shape[last] /= per;
+        for ax in 0..last {
+            p.sa[ax] /= per;
+            p.sb[ax] /= per;
+        }
+        Some(p)
+    }
 }
 
 /// Checks a view for `op`: rank and strides consistent, shape `expected`, and every
@@ -252,6 +284,58 @@ pub(crate) fn check_index(op: &'static str, dtype: DType) -> Result<()> {
 mod tests {
     use super::*;
     use brrr_backend::Shape;
+
+    #[test]
+    fn a_copy_goes_in_packs_only_when_rows_are_whole_aligned_packs() {
+        // The attention head split: [8, 1024, 12, 64] read as [8, 12, 1024, 64].
+        let src = Layout {
+            shape: Shape::new([8, 12, 1024, 64]),
+            strides: vec![1024 * 12 * 64, 64, 12 * 64, 1],
+            offset: 0,
+        };
+        let dst = Layout::contiguous([8, 12, 1024, 64]);
+        let d = Strided::new(&src, &dst);
+        let p = d
+            .in_packs(2, 256, 512)
+            .expect("bf16 rows of 64 are 8 packs");
+        assert_eq!(p.rank, 4);
+        assert_eq!(p.shape[..4], [8, 12, 1024, 8]);
+        assert_eq!(p.sa[..4], [1024 * 12 * 8, 8, 12 * 8, 1]);
+        assert_eq!(p.sb[..4], [12 * 1024 * 8, 1024 * 8, 8, 1]);
+        assert!(d.in_packs(8, 256, 512).is_some(), "f64: 32 packs per row");
+        // A base address off by one element on either side.
+        assert_eq!(d.in_packs(2, 258, 512), None);
+        assert_eq!(d.in_packs(2, 256, 514), None);
+        // Rows of 9 are no whole number of packs in any dtype.
+        let rows9 = Layout {
+            shape: Shape::new([3, 5, 9]),
+            strides: vec![9, 27, 1],
+            offset: 0,
+        };
+        let d9 = Strided::new(&rows9, &Layout::contiguous([3, 5, 9]));
+        assert!([2, 4, 8].iter().all(|&es| d9.in_packs(es, 0, 0).is_none()));
+        // Rows 12 elements apart: whole packs of f32 (3), not of bf16 (1.5).
+        let strided = Layout {
+            shape: Shape::new([5, 8]),
+            strides: vec![12, 1],
+            offset: 0,
+        };
+        let ds = Strided::new(&strided, &Layout::contiguous([5, 8]));
+        assert!(ds.in_packs(4, 0, 0).is_some());
+        assert_eq!(ds.in_packs(2, 0, 0), None);
+        // An innermost stride other than 1 (a transpose's) and a scalar never pack.
+        let t = Layout {
+            shape: Shape::new([8, 8]),
+            strides: vec![1, 8],
+            offset: 0,
+        };
+        assert_eq!(
+            Strided::new(&t, &Layout::contiguous([8, 8])).in_packs(4, 0, 0),
+            None
+        );
+        let scalar = Layout::contiguous(Vec::<usize>::new());
+        assert_eq!(Strided::new(&scalar, &scalar).in_packs(4, 0, 0), None);
+    }
 
     #[test]
     fn a_bias_broadcast_is_recognised_only_when_whole_packs_and_aligned() {

@@ -1465,6 +1465,7 @@ fn benchmark_rows_are_produced() {
             softmax_cols: 64,
             layernorm_cols: 768,
             vocab: 512,
+            head_split: [2, 16, 3, 64],
             dtypes: vec![DType::BF16],
             warmup: 0,
             reps: 1,
