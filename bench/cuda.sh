@@ -14,8 +14,9 @@
 #    next to a measured device-to-device copy, then the same ops in PyTorch; then the
 #    reductions with few outputs (bias gradient, gradient sum and norm), one pass against
 #    the split and fused kernels; then the embedding backward, v1 against v2.
-# 4. train: the GPT-2 small (124M) preset on synthetic tokens with `brrr train`, then the
-#    equivalent PyTorch model (bench/torch_reference.py): tokens/s and MFU for both.
+# 4. train: the GPT-2 small (124M) preset on synthetic tokens with `brrr train`, in f32
+#    and with --amp bf16, then the equivalent PyTorch model (bench/torch_reference.py) in
+#    f32, bf16 autocast and bf16 with torch.compile: tokens/s and MFU for all.
 # 5. amp: `brrr bench amp` on the 124M preset: step time, tokens/s and memory of f32, bf16
 #    and fp16 (the target is bf16 at least 2x f32's tokens/s).
 #    profile: an op-by-op profile of a few f32 and bf16 steps of the same run (`--profile`):
@@ -197,9 +198,11 @@ fi
 if want train; then
     step train-brrr brrr train --backend cuda --preset gpt2-124m --synthetic \
         --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ" --out "$OUT/train-brrr"
+    step train-brrr-bf16 brrr train --backend cuda --preset gpt2-124m --synthetic --amp bf16 \
+        --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ" --out "$OUT/train-brrr-bf16"
     if $PYTHON -c "import torch" 2>/dev/null; then
-        # f32 is what brrr trains in today; bf16 autocast and torch.compile show what
-        # PyTorch reaches with the usual settings.
+        # The same precisions on PyTorch's side (TF32 off in f32), plus torch.compile
+        # with fused attention: what PyTorch reaches with the usual settings.
         step train-torch-f32 $PYTHON bench/torch_reference.py train --steps "$STEPS" --batch "$BATCH" \
             --seq "$SEQ" --dtype f32 --json "$OUT/torch-train-f32.json"
         step train-torch-bf16 $PYTHON bench/torch_reference.py train --steps "$STEPS" --batch "$BATCH" \

@@ -7,7 +7,7 @@
 // Backward: dtable[ids[i], :] += dout[i, :]. Ids repeat (every sequence has many "the"),
 // so a naive parallel loop races. Atomics would fix the race but make the sum's order,
 // and so its rounding, change from run to run. Instead the table rows are split into
-// `buckets` classes (row % buckets), each owned by one warp (v2; a block in v1) that
+// `buckets` classes (row % buckets), each owned by one warp (v2, v3; a block in v1) that
 // walks through all ids in order and adds only the rows of its class. Every table
 // element is then updated by exactly one thread, in the order of i: the result is
 // deterministic and equal to a sequential loop, in every dtype, without atomics. An id
@@ -69,7 +69,7 @@ BRRR_DEVICE void embedding_backward_v1_impl(T* dtable, const I* ids, const T* do
     }
 }
 
-// v2 (what the backend runs): a warp per bucket, ids scanned 32 at a time with a ballot.
+// v2: a warp per bucket, ids scanned 32 at a time with a ballot.
 // The block stages a tile of ids with each one's bucket already computed (a u32 modulo,
 // once per id and block instead of once per id and thread; the host guarantees that
 // rows fit in u32 and falls back to v1 otherwise). Each warp then reads 32 buckets at
@@ -112,8 +112,8 @@ BRRR_DEVICE void embedding_stage_tile(u32* tile_row, u32* tile_bucket, const I* 
 }
 
 template <class T, class I>
-BRRR_DEVICE void embedding_backward_impl(T* dtable, const I* ids, const T* dout, u64 n, u64 dim, u32 rows,
-                                         u32 buckets) {
+BRRR_DEVICE void embedding_backward_v2_impl(T* dtable, const I* ids, const T* dout, u64 n, u64 dim, u32 rows,
+                                            u32 buckets) {
     __shared__ u32 tile_row[EMB_TILE_V2];
     __shared__ u32 tile_bucket[EMB_TILE_V2];
     const u32 lane = threadIdx.x & 31;
@@ -142,23 +142,131 @@ BRRR_DEVICE void embedding_backward_impl(T* dtable, const I* ids, const T* dout,
     }
 }
 
+// v3 (what the backend runs): v2's warp per bucket, with the additions of one row
+// batched. Text is skewed: in GPT-2's tokens a few ids make up several percent of a batch
+// each, so the warp owning such a row adds hundreds of dout rows to it, one after another,
+// and in v2 each addition is a read-modify-write of the table row with at most 8 loads
+// per lane in flight. v3 first compacts the warp's matches in a tile into a list (a ballot
+// and a prefix count: the order of i is kept), then takes each run of consecutive matches
+// with the same row at once: the table row is read once into registers, the dout rows of
+// four ids are loaded together, added in the order of i, and the row is written once.
+// Each addition is still rounded to T (`round_to<T>`), so the bits are v1's and v2's.
+#define EMB_V3_WARPS 8  // the host launches 256 threads: the match lists are per warp
+
+template <class T> BRRR_DEVICE typename Acc<T>::type round_to(typename Acc<T>::type x) {
+    return to_acc(from_acc<T>(x));
+}
+
+// dst[d] += g_j[d] for each j in js[0..count), in that order, for d = lane, lane + 32, ...
+// (g_j = dout + j * dim): 8 columns per lane at a time, the table's read once, the dout
+// rows of four ids loaded before any of them is added.
+template <class T>
+BRRR_DEVICE void embedding_add_run_warp(T* dst, const T* dout, const unsigned short* js, u32 count, u64 dim,
+                                        u32 lane) {
+    typedef typename Acc<T>::type A;
+    for (u64 d0 = lane; d0 < dim; d0 += 8 * 32) {
+        A acc[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc[k] = d0 + 32 * k < dim ? to_acc(dst[d0 + 32 * k]) : A(0);
+        u32 c = 0;
+        for (; c + 4 <= count; c += 4) {
+            A g[4][8];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const T* src = dout + (u64)js[c + q] * dim;
+#pragma unroll
+                for (int k = 0; k < 8; k++) g[q][k] = d0 + 32 * k < dim ? to_acc(src[d0 + 32 * k]) : A(0);
+            }
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc[k] = round_to<T>(acc[k] + g[q][k]);
+            }
+        }
+        for (; c < count; c++) {
+            const T* src = dout + (u64)js[c] * dim;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (d0 + 32 * k < dim) acc[k] = round_to<T>(acc[k] + to_acc(src[d0 + 32 * k]));
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            if (d0 + 32 * k < dim) dst[d0 + 32 * k] = from_acc<T>(acc[k]);
+        }
+    }
+}
+
+// The positions t in [0, count) of the staged tile whose bucket is `mine`, in increasing
+// order, into list; returns how many (the same in every lane).
+BRRR_DEVICE u32 embedding_my_matches(unsigned short* list, const u32* tile_bucket, u32 count, u32 mine, u32 lane) {
+    u32 m = 0;
+    for (u32 t0 = 0; t0 < count; t0 += 32) {
+        const u32 t = t0 + lane;
+        const bool match = t < count && tile_bucket[t] == mine;
+        const unsigned set = __ballot_sync(0xffffffffu, match);  // warp-uniform
+        if (match) list[m + __popc(set & ((1u << lane) - 1u))] = (unsigned short)t;
+        m += (u32)__popc(set);
+    }
+    __syncwarp();  // the list is written by every lane and read by all
+    return m;
+}
+
+template <class T, class I>
+BRRR_DEVICE void embedding_backward_v3_impl(T* dtable, const I* ids, const T* dout, u64 n, u64 dim, u32 rows,
+                                            u32 buckets) {
+    __shared__ u32 tile_row[EMB_TILE_V2];
+    __shared__ u32 tile_bucket[EMB_TILE_V2];
+    __shared__ unsigned short lists[EMB_V3_WARPS][EMB_TILE_V2];
+    const u32 lane = threadIdx.x & 31;
+    const u32 warp = threadIdx.x >> 5;
+    const u32 warps = blockDim.x >> 5;  // at most EMB_V3_WARPS (launch bounds: 256)
+    unsigned short* list = lists[warp];
+    for (u32 first = blockIdx.x * warps; first < buckets; first += gridDim.x * warps) {
+        const u32 mine = first + warp;  // >= buckets in part of the last block: no matches
+        for (u64 start = 0; start < n; start += EMB_TILE_V2) {
+            const u32 count = (u32)(n - start < EMB_TILE_V2 ? n - start : EMB_TILE_V2);
+            __syncthreads();  // every warp is done with the previous tile
+            embedding_stage_tile<I>(tile_row, tile_bucket, ids, start, count, rows, buckets);
+            __syncthreads();
+            const u32 m = embedding_my_matches(list, tile_bucket, count, mine, lane);
+            // Runs of consecutive matches with one row; rows are independent, so a row
+            // that comes back later in the list starts a new run, in order.
+            for (u32 a = 0; a < m;) {
+                const u32 row = tile_row[list[a]];
+                u32 b = a + 1;
+                while (b < m && tile_row[list[b]] == row) b++;
+                embedding_add_run_warp<T>(dtable + (u64)row * dim, dout + start * dim, list + a, b - a, dim, lane);
+                a = b;
+            }
+            __syncwarp();  // every lane has read the list before the next tile rewrites it
+        }
+    }
+}
+
 #define EMBEDDING_KERNELS(T, S, I, IS)                                                         \
     extern "C" __global__ void BRRR_ROWS embedding_##S##_##IS(T* out, const I* ids, const T* table, u64 n, u64 dim, \
                                                      u64 rows) {                               \
         embedding_impl<T, I>(out, ids, table, n, dim, rows);                                   \
     }                                                                                          \
     BRRR_REGISTER(embedding_##S##_##IS)                                                        \
-    extern "C" __global__ void BRRR_FLAT embedding_backward_##S##_##IS(T* dtable, const I* ids, const T* dout, u64 n, \
-                                                              u64 dim, u64 rows, u64 buckets) { \
+    extern "C" __global__ void BRRR_FLAT embedding_backward_v2_##S##_##IS(T* dtable, const I* ids, const T* dout, \
+                                                                 u64 n, u64 dim, u64 rows, u64 buckets) { \
         /* the host checked that rows (and so buckets) fit in u32 */                           \
-        embedding_backward_impl<T, I>(dtable, ids, dout, n, dim, (u32)rows, (u32)buckets);     \
+        embedding_backward_v2_impl<T, I>(dtable, ids, dout, n, dim, (u32)rows, (u32)buckets);  \
     }                                                                                          \
-    BRRR_REGISTER(embedding_backward_##S##_##IS)                                               \
+    BRRR_REGISTER(embedding_backward_v2_##S##_##IS)                                            \
     extern "C" __global__ void BRRR_ROWS embedding_backward_v1_##S##_##IS(T* dtable, const I* ids, const T* dout, \
                                                                  u64 n, u64 dim, u64 rows, u64 buckets) { \
         embedding_backward_v1_impl<T, I>(dtable, ids, dout, n, dim, rows, buckets);            \
     }                                                                                          \
-    BRRR_REGISTER(embedding_backward_v1_##S##_##IS)
+    BRRR_REGISTER(embedding_backward_v1_##S##_##IS)                                            \
+    extern "C" __global__ void BRRR_FLAT embedding_backward_v3_##S##_##IS(T* dtable, const I* ids, const T* dout, \
+                                                                 u64 n, u64 dim, u64 rows, u64 buckets) { \
+        /* the host checked that rows (and so buckets) fit in u32 */                           \
+        embedding_backward_v3_impl<T, I>(dtable, ids, dout, n, dim, (u32)rows, (u32)buckets);  \
+    }                                                                                          \
+    BRRR_REGISTER(embedding_backward_v3_##S##_##IS)
 
 #define EMBEDDING_FOR(T, S)             \
     EMBEDDING_KERNELS(T, S, u32, u32)   \

@@ -39,6 +39,8 @@ extern dim3 g_block_dim;
 extern dim3 g_grid_dim;
 
 void syncthreads();
+// A barrier of the calling thread's warp (__syncwarp).
+void syncwarp();
 // Exchanges one 64-bit value across the calling thread's warp: every lane deposits
 // `v` and gets back the value deposited by lane `src_lane(lane)`.
 u64 warp_exchange(u64 v, unsigned src_lane_xor, bool is_xor);
@@ -83,6 +85,7 @@ struct Registrar {
 #define __align__(n) alignas(n)
 #define __launch_bounds__(...)
 #define __syncthreads() emu::syncthreads()
+#define __syncwarp(...) emu::syncwarp()
 #define __trap() abort()
 #define BRRR_DEVICE inline
 #define BRRR_DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(emu::dynamic_smem())

@@ -152,7 +152,7 @@ fn main() {
             }
             let rows = brrr_cuda::bench::embedding(&cuda, &cfg)?;
             print(
-                "Embedding backward, brrr-cuda (speed of each v2 row over v1)",
+                "Embedding backward, brrr-cuda (speed of each row over v1)",
                 &rows,
             );
         }

@@ -412,20 +412,23 @@ impl CudaBackend {
     }
 }
 
-/// The kernels of `embedding_backward` (kernels/embedding.cu). The backend runs v2; the
-/// benchmark times v1 against it.
+/// The kernels of `embedding_backward` (kernels/embedding.cu). The backend runs v3; the
+/// benchmark times v1, v2 and v3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum EmbeddingBackward {
     /// A block per bucket of rows, every thread scanning every id.
     V1Block,
     /// A warp per bucket, ids scanned 32 at a time with a ballot.
     V2Warp,
+    /// v2, with each run of one row's ids added in registers, four dout rows loaded at
+    /// once (text repeats a few ids many times).
+    V3Runs,
 }
 
 impl CudaBackend {
-    /// `dtable[ids[i]] += dout[i]` with the chosen kernel. v2 falls back to v1 for a table
-    /// of more than `u32::MAX` rows (v2 computes buckets in 32 bits); both give the same
-    /// bits, since each adds every row's contributions in the order of i.
+    /// `dtable[ids[i]] += dout[i]` with the chosen kernel. v2 and v3 fall back to v1 for a
+    /// table of more than `u32::MAX` rows (they compute buckets in 32 bits); all give the
+    /// same bits, since each adds every row's contributions in the order of i.
     pub(crate) fn embedding_backward_with(
         &self,
         which: EmbeddingBackward,
@@ -445,8 +448,13 @@ impl CudaBackend {
             return Ok(());
         }
         let sms = self.inner.info.sm_count.max(1) as usize;
-        let v2 = which == EmbeddingBackward::V2Warp && u32::try_from(rows).is_ok();
-        let (version, buckets, cfg) = if v2 {
+        let warp_kernel = match which {
+            EmbeddingBackward::V1Block => None,
+            _ if u32::try_from(rows).is_err() => None,
+            EmbeddingBackward::V2Warp => Some("v2_"),
+            EmbeddingBackward::V3Runs => Some("v3_"),
+        };
+        let (version, buckets, cfg) = if let Some(version) = warp_kernel {
             // A warp per bucket, 8 warps per block. Every warp scans all n ids (n / 32
             // ballots), so the scan costs buckets * n / 32 warp steps in all: more buckets
             // cost more scanning. Fewer buckets leave fewer warps to share the n * dim
@@ -463,7 +471,7 @@ impl CudaBackend {
                 block: (256, 1, 1),
                 smem: 0,
             };
-            ("", buckets, cfg)
+            (version, buckets, cfg)
         } else {
             let buckets = rows.min(sms * 8);
             let cfg = LaunchCfg {
@@ -1272,7 +1280,7 @@ impl Backend for CudaBackend {
         dout: &CudaBuffer,
         dtable: &mut CudaBuffer,
     ) -> Result<()> {
-        self.embedding_backward_with(EmbeddingBackward::V2Warp, spec, ids, dout, dtable)
+        self.embedding_backward_with(EmbeddingBackward::V3Runs, spec, ids, dout, dtable)
     }
 
     fn cross_entropy(

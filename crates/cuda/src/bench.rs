@@ -607,72 +607,138 @@ fn random_ids(n: usize, rows: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-/// The embedding backward (`dtable[ids[i]] += dout[i]`) with random ids, timed with the
-/// v1 kernel (a block per bucket of rows, every thread scanning every id) and with v2
-/// (a warp per bucket, a ballot per 32 ids), which the backend runs. GB/s count the
-/// minimum traffic: the ids and `dout` read once, each distinct table row read and
-/// written once. Each v2 row's `fraction_of_baseline` is its speed over v1. Before
-/// timing, one call of each on the same table must give the same bits (both add in the
-/// order of the ids); an `Err` says where they differ.
+/// The embedding backward (`dtable[ids[i]] += dout[i]`) with uniform and with
+/// Zipf-distributed (text-like) ids, timed with the v1 kernel (a block per bucket of
+/// rows, every thread scanning every id), v2 (a warp per bucket, a ballot per 32 ids)
+/// and v3 (v2 with each run of one row's ids added in registers), which the backend
+/// runs. GB/s count the minimum traffic: the ids and `dout` read once, each distinct
+/// table row read and written once. Each row's `fraction_of_baseline` is its speed over
+/// v1. Before timing, one call of each on the same table must give v1's bits (all add in
+/// the order of the ids); an `Err` says where they differ.
 pub fn embedding(cuda: &CudaBackend, cfg: &EmbeddingBench) -> Result<Vec<BenchRow>> {
-    let time = |f: &mut dyn FnMut() -> Result<()>| time_reps(cuda, cfg.warmup, cfg.reps, 5.0, f);
-    let (n, dim, rows) = (cfg.ids, cfg.dim, cfg.rows);
-    let host_ids = random_ids(n, rows, cfg.seed);
+    let uniform = random_ids(cfg.ids, cfg.rows, cfg.seed);
+    let zipf = zipf_ids(cfg.ids, cfg.rows, cfg.seed);
+    let mut out = Vec::new();
+    for (label, host_ids) in [("uniform ids", uniform), ("Zipf ids", zipf)] {
+        out.extend(embedding_rows(cuda, cfg, label, host_ids)?);
+    }
+    Ok(out)
+}
+
+/// [`embedding`]'s rows for one set of ids: per dtype v1, then v2 and v3 against it.
+fn embedding_rows(
+    cuda: &CudaBackend,
+    cfg: &EmbeddingBench,
+    label: &str,
+    host_ids: Vec<u32>,
+) -> Result<Vec<BenchRow>> {
     let mut distinct = host_ids.clone();
     distinct.sort_unstable();
     distinct.dedup();
     let ids = cuda.upload(&HostData::U32(host_ids))?;
-    let spec = EmbeddingSpec::new(dim);
     let mut out = Vec::new();
     for &dt in &cfg.dtypes {
-        let es = dt.size_in_bytes() as f64;
-        let dout = cuda.upload(&pseudo_random(dt, n * dim, 10))?;
-        let table = pseudo_random(dt, rows * dim, 11);
-        let run = |which| -> Result<(CudaBuffer, HostData)> {
-            let mut dtable = cuda.upload(&table)?;
-            cuda.embedding_backward_with(which, &spec, &ids, &dout, &mut dtable)?;
-            let once = block_on(cuda.read(&dtable))?;
-            Ok((dtable, once))
-        };
-        let (mut t1, once1) = run(EmbeddingBackward::V1Block)?;
-        let (mut t2, once2) = run(EmbeddingBackward::V2Warp)?;
-        if once1.as_bytes() != once2.as_bytes() {
-            return Err(Error::invalid(
-                "bench embedding",
-                format!("{dt}: the v2 kernel's table differs from v1's"),
-            ));
-        }
-        let v1 = time(&mut || {
-            cuda.embedding_backward_with(EmbeddingBackward::V1Block, &spec, &ids, &dout, &mut t1)
-        })?;
-        let v2 = time(&mut || {
-            cuda.embedding_backward_with(EmbeddingBackward::V2Warp, &spec, &ids, &dout, &mut t2)
-        })?;
-        let bytes = n as f64 * (4.0 + dim as f64 * es) + 2.0 * (distinct.len() * dim) as f64 * es;
-        let size = format!("{n}x{dim} -> {rows}");
-        for (i, (name, seconds)) in [
-            ("embedding backward, v1 block", v1),
-            ("embedding backward, v2 warp", v2),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            out.push(BenchRow {
-                name: name.to_string(),
-                dtype: dt,
-                size: size.clone(),
-                seconds,
-                rate: Rate::GbS(bytes / seconds / 1e9),
-                fraction_of_baseline: Some(if i == 0 { 1.0 } else { v1 / seconds }),
-                note: if i == 0 {
-                    String::new()
-                } else {
-                    "bitwise equal to v1".into()
-                },
-            });
-        }
+        out.extend(embedding_versions(
+            cuda,
+            cfg,
+            label,
+            &ids,
+            distinct.len(),
+            dt,
+        )?);
     }
     Ok(out)
+}
+
+/// Every version of the embedding backward on the same ids and `dout` in `dt`: one call
+/// of each must give v1's bits, then each is timed on its own table.
+fn embedding_versions(
+    cuda: &CudaBackend,
+    cfg: &EmbeddingBench,
+    label: &str,
+    ids: &CudaBuffer,
+    distinct: usize,
+    dt: DType,
+) -> Result<Vec<BenchRow>> {
+    let (n, dim, rows) = (cfg.ids, cfg.dim, cfg.rows);
+    let spec = EmbeddingSpec::new(dim);
+    let dout = cuda.upload(&pseudo_random(dt, n * dim, 10))?;
+    let table = pseudo_random(dt, rows * dim, 11);
+    let versions = [
+        ("v1 block", EmbeddingBackward::V1Block),
+        ("v2 warp", EmbeddingBackward::V2Warp),
+        ("v3 runs", EmbeddingBackward::V3Runs),
+    ];
+    let mut tables = Vec::with_capacity(versions.len());
+    let mut reference: Option<HostData> = None;
+    for (name, which) in versions {
+        let mut dtable = cuda.upload(&table)?;
+        cuda.embedding_backward_with(which, &spec, ids, &dout, &mut dtable)?;
+        let once = block_on(cuda.read(&dtable))?;
+        match &reference {
+            Some(v1) if v1.as_bytes() != once.as_bytes() => {
+                return Err(Error::invalid(
+                    "bench embedding",
+                    format!("{dt}, {label}: the {name} kernel's table differs from v1's"),
+                ));
+            }
+            Some(_) => {}
+            None => reference = Some(once),
+        }
+        tables.push(dtable);
+    }
+    let es = dt.size_in_bytes() as f64;
+    let bytes = n as f64 * (4.0 + dim as f64 * es) + 2.0 * (distinct * dim) as f64 * es;
+    let mut out = Vec::new();
+    let mut v1 = 0.0;
+    for ((name, which), dtable) in versions.into_iter().zip(tables.iter_mut()) {
+        let seconds = time_reps(cuda, cfg.warmup, cfg.reps, 5.0, &mut || {
+            cuda.embedding_backward_with(which, &spec, ids, &dout, dtable)
+        })?;
+        let first = which == EmbeddingBackward::V1Block;
+        if first {
+            v1 = seconds;
+        }
+        out.push(BenchRow {
+            name: format!("emb. backward {name}"),
+            dtype: dt,
+            size: format!("{n}x{dim} -> {rows}"),
+            seconds,
+            rate: Rate::GbS(bytes / seconds / 1e9),
+            fraction_of_baseline: Some(v1 / seconds),
+            note: if first {
+                label.to_string()
+            } else {
+                format!("{label}, bitwise equal to v1")
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// `n` ids with Zipf's law over `rows` (the k-th most frequent id has probability
+/// proportional to 1/k), the shape of a token distribution in text: the most frequent
+/// id is about 1/ln(rows) of all (9% at 50304 rows), so many ids repeat one row. The id
+/// is the rank (row 0 the most frequent). Inverse-CDF sampling with the same generator
+/// as [`random_ids`].
+fn zipf_ids(n: usize, rows: usize, seed: u64) -> Vec<u32> {
+    let rows = rows.max(1);
+    let mut cdf = Vec::with_capacity(rows);
+    let mut total = 0.0f64;
+    for k in 1..=rows {
+        total += 1.0 / k as f64;
+        cdf.push(total);
+    }
+    let mut s = seed.wrapping_add(0x2545_f491_4f6c_dd1d);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (s >> 11) as f64 / (1u64 << 53) as f64 * total;
+            cdf.partition_point(|&c| c < u).min(rows - 1) as u32
+        })
+        .collect()
 }
 
 /// Host wall time of `f` with the device idle before and drained after: `warmup`

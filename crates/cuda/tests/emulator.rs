@@ -958,6 +958,30 @@ fn embedding_backward_is_a_sequential_loop_bit_for_bit() {
     }
 }
 
+/// The benchmark's three embedding-backward kernels (v1 a block per bucket, v2 a warp
+/// per bucket, v3 runs of one row in registers, which the backend runs) give the same
+/// bits, on uniform ids and on Zipf-distributed ones (long runs of one row, the case v3
+/// batches); `bench::embedding` returns an error where one differs from v1.
+#[test]
+fn every_embedding_backward_version_gives_the_same_bits() {
+    let cuda = need_emu!();
+    for (rows, dim) in [(6usize, 40usize), (200, 300)] {
+        let cfg = brrr_cuda::bench::EmbeddingBench {
+            ids: 300,
+            dim,
+            rows,
+            seed: 5,
+            // f16 rounds every addition visibly; the other dtypes share the code.
+            dtypes: vec![DType::F16, DType::F32],
+            warmup: 0,
+            reps: 1,
+        };
+        let out = brrr_cuda::bench::embedding(cuda, &cfg).unwrap();
+        // Two id sets x two dtypes x three versions.
+        assert_eq!(out.len(), 2 * 2 * 3, "rows={rows} dim={dim}");
+    }
+}
+
 #[test]
 fn cross_entropy_forward_and_backward() {
     let cuda = need_emu!();
