@@ -158,44 +158,57 @@ template <class T> BRRR_DEVICE typename Acc<T>::type round_to(typename Acc<T>::t
     return to_acc(from_acc<T>(x));
 }
 
-// dst[d] += g_j[d] for each j in js[0..count), in that order, for d = lane, lane + 32, ...
-// (g_j = dout + j * dim): 8 columns per lane at a time, the table's read once, the dout
-// rows of four ids loaded before any of them is added.
+// dst[d] += g_j[d] for each j in js[0..count), in that order, for the 8 columns
+// d = d0, d0 + 32, ..., d0 + 224 (g_j = dout + j * dim): the table's read once, the dout
+// rows of four ids loaded before any of them is added. FULL: all 8 columns are inside the
+// row, so no load is conditional; a conditional load compiles to a branch around it, and
+// with the branches ptxas issued the 32 loads of a batch one after another (seen in the
+// bf16 kernel's SASS), not together.
+template <class T, bool FULL>
+BRRR_DEVICE void embedding_add_run_cols(T* dst, const T* dout, const unsigned short* js, u32 count, u64 dim,
+                                        u64 d0) {
+    typedef typename Acc<T>::type A;
+    A acc[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) acc[k] = FULL || d0 + 32 * k < dim ? to_acc(dst[d0 + 32 * k]) : A(0);
+    u32 c = 0;
+    for (; c + 4 <= count; c += 4) {
+        // Raw values first, converted after: all 32 loads are in flight before the
+        // first addition needs one.
+        T g[4][8];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const T* src = dout + (u64)js[c + q] * dim;
+#pragma unroll
+            for (int k = 0; k < 8; k++) g[q][k] = FULL || d0 + 32 * k < dim ? src[d0 + 32 * k] : from_acc<T>(A(0));
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[k] = round_to<T>(acc[k] + to_acc(g[q][k]));
+        }
+    }
+    for (; c < count; c++) {
+        const T* src = dout + (u64)js[c] * dim;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            if (FULL || d0 + 32 * k < dim) acc[k] = round_to<T>(acc[k] + to_acc(src[d0 + 32 * k]));
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        if (FULL || d0 + 32 * k < dim) dst[d0 + 32 * k] = from_acc<T>(acc[k]);
+    }
+}
+
+// A run of one row's ids (js, in the order of i) added into dst: whole groups of 8
+// columns per lane without bounds checks, then the row's tail.
 template <class T>
 BRRR_DEVICE void embedding_add_run_warp(T* dst, const T* dout, const unsigned short* js, u32 count, u64 dim,
                                         u32 lane) {
-    typedef typename Acc<T>::type A;
-    for (u64 d0 = lane; d0 < dim; d0 += 8 * 32) {
-        A acc[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++) acc[k] = d0 + 32 * k < dim ? to_acc(dst[d0 + 32 * k]) : A(0);
-        u32 c = 0;
-        for (; c + 4 <= count; c += 4) {
-            A g[4][8];
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const T* src = dout + (u64)js[c + q] * dim;
-#pragma unroll
-                for (int k = 0; k < 8; k++) g[q][k] = d0 + 32 * k < dim ? to_acc(src[d0 + 32 * k]) : A(0);
-            }
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-#pragma unroll
-                for (int k = 0; k < 8; k++) acc[k] = round_to<T>(acc[k] + g[q][k]);
-            }
-        }
-        for (; c < count; c++) {
-            const T* src = dout + (u64)js[c] * dim;
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                if (d0 + 32 * k < dim) acc[k] = round_to<T>(acc[k] + to_acc(src[d0 + 32 * k]));
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            if (d0 + 32 * k < dim) dst[d0 + 32 * k] = from_acc<T>(acc[k]);
-        }
-    }
+    u64 d0 = lane;
+    for (; d0 + 7 * 32 < dim; d0 += 8 * 32) embedding_add_run_cols<T, true>(dst, dout, js, count, dim, d0);
+    if (d0 < dim) embedding_add_run_cols<T, false>(dst, dout, js, count, dim, d0);
 }
 
 // The positions t in [0, count) of the staged tile whose bucket is `mine`, in increasing
