@@ -142,8 +142,7 @@ BRRR_DEVICE void embedding_backward_v2_impl(T* dtable, const I* ids, const T* do
     }
 }
 
-// v3 (what the backend runs on f32/f64 tables: on an H100 it lost to v2 on bf16 ones, 3x
-// on Zipf ids, for a reason not yet found): v2's warp per bucket, with the additions of one row
+// v3 (what the backend runs): v2's warp per bucket, with the additions of one row
 // batched. Text is skewed: in GPT-2's tokens a few ids make up several percent of a batch
 // each, so the warp owning such a row adds hundreds of dout rows to it, one after another,
 // and in v2 each addition is a read-modify-write of the table row with at most 8 loads

