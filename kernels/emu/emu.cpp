@@ -50,6 +50,8 @@ static Warp& my_warp() { return *t_block->warps[t_linear / 32]; }
 
 void syncwarp() { my_warp().bar.arrive_and_wait(); }
 
+unsigned lane() { return t_linear % 32; }
+
 u64 warp_exchange(u64 v, unsigned lane_arg, bool is_xor) {
     Warp& w = my_warp();
     const unsigned lane = t_linear % 32;

@@ -41,6 +41,8 @@ extern dim3 g_grid_dim;
 void syncthreads();
 // A barrier of the calling thread's warp (__syncwarp).
 void syncwarp();
+// The calling thread's lane: its linear index in the block modulo 32, as warps are formed.
+unsigned lane();
 // Exchanges one 64-bit value across the calling thread's warp: every lane deposits
 // `v` and gets back the value deposited by lane `src_lane(lane)`.
 u64 warp_exchange(u64 v, unsigned src_lane_xor, bool is_xor);
@@ -126,17 +128,11 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int lane_mask) {
     return r;
 }
 
-// The calling thread's lane: its linear index in the block, modulo 32 (how warps are
-// formed, as on a GPU).
-inline unsigned emu_lane() {
-    return (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) % 32u;
-}
-
 // Bit `lane` set for every lane whose `pred` is true: an OR across the warp in five
 // butterfly exchanges. Like the tests' other warp operations, every lane of the warp
 // must call it (the kernels pass the full mask 0xffffffff).
 inline unsigned __ballot_sync(unsigned, int pred) {
-    u64 bits = pred ? (1ull << emu_lane()) : 0ull;
+    u64 bits = pred ? (1ull << emu::lane()) : 0ull;
     for (unsigned o = 16; o > 0; o >>= 1) bits |= emu::warp_exchange(bits, o, true);
     return (unsigned)bits;
 }

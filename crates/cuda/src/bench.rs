@@ -7,12 +7,14 @@
 //! - [`gemm`]: TFLOP/s (`2 n^3` flops) of cuBLAS, cuBLASLt and brrr's own kernels v1-v4
 //!   for f32, TF32 and bf16, the issue's `4096^3` by default.
 //! - [`bandwidth`]: GB/s of the memory-bound kernels (element-wise, softmax, LayerNorm,
-//!   cross-entropy, casts, the attention head split's strided copy) next to a device-to-device copy, the practical ceiling. Bytes
-//!   are the minimum traffic: every input read once, every output written once.
+//!   cross-entropy, casts, the attention head split's strided copy) next to a
+//!   device-to-device copy, the practical ceiling. Bytes are the minimum traffic: every
+//!   input read once, every output written once.
 //! - [`reductions`]: GB/s of the reductions with few outputs (a bias gradient, a whole
 //!   gradient's sum and sum of squares), one pass against the split or fused kernels.
 //! - [`embedding`]: GB/s of the embedding backward (the scatter-add into the token
-//!   table), the block-per-bucket v1 kernel against the warp-ballot v2 the backend runs.
+//!   table) on uniform and Zipf ids: v1 (a block per bucket), v2 (a warp per bucket) and
+//!   v3 (v2 with runs of one row in registers), which the backend runs.
 //! - [`upload`]: GB/s of a host-to-device upload through pinned staging.
 //! - [`upload_overlap`]: whether that upload hides behind compute enqueued before it
 //!   (the copy stream at work), against a write that must wait for the compute.
@@ -98,21 +100,26 @@ impl Default for GemmBench {
     }
 }
 
-/// Deterministic pseudo-random values in [-1, 1): a fast LCG, so that filling 4096^2
-/// matrices costs little host time. Random data keeps the tensor cores' power (and clock)
-/// realistic, which all-zero inputs would not.
-fn pseudo_random(dtype: DType, len: usize, seed: u64) -> HostData {
-    let mut s = seed
+/// One step of the benchmarks' generator: Knuth's MMIX LCG. Fast, so that filling
+/// 4096^2 matrices costs little host time; the high bits are the useful ones.
+fn lcg_next(s: &mut u64) -> u64 {
+    *s = s
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
-    let v: Vec<f64> = (0..len)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-        })
-        .collect();
+    *s
+}
+
+/// A uniform draw in [0, 1) from the generator's top 53 bits.
+fn lcg_unit(s: &mut u64) -> f64 {
+    (lcg_next(s) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Deterministic pseudo-random values in [-1, 1) ([`lcg_next`]). Random data keeps the
+/// tensor cores' power (and clock) realistic, which all-zero inputs would not.
+fn pseudo_random(dtype: DType, len: usize, seed: u64) -> HostData {
+    let mut s = seed;
+    lcg_next(&mut s);
+    let v: Vec<f64> = (0..len).map(|_| lcg_unit(&mut s) * 2.0 - 1.0).collect();
     HostData::from_f64(dtype, &v)
 }
 
@@ -594,16 +601,11 @@ impl Default for EmbeddingBench {
     }
 }
 
-/// `n` seeded pseudo-random ids below `rows` (an LCG's high bits).
+/// `n` seeded pseudo-random ids below `rows` ([`lcg_next`]'s high bits).
 fn random_ids(n: usize, rows: usize, seed: u64) -> Vec<u32> {
     let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
     (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) % rows.max(1) as u64) as u32
-        })
+        .map(|_| ((lcg_next(&mut s) >> 33) % rows.max(1) as u64) as u32)
         .collect()
 }
 
@@ -719,8 +721,7 @@ fn embedding_versions(
 /// `n` ids with Zipf's law over `rows` (the k-th most frequent id has probability
 /// proportional to 1/k), the shape of a token distribution in text: the most frequent
 /// id is about 1/ln(rows) of all (9% at 50304 rows), so many ids repeat one row. The id
-/// is the rank (row 0 the most frequent). Inverse-CDF sampling with the same generator
-/// as [`random_ids`].
+/// is the rank (row 0 the most frequent). Inverse-CDF sampling with [`lcg_unit`].
 fn zipf_ids(n: usize, rows: usize, seed: u64) -> Vec<u32> {
     let rows = rows.max(1);
     let mut cdf = Vec::with_capacity(rows);
@@ -732,10 +733,7 @@ fn zipf_ids(n: usize, rows: usize, seed: u64) -> Vec<u32> {
     let mut s = seed.wrapping_add(0x2545_f491_4f6c_dd1d);
     (0..n)
         .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let u = (s >> 11) as f64 / (1u64 << 53) as f64 * total;
+            let u = lcg_unit(&mut s) * total;
             cdf.partition_point(|&c| c < u).min(rows - 1) as u32
         })
         .collect()
