@@ -4,7 +4,6 @@
 //! one-device `brrr train --resume RUN_DIR` read it.
 
 use crate::train::{CHECKPOINT_FILE, read_config};
-use crate::train_dp::shard_dir;
 use brrr_backend::{Error, Result};
 use brrr_cpu::CpuBackend;
 use brrr_dp::{consolidate, read_shard_header, shard_path, write_consolidated};
@@ -76,7 +75,7 @@ impl fmt::Display for ConsolidateReport {
 /// Runs `brrr ckpt consolidate`.
 pub fn run_consolidate(args: &ConsolidateArgs) -> Result<ConsolidateReport> {
     let config = read_config(&args.run_dir)?;
-    let dir = shard_dir(&args.run_dir);
+    let dir = args.run_dir.join(crate::train::DP_DIR);
     if !dir.is_dir() {
         return Err(Error::file(
             &dir,

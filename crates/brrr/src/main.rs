@@ -57,10 +57,10 @@ enum Command {
 #[derive(Subcommand)]
 enum PipelineCommand {
     /// A schedule's order per stage, its simulated timeline (SVG), bubble and memory.
-    Plan(brrr::train_pp::PlanArgs),
+    Plan(brrr::pipeline_cmd::PlanArgs),
     /// Run every schedule on in-process stages: measured idle fraction and
     /// activations in flight beside the simulator and theory.
-    Compare(brrr::train_pp::CompareArgs),
+    Compare(brrr::pipeline_cmd::CompareArgs),
 }
 
 #[derive(Subcommand)]
@@ -172,13 +172,13 @@ fn main() -> ExitCode {
         Command::Recompute(RecomputeCommand::Plan(args)) => {
             recompute::run_plan(&args).and_then(|text| say(format_args!("{text}")))
         }
-        Command::Pipeline(PipelineCommand::Plan(args)) => brrr::train_pp::run_plan(&args)
+        Command::Pipeline(PipelineCommand::Plan(args)) => brrr::pipeline_cmd::run_plan(&args)
             .and_then(|text| say(format_args!("{}", text.trim_end()))),
-        Command::Pipeline(PipelineCommand::Compare(args)) => brrr::train_pp::run_compare(&args)
+        Command::Pipeline(PipelineCommand::Compare(args)) => brrr::pipeline_cmd::run_compare(&args)
             .and_then(|rows| {
                 say(format_args!(
                     "{}",
-                    brrr::train_pp::compare_table(&rows).trim_end()
+                    brrr::pipeline_cmd::compare_table(&rows).trim_end()
                 ))
             }),
         Command::Recompute(RecomputeCommand::Compare(args)) => recompute::run_compare(&args)
@@ -205,19 +205,11 @@ fn say(line: std::fmt::Arguments<'_>) -> brrr_backend::Result<()> {
 }
 
 fn run_train(args: &TrainArgs) -> brrr_backend::Result<()> {
-    if args.pp.is_some() || args.schedule.is_some() || args.micro_batches.is_some() {
-        // With --dp M: M pipelines, each stage's gradients averaged over its replicas.
-        let text = brrr::train_pp::run(args, args.dp.unwrap_or(1))?;
-        return match text.is_empty() {
-            true => Ok(()),
-            false => say(format_args!("{}", text.trim_end())),
-        };
-    }
     let summary = train::run(args)?;
-    // Under a launcher every rank returns the same summary; rank 0 speaks for the run.
+    // Under a launcher every rank returns a summary; rank 0 speaks for the run.
     let rank = brrr_collectives::env::LaunchEnv::from_env().map_or(0, |env| env.rank);
     if rank == 0 {
-        print!("{summary}");
+        say(format_args!("{}", summary.to_string().trim_end()))?;
     }
     Ok(())
 }
@@ -442,7 +434,12 @@ fn other(e: Box<dyn std::error::Error>) -> brrr_backend::Error {
 /// activation bytes per layer.
 fn run_estimate_pipeline(a: &perf_cmd::PipelineEstimateArgs) -> brrr_backend::Result<()> {
     let per_layer = perf_cmd::pipeline_per_layer(a).map_err(other)?;
-    let text =
-        brrr::train_pp::estimate_table(a.pp, a.micro_batches, a.chunks, a.stage_time, per_layer)?;
+    let text = brrr::pipeline_cmd::estimate_table(
+        a.pp,
+        a.micro_batches,
+        a.chunks,
+        a.stage_time,
+        per_layer,
+    )?;
     perf_cmd::write_stdout(&text).map_err(|e| brrr_backend::Error::io("writing to stdout", e))
 }

@@ -403,7 +403,7 @@ pub fn run_estimate(args: &EstimateArgs) -> CmdResult {
         EstimateCommand::Time(a) => run_time(a),
         EstimateCommand::Comms(a) => run_comms(a),
         // It simulates brrr-pp's schedules, which this module does not link: the
-        // binary routes it to `brrr::train_pp::estimate_table` with `pipeline_per_layer`.
+        // binary routes it to `brrr::pipeline_cmd::estimate_table` with `pipeline_per_layer`.
         EstimateCommand::Pipeline(_) => Err(
             "estimate pipeline runs in the brrr binary (it simulates brrr-pp's schedules)".into(),
         ),

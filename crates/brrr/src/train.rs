@@ -1,49 +1,32 @@
-//! `brrr train`: flags into a [`TrainConfig`], a [`Trainer`] from `brrr-train`, and an
-//! [`Observer`] that draws the progress bar and writes `metrics.csv`, `loss.svg` and
-//! checkpoints into the run directory.
+//! `brrr train`: flags into a [`TrainConfig`] (its layout included), then brrr-launch's
+//! [`brrr_launch::launch`], which starts the ranks, builds each rank's backend and
+//! engine, and drives the one training loop of brrr-train; this module adds the
+//! progress bar and the summary ([`CliObserver`]).
 //!
 //! Everything that can be checked is checked before the first file of the run
-//! directory is written: the flags, the corpus, the memory the run needs, an existing
-//! run in the output directory, the `--trace` path, and on `--resume` the flags that
-//! would contradict the saved run.
+//! directory is written: the flags and their combination with the layout, the corpus,
+//! the memory the run needs, an existing run in the output directory, the `--trace`
+//! path, and on `--resume` the flags that would contradict the saved run.
 
-use crate::ckpt;
-use crate::data::{Corpus, DEFAULT_CORPUS, SYNTHETIC, synthetic_corpus, unigram_entropy_nats};
-use crate::metrics::{self, MetricsWriter, Row};
+use crate::data::{DEFAULT_CORPUS, SYNTHETIC, unigram_entropy_nats};
 use brrr_amp::{AmpConfig, AmpMode, LossScaling};
 use brrr_backend::{Backend, Error, Result};
 use brrr_checkpoint::Strategy;
-use brrr_cpu::CpuBackend;
+use brrr_launch::{Job, Outcome};
 use brrr_nn::{Gpt, GptConfig};
 use brrr_perf::trace::Tracer;
 use brrr_train::memory;
 use brrr_train::{
-    Batcher, Evaluation, Observer, StepStats, TrainConfig, TrainState, Trainer, val_batches,
+    EngineKind, Evaluation, Layout, Observer, RunDir, RunStart, StepStats, TrainConfig, TrainState,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// The backends `--backend` names.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    #[default]
-    Cpu,
-    Wgpu,
-    Cuda,
-}
-
-impl BackendKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Cpu => "cpu",
-            BackendKind::Wgpu => "wgpu",
-            BackendKind::Cuda => "cuda",
-        }
-    }
-}
+pub use brrr_launch::{BackendKind, DEFAULT_PREFETCH, not_built};
+pub use brrr_train::CHECKPOINT_FILE;
+pub use brrr_train::run_dir::{CONFIG_FILE, DP_DIR, METRICS_FILE, PLOT_FILE, PP_DIR};
 
 /// Model shapes by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -271,16 +254,6 @@ pub fn resume_attention(args: &TrainArgs, cfg: &mut TrainConfig, notes: &mut Vec
     }
 }
 
-/// [`resume_attention`] for the engines that print no resume line of their own
-/// (`--dp`, `--pp`): the change, if any, goes to stderr unless `--quiet`.
-pub fn resume_attention_saying(args: &TrainArgs, cfg: &mut TrainConfig) {
-    let mut notes = Vec::new();
-    resume_attention(args, cfg, &mut notes);
-    if !args.quiet && !notes.is_empty() {
-        eprintln!("resuming now with {}", notes.join(", "));
-    }
-}
-
 /// `--amp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum AmpArg {
@@ -350,7 +323,9 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         data: data_dir_string(args),
         document_mask: args.doc_mask,
         fused_attention: default_fused_attention(args),
+        layout: layout_from_args(args),
     };
+    let cfg = with_micro_batches(cfg, args)?;
     let cfg = with_data_tokenizer(cfg)?;
     cfg.validate()?;
     Ok(cfg)
@@ -373,8 +348,48 @@ fn with_data_tokenizer(mut cfg: TrainConfig) -> Result<TrainConfig> {
     Ok(cfg)
 }
 
-/// Batches prepared ahead when `--prefetch` is not given.
-pub const DEFAULT_PREFETCH: usize = 2;
+/// The layout the flags describe. Under a launcher (`mpirun -np 4 brrr train`) with no
+/// layout flags, the processes are data-parallel ranks, as torchrun users expect,
+/// rather than four one-device runs writing the same directory.
+pub fn layout_from_args(args: &TrainArgs) -> Layout {
+    let d = Layout::default();
+    let mut l = Layout {
+        dp: args.dp.unwrap_or(d.dp),
+        tp: args.tp.unwrap_or(d.tp),
+        pp: args.pp.unwrap_or(d.pp),
+        sp: args.sp,
+        zero: args.zero.unwrap_or(d.zero),
+        schedule: args.schedule.clone().unwrap_or(d.schedule),
+        bucket_mb: args.bucket_mb,
+    };
+    let given = args.dp.is_some() || args.tp.is_some() || args.pp.is_some();
+    if let Ok(env) = brrr_collectives::env::LaunchEnv::from_env()
+        && env.launcher != brrr_collectives::env::Launcher::Single
+        && env.world_size > 1
+        && !given
+    {
+        l.dp = env.world_size;
+    }
+    l
+}
+
+/// `--micro-batches` is a pipeline's name for `--grad-accum`: micro-batches per step.
+fn with_micro_batches(mut cfg: TrainConfig, args: &TrainArgs) -> Result<TrainConfig> {
+    match (args.micro_batches, args.grad_accum) {
+        (Some(m), Some(k)) if m != k => Err(Error::invalid(
+            "train",
+            format!(
+                "--micro-batches {m} and --grad-accum {k} name the same thing (micro-batches \
+                 per step): give one"
+            ),
+        )),
+        (Some(m), _) => {
+            cfg.grad_accum = m;
+            Ok(cfg)
+        }
+        _ => Ok(cfg),
+    }
+}
 
 fn model_from_args(args: &TrainArgs) -> GptConfig {
     let mut model = args.preset.unwrap_or(Preset::Tiny).model();
@@ -468,29 +483,30 @@ fn resume_conflicts(args: &TrainArgs, saved: &TrainConfig) -> Vec<String> {
     if args.synthetic && saved.corpus != SYNTHETIC {
         c.push(format!("--synthetic (the run trained on {})", saved.corpus));
     }
+    let l = &saved.layout;
+    differs(&mut c, "--dp", args.dp, l.dp);
+    differs(&mut c, "--tp", args.tp, l.tp);
+    differs(&mut c, "--pp", args.pp, l.pp);
+    differs(&mut c, "--zero", args.zero, l.zero);
+    differs(
+        &mut c,
+        "--micro-batches",
+        args.micro_batches,
+        saved.grad_accum,
+    );
+    if args.sp && !l.sp {
+        c.push("--sp (the saved run trains without it)".to_string());
+    }
     c
 }
 
-/// The file names of a run directory.
-pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
-pub const CONFIG_FILE: &str = "config.toml";
-pub const METRICS_FILE: &str = "metrics.csv";
-pub const PLOT_FILE: &str = "loss.svg";
-const RUN_FILES: [&str; 4] = [CONFIG_FILE, METRICS_FILE, PLOT_FILE, CHECKPOINT_FILE];
-
-/// Reads `config.toml` from a run directory.
+/// Reads `config.toml` from a run directory ([`RunDir::read_config`]).
 pub fn read_config(dir: &Path) -> Result<TrainConfig> {
-    let path = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| Error::io(format!("{}: reading run config", path.display()), e))?;
-    let cfg: TrainConfig =
-        toml::from_str(&text).map_err(|e| Error::file(&path, format!("invalid config: {e}")))?;
-    cfg.validate()?;
-    Ok(cfg)
+    RunDir::read_config(dir)
 }
 
 /// Loads the weights of a checkpoint into a model of the same configuration.
-pub fn load_weights<B: Backend>(ck: &ckpt::Checkpoint, model: &mut Gpt<B>) -> Result<()> {
+pub fn load_weights<B: Backend>(ck: &crate::ckpt::Checkpoint, model: &mut Gpt<B>) -> Result<()> {
     let state = TrainState::from_checkpoint(ck)?;
     let backend = model.wte.weight.value.backend().clone();
     brrr_train::load_params(&backend, model, &state)
@@ -518,6 +534,10 @@ pub struct Summary {
     /// Where the checkpoint is, inside `out_dir` (one file, or a data-parallel run's
     /// shards).
     pub checkpoint: String,
+    /// The engine that ran ([`brrr_train::Engine::describe`]).
+    pub engine: String,
+    /// What the layout measured ([`brrr_train::Engine::report`]).
+    pub report: Vec<String>,
 }
 
 impl fmt::Display for Summary {
@@ -528,6 +548,9 @@ impl fmt::Display for Summary {
                 "already finished at step {}: nothing to train (pass a larger --steps to continue)",
                 self.steps_done
             );
+        }
+        if !self.engine.is_empty() {
+            writeln!(f, "engine:            {}", self.engine)?;
         }
         writeln!(f, "steps done:        {}", self.steps_done)?;
         if let Some(l) = self.final_loss {
@@ -559,6 +582,9 @@ impl fmt::Display for Summary {
             }
             (Err(why), _) => writeln!(f, "MFU:               n/a: {why}")?,
             (Ok(_), None) => writeln!(f, "MFU:               n/a: no timed steps")?,
+        }
+        for line in &self.report {
+            writeln!(f, "{line}")?;
         }
         writeln!(
             f,
@@ -619,128 +645,91 @@ pub fn gpu_peak_kind(amp: AmpMode) -> (brrr_perf::DType, brrr_perf::Unit, &'stat
     }
 }
 
-/// Runs `brrr train`.
+/// Runs `brrr train`: checks everything, then starts the run with brrr-launch.
 pub fn run(args: &TrainArgs) -> Result<Summary> {
-    // Pipeline runs (with or without --tp/--dp) return a text report, not a Summary:
-    // the binary sends them to `train_pp::run`; a library caller must too, rather than
-    // have the pipeline flags silently dropped here.
-    if args.pp.is_some() || args.schedule.is_some() || args.micro_batches.is_some() {
-        return Err(Error::invalid(
-            "brrr train",
-            "--pp, --schedule and --micro-batches are run by brrr::train_pp::run, not train::run",
-        ));
-    }
-    // --tp (with or without --dp) is brrr-tp's; --dp alone is brrr-dp's (DDP, ZeRO).
-    if crate::train_tp::wanted(args) {
-        return crate::train_tp::run(args);
-    }
-    if crate::train_dp::wants_dp(args) {
-        return crate::train_dp::run(args);
-    }
     if args.profile {
         return crate::profile_cmd::run(args);
     }
-    match args.backend {
-        BackendKind::Cpu => run_with(CpuBackend::new(), args),
-        #[cfg(feature = "cuda")]
-        BackendKind::Cuda => run_with(brrr_cuda::CudaBackend::new(0)?, args),
-        #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => run_with(brrr_wgpu::WgpuBackend::new_blocking()?, args),
-        #[allow(unreachable_patterns)]
-        other => Err(not_built(other)),
-    }
+    let Some(plan) = plan(args, args.backend == BackendKind::Cpu)? else {
+        return finished_summary(args);
+    };
+    let job = plan.job(args);
+    let mut obs = CliObserver::new(&plan, args.quiet);
+    let outcome = brrr_launch::launch(&job, &mut obs)?;
+    obs.pb.finish_and_clear();
+    Ok(obs.summary(&plan, &outcome))
 }
 
-/// The error for a backend this binary was compiled without.
-pub fn not_built(kind: BackendKind) -> Error {
-    Error::NoDevice {
-        backend: kind.name(),
-        reason: format!(
-            "this brrr binary was built without the {0} backend; rebuild with \
-             `cargo run --release --features {0} -- ...`",
-            kind.name()
-        ),
-    }
+/// `brrr train` on one device of a backend you built (a profiling wrapper): the phases
+/// go into `tracer` when given, written to `--trace`.
+pub fn run_with_tracer<B: Backend>(
+    backend: B,
+    args: &TrainArgs,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<Summary> {
+    let is_cpu = backend.info().name == "cpu";
+    let Some(plan) = plan(args, is_cpu)? else {
+        return finished_summary(args);
+    };
+    let job = plan.job(args);
+    let mut obs = CliObserver::new(&plan, args.quiet);
+    let outcome = brrr_launch::train_on(backend, &job, &mut obs, tracer)?;
+    obs.pb.finish_and_clear();
+    Ok(obs.summary(&plan, &outcome))
 }
 
 /// A run, checked and ready to start: nothing has been written yet.
 struct Plan {
     cfg: TrainConfig,
-    /// The text corpus, or `None` when training on shards (`data`).
-    corpus: Option<Corpus>,
-    data: Option<brrr_data::prepare::DataDir>,
-    prefetch: usize,
-    /// The directory resumed from, and its state.
-    resume: Option<(PathBuf, TrainState)>,
+    /// The directory resumed from.
+    resume: Option<PathBuf>,
     out_dir: PathBuf,
     start_step: u64,
     stop_at: u64,
     /// What `--resume` took from the command line, to tell the user.
     notes: Vec<String>,
+    /// The corpus's unigram entropy (for the summary), when training on text.
+    entropy: f64,
 }
 
-/// `brrr train` on backend `B`: checks everything, then trains.
-pub fn run_with<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
-    let tracer = args
-        .trace
-        .is_some()
-        .then(|| std::sync::Arc::new(Tracer::new()));
-    run_with_tracer(backend, args, tracer)
-}
-
-/// [`run_with`], recording the phases into `tracer` when given (shared with a profiling
-/// backend that records its op spans there); written to `--trace` when that is given.
-pub fn run_with_tracer<B: Backend>(
-    backend: B,
-    args: &TrainArgs,
-    tracer: Option<std::sync::Arc<Tracer>>,
-) -> Result<Summary> {
-    let is_cpu = backend.info().name == "cpu";
-    let Some(plan) = plan(args, is_cpu)? else {
-        let dir = args.resume.clone().unwrap_or_default();
-        let state = TrainState::load(dir.join(CHECKPOINT_FILE))?;
-        return Ok(finished_summary(&dir, &state));
-    };
-    let mut trainer = make_trainer(&backend, &plan)?;
-    if let Some(tracer) = tracer {
-        trainer.set_shared_tracer(tracer);
+impl Plan {
+    fn job(&self, args: &TrainArgs) -> Job {
+        Job {
+            config: self.cfg.clone(),
+            backend: args.backend,
+            out: Some(self.out_dir.clone()),
+            resume: self.resume.clone(),
+            stop_at: self.stop_at,
+            prefetch: args.prefetch.unwrap_or(DEFAULT_PREFETCH),
+            trace: args.trace.clone(),
+        }
     }
-    prepare_out_dir(&plan)?;
-    let mut obs = CliObserver::new(&plan, args.quiet)?;
-    say_header(&obs.pb, args.quiet, &trainer, &plan);
-    trainer.run_blocking(plan.stop_at, &mut obs)?;
-    obs.pb.finish_and_clear();
-    if let Some(path) = &args.trace {
-        trainer
-            .tracer()
-            .write_chrome_trace(path)
-            .map_err(|e| Error::file(path, e.to_string()))?;
-    }
-    Ok(obs.summary(&plan, &backend.info(), trainer.steps_done()))
 }
 
 /// Checks the flags, the saved run, the output directory, the trace path, the memory
 /// and the corpus. `None`: a resumed run that had already finished.
 fn plan(args: &TrainArgs, is_cpu: bool) -> Result<Option<Plan>> {
-    let (cfg, resume, notes) = match &args.resume {
+    let (cfg, resume, start_step, notes) = match &args.resume {
         Some(dir) => {
-            let (cfg, state, notes) = resume_config(args, dir)?;
-            if state.step >= cfg.steps {
+            let (cfg, notes) = resume_config(args, dir)?;
+            let start = brrr_launch::saved_step(dir, &cfg)?;
+            if start >= cfg.steps {
                 return Ok(None);
             }
-            (cfg, Some((dir.clone(), state)), notes)
+            (cfg, Some(dir.clone()), start, notes)
         }
-        None => (config_from_args(args)?, None, Vec::new()),
+        None => (config_from_args(args)?, None, 0, Vec::new()),
     };
-    let start_step = resume.as_ref().map_or(0, |(_, s)| s.step);
     let out_dir = match (&args.out, &resume) {
         (Some(o), _) => o.clone(),
-        (None, Some((dir, _))) => dir.clone(),
+        (None, Some(dir)) => dir.clone(),
         (None, None) => PathBuf::from("runs/train"),
     };
-    let in_place = resume.as_ref().is_some_and(|(d, _)| same_dir(d, &out_dir));
-    if !in_place && !args.force {
-        refuse_existing_run(&out_dir)?;
+    let in_place = resume
+        .as_ref()
+        .is_some_and(|d| brrr_train::run_dir::same_dir(d, &out_dir));
+    if !in_place {
+        RunDir::check_new(&out_dir, args.force)?;
     }
     if let Some(t) = &args.trace {
         check_writable(t)?;
@@ -756,31 +745,37 @@ fn plan(args: &TrainArgs, is_cpu: bool) -> Result<Option<Plan>> {
         ));
     }
     check_memory(&cfg, is_cpu)?;
-    let (corpus, data) = if !cfg.data.is_empty() {
-        let dir = brrr_data::prepare::open_data_dir(Path::new(&cfg.data))?;
-        (None, Some(dir))
-    } else if cfg.corpus == SYNTHETIC {
-        (Some(synthetic_corpus(cfg.seed)?), None)
-    } else {
-        (Some(Corpus::load(&cfg.corpus)?), None)
-    };
-    Ok(Some(Plan {
+    let plan = Plan {
+        entropy: corpus_entropy(&cfg)?,
         cfg,
-        corpus,
-        data,
-        prefetch: args.prefetch.unwrap_or(DEFAULT_PREFETCH),
         resume,
         out_dir,
         start_step,
         stop_at,
         notes,
-    }))
+    };
+    // Everything the job itself checks (the layout's feature matrix, the schedule,
+    // --trace and --prefetch), before anything is written.
+    plan.job(args).validate()?;
+    Ok(Some(plan))
+}
+
+/// The unigram entropy of the text corpus the config names (NaN for token shards).
+fn corpus_entropy(cfg: &TrainConfig) -> Result<f64> {
+    Ok(match brrr_data::DataSpec::open(cfg)? {
+        brrr_data::DataSpec::Corpus(c) => unigram_entropy_nats(c.tokens()),
+        brrr_data::DataSpec::Shards(_) => f64::NAN,
+    })
 }
 
 /// The saved run's config with what `--resume` may change applied; errors on flags
 /// that contradict it.
-fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, TrainState, Vec<String>)> {
+fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Vec<String>)> {
     let mut cfg = read_config(dir)?;
+    // Runs saved before configs held their layout: the layout flags say what it was.
+    if cfg.layout == Layout::default() {
+        cfg.layout = layout_from_args(args);
+    }
     let conflicts = resume_conflicts(args, &cfg);
     if !conflicts.is_empty() {
         return Err(Error::invalid(
@@ -806,37 +801,20 @@ fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, TrainStat
         notes.push(format!("--checkpoint {c} (the run had {})", cfg.checkpoint));
         cfg.checkpoint = c;
     }
+    if let Some(s) = args
+        .schedule
+        .as_ref()
+        .filter(|s| **s != cfg.layout.schedule)
+    {
+        notes.push(format!(
+            "--schedule {s} (the run had {})",
+            cfg.layout.schedule
+        ));
+        cfg.layout.schedule = s.clone();
+    }
     resume_attention(args, &mut cfg, &mut notes);
     cfg.validate()?;
-    let state = TrainState::load(dir.join(CHECKPOINT_FILE))?;
-    Ok((cfg, state, notes))
-}
-
-fn same_dir(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => a == b,
-    }
-}
-
-/// Errors if `dir` holds any file of a run.
-fn refuse_existing_run(dir: &Path) -> Result<()> {
-    let found: Vec<&str> = RUN_FILES
-        .into_iter()
-        .filter(|f| dir.join(f).exists())
-        .collect();
-    if found.is_empty() {
-        return Ok(());
-    }
-    Err(Error::file(
-        dir,
-        format!(
-            "already holds a run ({}): pass --resume {} to continue it, --force to replace \
-             it, or another --out",
-            found.join(", "),
-            dir.display()
-        ),
-    ))
+    Ok((cfg, notes))
 }
 
 /// Errors unless a file can be created at `path` (its directory exists and is writable,
@@ -880,125 +858,12 @@ fn check_memory(cfg: &TrainConfig, is_cpu: bool) -> Result<()> {
     }
 }
 
-fn make_trainer<B: Backend>(backend: &B, plan: &Plan) -> Result<Trainer<B>> {
-    let cfg = &plan.cfg;
-    let (source, val): (brrr_data::prefetch::SendSource, _) = match (&plan.corpus, &plan.data) {
-        (Some(corpus), _) => (
-            Box::new(Batcher::for_corpus(
-                corpus,
-                cfg.batch_size,
-                cfg.seq_len,
-                cfg.seed,
-            )?),
-            val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)?,
-        ),
-        (None, Some(dir)) => shard_source(cfg, dir)?,
-        (None, None) => return Err(Error::invalid("train", "no corpus and no data")),
-    };
-    let data = brrr_data::Prefetcher::new(source, plan.prefetch);
-    let mut trainer = Trainer::new(backend, cfg.clone(), Box::new(data), val)?;
-    if let Some((_, state)) = &plan.resume {
-        trainer.restore(state)?;
-    }
-    Ok(trainer)
-}
-
-/// The training loader over a data directory's shards (one rank of one) and its fixed
-/// validation batches.
-pub(crate) fn shard_source(
-    cfg: &TrainConfig,
-    dir: &brrr_data::prepare::DataDir,
-) -> Result<(brrr_data::prefetch::SendSource, Vec<brrr_train::Batch>)> {
-    let loader = brrr_data::ShardLoader::new(
-        dir.train.clone(),
-        cfg.batch_size,
-        cfg.seq_len,
-        cfg.seed,
-        cfg.model.vocab_size,
-        0,
-        1,
-    )?;
-    let val =
-        brrr_data::shard_val_batches(&dir.val, cfg.batch_size, cfg.seq_len, cfg.eval_batches)?;
-    if !cfg.document_mask {
-        return Ok((Box::new(loader), val));
-    }
-    let eot = dir.tokenizer.eot();
-    let val = val
-        .into_iter()
-        .map(|b| b.with_document_mask(eot))
-        .collect::<Result<_>>()?;
-    Ok((Box::new(loader.with_document_mask(eot)), val))
-}
-
-/// Creates the output directory, removes temporary files a killed save left, and
-/// writes the config and the metrics header (fresh run) or trims the metrics to the
-/// checkpoint's step (resumed run).
-fn prepare_out_dir(plan: &Plan) -> Result<()> {
-    let out = &plan.out_dir;
-    std::fs::create_dir_all(out)
-        .map_err(|e| Error::io(format!("{}: creating output directory", out.display()), e))?;
-    remove_stale_temp_files(out)?;
-    match &plan.resume {
-        Some((dir, _)) if !same_dir(dir, out) => {
-            for f in [CONFIG_FILE, METRICS_FILE] {
-                std::fs::copy(dir.join(f), out.join(f))
-                    .map_err(|e| Error::io(format!("copying {f} from {}", dir.display()), e))?;
-            }
-            write_config(out, &plan.cfg)
-        }
-        Some(_) => write_config(out, &plan.cfg),
-        None => {
-            // A replaced run (--force): its checkpoint and plot must not outlive it.
-            for f in [CHECKPOINT_FILE, PLOT_FILE] {
-                match std::fs::remove_file(out.join(f)) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(Error::io(format!("{}: removing {f}", out.display()), e));
-                    }
-                    _ => {}
-                }
-            }
-            write_config(out, &plan.cfg)?;
-            MetricsWriter::create(out.join(METRICS_FILE)).map(drop)
-        }
-    }
-}
-
-/// Removes `.NAME.tmp*` files of the run's own files, which `atomic::write_atomic`
-/// leaves only when the process was killed while saving.
-fn remove_stale_temp_files(dir: &Path) -> Result<()> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::io(format!("{}: listing", dir.display()), e))?;
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let ours = RUN_FILES
-            .iter()
-            .any(|f| name.starts_with(&format!(".{f}.tmp")));
-        if ours {
-            std::fs::remove_file(entry.path()).map_err(|e| {
-                Error::io(
-                    format!(
-                        "{}: removing a stale temporary file",
-                        entry.path().display()
-                    ),
-                    e,
-                )
-            })?;
-        }
-    }
-    Ok(())
-}
-
-fn write_config(dir: &Path, cfg: &TrainConfig) -> Result<()> {
-    let text = toml::to_string_pretty(cfg)
-        .map_err(|e| Error::invalid("train", format!("serialising config: {e}")))?;
-    crate::atomic::write_atomic(dir.join(CONFIG_FILE), text.as_bytes())
-}
-
-fn finished_summary(dir: &Path, state: &TrainState) -> Summary {
-    Summary {
-        out_dir: dir.to_path_buf(),
-        steps_done: state.step,
+fn finished_summary(args: &TrainArgs) -> Result<Summary> {
+    let dir = args.resume.clone().unwrap_or_default();
+    let (cfg, _) = resume_config(args, &dir)?;
+    Ok(Summary {
+        steps_done: brrr_launch::saved_step(&dir, &cfg)?,
+        out_dir: dir,
         already_finished: true,
         final_loss: None,
         final_val_loss: None,
@@ -1008,79 +873,45 @@ fn finished_summary(dir: &Path, state: &TrainState) -> Summary {
         peak: Err("nothing was trained".into()),
         amp: AmpMode::Off,
         checkpoint: CHECKPOINT_FILE.into(),
-    }
+        engine: String::new(),
+        report: Vec::new(),
+    })
 }
 
-fn say_header<B: Backend>(pb: &ProgressBar, quiet: bool, trainer: &Trainer<B>, plan: &Plan) {
-    use brrr_nn::Module;
-    let info = trainer.backend().info();
-    let cfg = &plan.cfg;
-    if let Some((dir, _)) = &plan.resume {
-        let mut line = format!("resuming {} at step {}", dir.display(), plan.start_step);
-        if !plan.notes.is_empty() {
-            line += &format!(", now with {}", plan.notes.join(", "));
-        }
-        say(pb, quiet, line);
-    }
-    say(
-        pb,
-        quiet,
-        format!(
-            "brrr train: {} parameters on {} ({}), {} steps of {} tokens, {}",
-            trainer.model().num_params(),
-            info.name,
-            info.device,
-            cfg.steps,
-            cfg.tokens_per_step(),
-            data_line(plan),
-        ),
-    );
-    if cfg.amp.mode != AmpMode::Off {
-        let scaling = if cfg.amp.scales_loss() {
-            "dynamic loss scaling"
-        } else {
-            "no loss scaling"
-        };
-        say(
-            pb,
-            quiet,
-            format!(
-                "mixed precision: {} GEMMs and attention, f32 master weights, {scaling}",
-                cfg.amp.mode.name()
-            ),
-        );
+/// Where a layout's checkpoint lies inside the run directory.
+fn checkpoint_files(layout: &Layout) -> String {
+    match layout.engine() {
+        EngineKind::OneDevice | EngineKind::TensorParallel => CHECKPOINT_FILE.into(),
+        EngineKind::DataParallel => format!("{DP_DIR}/dp-rank*-of{}.bin", layout.dp),
+        EngineKind::Pipeline => format!("{PP_DIR}/pp-stage*-of{}*.bin", layout.pp),
     }
 }
 
 /// What the run trains on, for the header line.
-fn data_line(plan: &Plan) -> String {
-    match (&plan.corpus, &plan.data) {
-        (Some(c), _) => format!(
-            "corpus {} ({} bytes, unigram entropy {:.3} nats)",
-            c.path().display(),
-            c.len(),
-            unigram_entropy_nats(c.tokens())
+fn data_line(cfg: &TrainConfig) -> String {
+    match cfg.data.is_empty() {
+        true => format!("corpus {}", cfg.corpus),
+        false => format!(
+            "shards in {} (tokenizer {}, vocabulary {})",
+            cfg.data, cfg.tokenizer, cfg.model.vocab_size
         ),
-        (None, Some(d)) => format!(
-            "shards in {} ({} train, {} val, {} tokens, tokenizer {})",
-            plan.cfg.data,
-            d.train.len(),
-            d.val.len(),
-            d.train.iter().chain(&d.val).map(|s| s.len()).sum::<usize>(),
-            d.tokenizer.name()
-        ),
-        (None, None) => String::new(),
     }
 }
 
-/// `brrr train`'s observer: progress bar, `metrics.csv`, `loss.svg`, checkpoints, and
-/// the throughput for MFU.
-struct CliObserver {
-    out_dir: PathBuf,
-    metrics: MetricsWriter,
+/// `brrr train`'s observer on world rank 0: the progress bar, the lines at each
+/// evaluation, and the throughput for MFU. (The run directory is brrr-train's
+/// [`RunDir`], which brrr-launch puts beside it.)
+pub struct CliObserver {
     pb: ProgressBar,
     quiet: bool,
     start_step: u64,
+    total: u64,
+    notes: Vec<String>,
+    resume: Option<PathBuf>,
+    tokens_per_step: usize,
+    amp: AmpMode,
+    scales_loss: bool,
+    data: String,
     /// The evaluation of the step being reported (`on_eval` comes before `on_step`).
     pending_val: Option<Evaluation>,
     last_loss: Option<f32>,
@@ -1092,56 +923,96 @@ struct CliObserver {
 }
 
 impl CliObserver {
-    fn new(plan: &Plan, quiet: bool) -> Result<Self> {
-        let path = plan.out_dir.join(METRICS_FILE);
-        let metrics = MetricsWriter::resume(&path, plan.start_step)?;
-        Ok(CliObserver {
-            out_dir: plan.out_dir.clone(),
-            metrics,
+    fn new(plan: &Plan, quiet: bool) -> Self {
+        CliObserver {
             pb: progress_bar(quiet, plan.start_step, plan.cfg.steps),
             quiet,
             start_step: plan.start_step,
+            total: plan.cfg.steps,
+            notes: plan.notes.clone(),
+            resume: plan.resume.clone(),
+            tokens_per_step: plan.cfg.tokens_per_step(),
+            amp: plan.cfg.amp.mode,
+            scales_loss: plan.cfg.amp.scales_loss(),
+            data: data_line(&plan.cfg),
             pending_val: None,
             skipped: 0,
             last_loss: None,
             last_val: None,
             timed_tokens: 0,
             timed_secs: 0.0,
-        })
+        }
     }
 
-    fn summary(&self, plan: &Plan, info: &brrr_backend::BackendInfo, steps_done: u64) -> Summary {
+    fn summary(&self, plan: &Plan, outcome: &Outcome) -> Summary {
         let tps = if self.timed_secs > 0.0 {
             self.timed_tokens as f64 / self.timed_secs
         } else {
             0.0
         };
-        let peak = mfu_peak(info, plan.cfg.amp.mode);
+        // Several ranks on one machine share its cores: MFU against one device's peak
+        // would mislead.
+        let peak = match outcome.world {
+            1 => mfu_peak(&outcome.device, plan.cfg.amp.mode),
+            n => Err(format!("{n} ranks share this machine's peak")),
+        };
         let flops_per_token = plan.cfg.model.flops_per_token(plan.cfg.seq_len);
         let mfu = match &peak {
             Ok(p) if tps > 0.0 => Some(tps * flops_per_token / p.flops),
             _ => None,
         };
         Summary {
-            out_dir: self.out_dir.clone(),
-            steps_done,
+            out_dir: plan.out_dir.clone(),
+            steps_done: outcome.steps_done,
             already_finished: false,
             final_loss: self.last_loss,
             final_val_loss: self.last_val,
-            unigram_entropy: plan
-                .corpus
-                .as_ref()
-                .map_or(f64::NAN, |c| unigram_entropy_nats(c.tokens())),
+            unigram_entropy: plan.entropy,
             tokens_per_s: tps,
             mfu,
             peak,
             amp: plan.cfg.amp.mode,
-            checkpoint: CHECKPOINT_FILE.into(),
+            checkpoint: checkpoint_files(&plan.cfg.layout),
+            engine: outcome.engine.clone(),
+            report: outcome.report.clone(),
         }
     }
 }
 
 impl Observer for CliObserver {
+    fn on_start(&mut self, s: &RunStart) -> Result<()> {
+        if let Some(dir) = &self.resume {
+            let mut line = format!("resuming {} at step {}", dir.display(), s.step);
+            if !self.notes.is_empty() {
+                line += &format!(", now with {}", self.notes.join(", "));
+            }
+            say(&self.pb, self.quiet, line);
+        }
+        say(
+            &self.pb,
+            self.quiet,
+            format!(
+                "brrr train: {} parameters on {}, {}, {} steps of {} tokens, {}",
+                s.params, s.device, s.engine, self.total, self.tokens_per_step, self.data
+            ),
+        );
+        if self.amp != AmpMode::Off {
+            let scaling = match self.scales_loss {
+                true => "dynamic loss scaling",
+                false => "no loss scaling",
+            };
+            say(
+                &self.pb,
+                self.quiet,
+                format!(
+                    "mixed precision: {} GEMMs and attention, f32 master weights, {scaling}",
+                    self.amp.name()
+                ),
+            );
+        }
+        Ok(())
+    }
+
     fn on_eval(&mut self, eval: &Evaluation) -> Result<()> {
         self.pending_val = Some(*eval);
         Ok(())
@@ -1160,7 +1031,6 @@ impl Observer for CliObserver {
             self.timed_tokens += s.tokens;
             self.timed_secs += secs;
         }
-        self.metrics.append(&Row::from_stats(s, val_loss))?;
         self.last_loss = Some(s.loss);
         self.skipped += u64::from(s.skipped);
         self.last_val = val_loss.or(self.last_val);
@@ -1184,11 +1054,6 @@ impl Observer for CliObserver {
             );
         }
         Ok(())
-    }
-
-    fn on_checkpoint(&mut self, state: &TrainState) -> Result<()> {
-        state.save(self.out_dir.join(CHECKPOINT_FILE))?;
-        metrics::plot_csv_svg(self.metrics.path(), self.out_dir.join(PLOT_FILE))
     }
 }
 

@@ -126,7 +126,7 @@ fn pipeline_stages_take_the_fused_kernel() {
             tp,
             ..pipeline(args(d, out, fused))
         };
-        brrr::train_pp::run(&a, 1).unwrap();
+        train::run(&a).unwrap();
     }
     // A pipeline's batches are not one device's (see train_pptp.rs): --pp 2 is the
     // reference here.

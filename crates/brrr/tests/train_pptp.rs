@@ -6,7 +6,7 @@
 //! them, and sizes that do not divide by `--tp` are refused before anything is written.
 
 use brrr::metrics::read_rows;
-use brrr::train::{BackendKind, Preset, TrainArgs};
+use brrr::train::{self, BackendKind, Preset, TrainArgs};
 use std::path::Path;
 
 fn args(dir: &Path, out: &str) -> TrainArgs {
@@ -46,7 +46,7 @@ fn close(a: f32, b: f32) -> bool {
 #[test]
 fn pp2_tp2_losses_match_pp2_alone() {
     let tmp = tempfile::tempdir().unwrap();
-    brrr::train_pp::run(&args(tmp.path(), "pp2"), 1).unwrap();
+    train::run(&args(tmp.path(), "pp2")).unwrap();
     let want = losses(tmp.path(), "pp2");
     assert_eq!(want.len(), 3);
     for (out, sp, dp, schedule) in [
@@ -61,8 +61,8 @@ fn pp2_tp2_losses_match_pp2_alone() {
             schedule: Some(schedule.into()),
             ..args(tmp.path(), out)
         };
-        let text = brrr::train_pp::run(&a, dp).unwrap();
-        assert!(text.contains("tp = 2"), "{text}");
+        let summary = train::run(&a).unwrap();
+        assert!(summary.engine.contains("--tp 2"), "{}", summary.engine);
         let got = losses(tmp.path(), out);
         assert_eq!(got.len(), want.len(), "{out}");
         for ((a, va), (b, vb)) in got.iter().zip(&want) {
@@ -90,7 +90,7 @@ fn pp2_tp2_resumes_from_its_shards_and_refuses_another_tp() {
         steps: Some(4),
         ..args(tmp.path(), "whole")
     };
-    brrr::train_pp::run(&a, 1).unwrap();
+    train::run(&a).unwrap();
     let whole = losses(tmp.path(), "whole");
     let half = TrainArgs {
         steps: Some(2),
@@ -100,23 +100,27 @@ fn pp2_tp2_resumes_from_its_shards_and_refuses_another_tp() {
         out: Some(tmp.path().join("half")),
         ..half
     };
-    brrr::train_pp::run(&half, 1).unwrap();
+    train::run(&half).unwrap();
     let resume = TrainArgs {
         resume: Some(tmp.path().join("half")),
         out: None,
         steps: Some(4),
         ..a.clone()
     };
-    brrr::train_pp::run(&resume, 1).unwrap();
+    train::run(&resume).unwrap();
     let resumed = losses(tmp.path(), "half");
     assert_eq!(resumed.len(), 4);
     // The uninterrupted and the resumed run take the same steps on the same ranks.
     for (x, y) in resumed.iter().zip(&whole) {
         assert_eq!(x.0.to_bits(), y.0.to_bits(), "{} vs {}", x.0, y.0);
     }
-    let other = TrainArgs { tp: None, ..resume };
-    let e = brrr::train_pp::run(&other, 1).unwrap_err().to_string();
-    assert!(e.contains("--tp 1"), "{e}");
+    // The layout is the saved run's: another --tp contradicts it, by name.
+    let other = TrainArgs {
+        tp: Some(1),
+        ..resume
+    };
+    let e = train::run(&other).unwrap_err().to_string();
+    assert!(e.contains("--tp 1 (the run has 2)"), "{e}");
 }
 
 #[test]
@@ -154,7 +158,7 @@ fn indivisible_sizes_are_refused_by_name() {
     ];
     for (what, a, want) in cases {
         let out = a.out.clone().unwrap();
-        let e = brrr::train_pp::run(&a, 1).unwrap_err().to_string();
+        let e = train::run(&a).unwrap_err().to_string();
         assert!(e.contains(want), "{what}: {e}");
         assert!(!out.exists(), "{what}: {} was written", out.display());
     }

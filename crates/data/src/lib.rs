@@ -19,9 +19,13 @@ pub mod prefetch;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod prepare;
 pub mod shard;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod spec;
 
 pub use loader::{LoaderPosition, ShardLoader, shard_val_batches};
 pub use pack::{PackedBatch, balance, imbalance, pack_documents};
 #[cfg(not(target_arch = "wasm32"))]
 pub use prefetch::Prefetcher;
 pub use shard::{Shard, ShardHeader, TokenWidth};
+#[cfg(not(target_arch = "wasm32"))]
+pub use spec::DataSpec;

@@ -128,6 +128,10 @@ pub struct DataParallel<B: Backend> {
     pub(crate) inject_inf: bool,
     /// The current micro-batch's document mask (positions, segment ids), uploaded.
     pub(crate) mask: Option<(Tensor<B>, Tensor<B>)>,
+    /// The fixed validation batches of [`brrr_train::Engine::evaluate`].
+    pub(crate) val: Vec<Batch>,
+    /// Overlap summed over the steps timed by the engine loop (all but a run's first).
+    pub(crate) timed: crate::run::Timed,
 }
 
 impl<B: Backend> DataParallel<B> {
@@ -200,6 +204,8 @@ impl<B: Backend> DataParallel<B> {
             compute: DType::F32,
             inject_inf: false,
             mask: None,
+            val: Vec::new(),
+            timed: Default::default(),
         };
         me.make_shards()?;
         me.adopt_amp()?;

@@ -52,6 +52,8 @@ mod engine;
 mod layout;
 mod memory;
 mod overlap;
+#[cfg(not(target_arch = "wasm32"))]
+mod run;
 
 pub use bucket::{
     Bucket, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES, assign_buckets, chunk_len,

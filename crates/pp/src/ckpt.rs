@@ -1,5 +1,5 @@
 //! Pipeline checkpoints: every stage writes its own parameters and AdamW state to its
-//! own file, atomically (a temporary file renamed over the old one), and a run resumes
+//! own file, atomically (a temporary file, fsynced, renamed over the old one), and a run resumes
 //! with the same layout (stages, chunks) bit for bit.
 //!
 //! File `pp-stage{s}-of{n}.bin` (with tensor parallelism one per tensor rank,
@@ -68,6 +68,28 @@ pub fn stage_shard_path(
     dir.join(format!("pp-stage{stage}-of{stages}-tp{tp_rank}-of{tp}.bin"))
 }
 
+/// The header of the stage file at `path`, without reading its tensors.
+pub fn read_stage_header(path: &Path) -> Result<StageHeader> {
+    use std::io::Read;
+    let bad = |m: String| Error::file(path, m);
+    let mut f = std::fs::File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    let size = f.metadata().map_err(|e| bad(e.to_string()))?.len();
+    let mut head = [0u8; 16];
+    f.read_exact(&mut head)
+        .map_err(|_| bad("not a brrr pipeline stage file".into()))?;
+    if &head[..8] != MAGIC {
+        return Err(bad("not a brrr pipeline stage file".into()));
+    }
+    let len = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+    if len > size.saturating_sub(16) {
+        return Err(bad(format!("header length {len} exceeds the file")));
+    }
+    let mut json = vec![0u8; len as usize];
+    f.read_exact(&mut json)
+        .map_err(|e| bad(format!("reading the header: {e}")))?;
+    serde_json::from_slice(&json).map_err(|e| bad(format!("header: {e}")))
+}
+
 fn bytes_of(v: &[f32], out: &mut Vec<u8>) {
     for x in v {
         out.extend_from_slice(&x.to_le_bytes());
@@ -118,11 +140,8 @@ impl<B: Backend> PipelineStage<B> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("{}: creating the directory", dir.display()), e))?;
         let path = self.checkpoint_path(dir);
-        let tmp = path.with_extension("bin.tmp");
-        std::fs::write(&tmp, &out)
-            .map_err(|e| Error::io(format!("{}: writing", tmp.display()), e))?;
-        std::fs::rename(&tmp, &path)
-            .map_err(|e| Error::io(format!("{}: renaming into place", path.display()), e))?;
+        // The run directory's one writer: a temporary file, fsynced, renamed into place.
+        brrr_train::atomic::write_atomic(&path, &out)?;
         Ok(path)
     }
 
@@ -142,10 +161,14 @@ impl<B: Backend> PipelineStage<B> {
         if bytes.len() < 16 || &bytes[..8] != MAGIC {
             return Err(bad("not a brrr pipeline stage file".into()));
         }
-        let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize;
-        let json = bytes
-            .get(16..16 + len)
-            .ok_or_else(|| bad("truncated header".into()))?;
+        let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+        // A header length beyond the file (a corrupt or hostile file) is an error,
+        // not an overflow.
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&l| l <= bytes.len() - 16)
+            .ok_or_else(|| bad(format!("header length {len} exceeds the file")))?;
+        let json = &bytes[16..16 + len];
         let header: StageHeader =
             serde_json::from_slice(json).map_err(|e| bad(format!("header: {e}")))?;
         let want: Vec<(String, usize)> = self

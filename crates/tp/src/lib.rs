@@ -32,6 +32,7 @@ mod config;
 mod layers;
 pub mod memory;
 mod model;
+mod run;
 pub mod shard;
 mod stage;
 pub mod theory;

@@ -10,7 +10,7 @@ use crate::shard::unshard_by_name;
 use brrr_backend::{Backend, DType, Error, HostData, Result};
 use brrr_collectives::{Communicator, ParallelGroups, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param};
-use brrr_train::{Batch, ParamState, StepStats, TrainConfig, TrainState};
+use brrr_train::{Batch, BatchSource, ParamState, StepStats, TrainConfig, TrainState};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
@@ -22,11 +22,15 @@ pub type TpStep = StepStats;
 pub struct TpTrainer<B: Backend> {
     /// This rank's shard.
     pub model: TpGpt<B>,
-    opt: AdamW<B>,
-    config: TrainConfig,
-    dp: Communicator,
-    backend: B,
-    step: u64,
+    pub(crate) opt: AdamW<B>,
+    pub(crate) config: TrainConfig,
+    pub(crate) dp: Communicator,
+    pub(crate) backend: B,
+    pub(crate) step: u64,
+    /// Where [`brrr_train::Engine::step`] draws its global batches.
+    pub(crate) data: Option<Box<dyn BatchSource>>,
+    /// The fixed validation batches of [`brrr_train::Engine::evaluate`].
+    pub(crate) val: Vec<Batch>,
 }
 
 impl<B: Backend> TpTrainer<B> {
@@ -72,6 +76,8 @@ impl<B: Backend> TpTrainer<B> {
             dp: groups.dp,
             backend: backend.clone(),
             step: 0,
+            data: None,
+            val: Vec::new(),
         })
     }
 

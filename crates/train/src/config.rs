@@ -2,6 +2,7 @@
 //! is allocated.
 
 use crate::data::ByteTokenizer;
+use crate::layout::Layout;
 use brrr_amp::AmpConfig;
 use brrr_backend::{Error, Result};
 use brrr_checkpoint::{Chain, GptShape, Strategy};
@@ -69,6 +70,11 @@ pub struct TrainConfig {
     /// before it existed.
     #[serde(default)]
     pub fused_attention: bool,
+    /// How the run is spread over devices (`--dp`, `--tp`, `--sp`, `--pp`, `--zero`,
+    /// `--schedule`, `--bucket-mb`): one device by default, and in configurations
+    /// written before it existed.
+    #[serde(default)]
+    pub layout: Layout,
 }
 
 impl Default for TrainConfig {
@@ -102,6 +108,7 @@ impl Default for TrainConfig {
             data: String::new(),
             document_mask: false,
             fused_attention: false,
+            layout: Layout::default(),
         }
     }
 }
@@ -120,6 +127,7 @@ impl TrainConfig {
             return bad("--eval-every and --eval-batches must be at least 1".into());
         }
         self.amp.validate()?;
+        self.layout.validate(self)?;
         if self.document_mask && self.data.is_empty() {
             return bad("--doc-mask needs --data: a text corpus has no document boundaries".into());
         }

@@ -53,7 +53,13 @@ pub mod atomic;
 pub mod ckpt;
 pub mod config;
 pub mod data;
+pub mod engine;
+pub mod layout;
 pub mod memory;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod metrics;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod run_dir;
 pub mod schedule;
 pub mod state;
 pub mod trainer;
@@ -63,7 +69,13 @@ pub use data::{
     Batch, BatchSource, Batcher, ByteTokenizer, Corpus, DocumentMask, RngState, SYNTHETIC,
     synthetic_corpus, unigram_entropy_nats, val_batches,
 };
+#[cfg(not(target_arch = "wasm32"))]
+pub use engine::run_blocking;
+pub use engine::{CHECKPOINT_FILE, Engine, Evaluation, Observer, RunStart, StepStats, run};
+pub use layout::{EngineKind, Layout};
 pub use memory::MemoryNeed;
+#[cfg(not(target_arch = "wasm32"))]
+pub use run_dir::RunDir;
 pub use schedule::{Action, MicroBatchSchedule};
 pub use state::{LossScalerState, ParamState, TrainState};
-pub use trainer::{Evaluation, Observer, StepStats, Trainer, load_params, upload, upload_mask};
+pub use trainer::{Trainer, load_params, load_state, save_state, upload, upload_mask};

@@ -3,6 +3,7 @@
 
 use crate::config::TrainConfig;
 use crate::data::{Batch, BatchSource};
+use crate::engine::{Engine, Observer, StepStats};
 use crate::schedule::{Action, MicroBatchSchedule};
 use crate::state::{LossScalerState, ParamState, TrainState};
 use brrr_amp::{DynamicLossScaler, apply_policy};
@@ -14,65 +15,6 @@ use brrr_tensor::Tensor;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
-
-/// What one optimizer step did.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StepStats {
-    /// The step's number, counting from 1 (= steps completed after it).
-    pub step: u64,
-    /// Mean training loss over the step's micro-batches, nats per token.
-    pub loss: f32,
-    /// Global gradient L2 norm before clipping, as the device computed it (f32).
-    pub grad_norm: f64,
-    /// The learning rate the update used.
-    pub lr: f64,
-    /// Tokens the step trained on.
-    pub tokens: usize,
-    /// The loss scale after the step's update (1 without loss scaling).
-    pub loss_scale: f32,
-    /// Whether the step found an inf/NaN gradient and left the weights unchanged.
-    pub skipped: bool,
-    /// Wall-clock seconds of the step, read back included; `None` on wasm32, where
-    /// `std::time::Instant` is not available.
-    pub seconds: Option<f64>,
-    /// The device's peak bytes in use during the step (`Backend::memory_stats`; 0 on a
-    /// backend that does not count).
-    pub peak_bytes: u64,
-    /// The most bytes the forwards and backwards added to what was in use when the
-    /// step began: the activations' peak, what `--checkpoint` trades against compute.
-    pub activation_peak_bytes: u64,
-}
-
-/// A validation result: the mean loss over the fixed validation batches.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Evaluation {
-    /// Steps completed when it was measured.
-    pub step: u64,
-    /// Mean validation loss, nats per token.
-    pub loss: f32,
-}
-
-/// Receives what [`Trainer::run`] produces. For each step, in this order: `on_eval`
-/// (when the step evaluates, see [`TrainConfig::evaluates_at`]), `on_step`, then
-/// `on_checkpoint` (after evaluating steps and after the last step of the run). An
-/// error from a callback stops the run and is returned by [`Trainer::run`].
-pub trait Observer {
-    /// A step finished.
-    fn on_step(&mut self, _stats: &StepStats) -> Result<()> {
-        Ok(())
-    }
-    /// The model was evaluated on the validation batches.
-    fn on_eval(&mut self, _eval: &Evaluation) -> Result<()> {
-        Ok(())
-    }
-    /// The state to checkpoint (write it with [`TrainState::save`], or elsewhere).
-    fn on_checkpoint(&mut self, _state: &TrainState) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// An observer that ignores everything.
-impl Observer for () {}
 
 /// Trains a GPT: owns the model, the optimizer, the batch source and the validation
 /// batches. Every method that reads from the device is `async`, so the trainer runs on
@@ -436,26 +378,10 @@ impl<B: Backend> Trainer<B> {
     }
 
     /// Steps until `stop_at` steps (at most `config.steps`) are done, evaluating and
-    /// checkpointing as the config says, and reporting to `observer`.
+    /// checkpointing as the config says, and reporting to `observer`: the one loop,
+    /// [`crate::engine::run`].
     pub async fn run(&mut self, stop_at: u64, observer: &mut dyn Observer) -> Result<()> {
-        let stop_at = stop_at.min(self.config.steps);
-        let tracer = self.tracer.clone();
-        while self.step < stop_at {
-            let stats = self.step().await?;
-            let done = stats.step;
-            let eval_now = self.config.evaluates_at(done);
-            if eval_now {
-                let loss = self.evaluate().await?;
-                observer.on_eval(&Evaluation { step: done, loss })?;
-            }
-            observer.on_step(&stats)?;
-            if eval_now || done == stop_at {
-                let _span = tracer.span("checkpoint");
-                let state = self.state().await?;
-                observer.on_checkpoint(&state)?;
-            }
-        }
-        Ok(())
+        crate::engine::run(self, stop_at, observer).await
     }
 
     /// The run's state, read back from the device.
@@ -527,6 +453,70 @@ impl<B: Backend> Trainer<B> {
         self.step = state.step;
         Ok(())
     }
+}
+
+impl<B: Backend> Engine for Trainer<B> {
+    fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    fn steps_done(&self) -> u64 {
+        self.step
+    }
+
+    async fn step(&mut self) -> Result<StepStats> {
+        Trainer::step(self).await
+    }
+
+    async fn evaluate(&mut self) -> Result<f32> {
+        Trainer::evaluate(self).await
+    }
+
+    /// `dir/checkpoint.safetensors` ([`TrainState::save`]: atomic and fsynced).
+    async fn save_to(&mut self, dir: &std::path::Path) -> Result<()> {
+        let state = self.state().await?;
+        save_state(&state, dir)
+    }
+
+    async fn restore_from(&mut self, dir: &std::path::Path) -> Result<()> {
+        let state = load_state(dir)?;
+        Trainer::restore(self, &state)
+    }
+
+    fn describe(&self) -> String {
+        let info = self.backend.info();
+        format!("one device: {} ({})", info.name, info.device)
+    }
+}
+
+/// Writes `state` to the run directory `dir`'s [`CHECKPOINT_FILE`].
+#[cfg(not(target_arch = "wasm32"))]
+pub fn save_state(state: &TrainState, dir: &std::path::Path) -> Result<()> {
+    state.save(dir.join(crate::engine::CHECKPOINT_FILE))
+}
+
+/// Reads the run directory `dir`'s [`CHECKPOINT_FILE`].
+#[cfg(not(target_arch = "wasm32"))]
+pub fn load_state(dir: &std::path::Path) -> Result<TrainState> {
+    TrainState::load(dir.join(crate::engine::CHECKPOINT_FILE))
+}
+
+/// In a browser there are no files: keep the [`Trainer::state`] instead.
+#[cfg(target_arch = "wasm32")]
+pub fn save_state(_state: &TrainState, dir: &std::path::Path) -> Result<()> {
+    Err(Error::file(
+        dir,
+        "a browser has no files: keep Trainer::state instead",
+    ))
+}
+
+/// In a browser there are no files: restore a [`TrainState`] with [`Trainer::restore`].
+#[cfg(target_arch = "wasm32")]
+pub fn load_state(dir: &std::path::Path) -> Result<TrainState> {
+    Err(Error::file(
+        dir,
+        "a browser has no files: use Trainer::restore",
+    ))
 }
 
 #[cfg(not(target_arch = "wasm32"))]

@@ -211,8 +211,8 @@ impl Observer for Log {
         self.0.push(format!("eval {}", e.step));
         Ok(())
     }
-    fn on_checkpoint(&mut self, s: &TrainState) -> brrr_backend::Result<()> {
-        self.0.push(format!("checkpoint {}", s.step));
+    fn on_checkpoint(&mut self, step: u64) -> brrr_backend::Result<()> {
+        self.0.push(format!("checkpoint {step}"));
         Ok(())
     }
 }

@@ -1,0 +1,102 @@
+//! [`DataSpec`]: what a run trains on, opened once per process from its
+//! [`TrainConfig`] (a text corpus, generated text, or a directory of token shards),
+//! and the batch source each rank draws from.
+//!
+//! Every rank of every layout draws the same *global* batches from the same seed; an
+//! engine keeps its own rows of each (a data-parallel replica its `1/dp`, a pipeline
+//! stage the ids or the targets). So a parallel run sees exactly the batches one device
+//! sees, which is what lets its losses be checked against one device's.
+
+use crate::prefetch::{Prefetcher, SendSource};
+use crate::prepare::{DataDir, open_data_dir};
+use brrr_backend::{Error, Result};
+use brrr_train::{Batch, Batcher, Corpus, SYNTHETIC, TrainConfig, synthetic_corpus, val_batches};
+use std::path::Path;
+
+/// The most batches a prefetch thread may hold ahead: each is a whole global batch in
+/// host memory, and a queue longer than this buys nothing.
+pub const MAX_PREFETCH: usize = 1024;
+
+/// A run's data, opened.
+pub enum DataSpec {
+    /// A text corpus (or [`SYNTHETIC`] text), byte-tokenised.
+    Corpus(Corpus),
+    /// Token shards written by `brrr data prepare` (or llm.c).
+    Shards(DataDir),
+}
+
+impl DataSpec {
+    /// Opens what `cfg` names: `cfg.data` (shards) if set, else `cfg.corpus`.
+    pub fn open(cfg: &TrainConfig) -> Result<Self> {
+        if !cfg.data.is_empty() {
+            Ok(DataSpec::Shards(open_data_dir(Path::new(&cfg.data))?))
+        } else if cfg.corpus == SYNTHETIC {
+            Ok(DataSpec::Corpus(synthetic_corpus(cfg.seed)?))
+        } else {
+            Ok(DataSpec::Corpus(Corpus::load(&cfg.corpus)?))
+        }
+    }
+
+    /// The corpus, when training on text.
+    pub fn corpus(&self) -> Option<&Corpus> {
+        match self {
+            DataSpec::Corpus(c) => Some(c),
+            DataSpec::Shards(_) => None,
+        }
+    }
+
+    /// One rank's source of global training batches and the fixed global validation
+    /// batches, with `prefetch` batches prepared ahead on a thread (0: none). The
+    /// batches are the same whatever `prefetch` is.
+    pub fn source(&self, cfg: &TrainConfig, prefetch: usize) -> Result<(SendSource, Vec<Batch>)> {
+        if prefetch > MAX_PREFETCH {
+            return Err(Error::invalid(
+                "train",
+                format!("--prefetch {prefetch} is more than {MAX_PREFETCH} batches ahead"),
+            ));
+        }
+        let (source, val): (SendSource, Vec<Batch>) = match self {
+            DataSpec::Corpus(corpus) => (
+                Box::new(Batcher::for_corpus(
+                    corpus,
+                    cfg.batch_size,
+                    cfg.seq_len,
+                    cfg.seed,
+                )?),
+                val_batches(corpus.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)?,
+            ),
+            DataSpec::Shards(dir) => shard_source(cfg, dir)?,
+        };
+        match prefetch {
+            // Without a thread, keep the source itself: a `Batcher` hands a
+            // data-parallel rank only its rows (`BatchSource::next_rows`).
+            0 => Ok((source, val)),
+            n => Ok((Box::new(Prefetcher::new(source, n)), val)),
+        }
+    }
+}
+
+/// The training loader over a data directory's shards (one device's stream: rank 0 of
+/// 1, whatever the layout) and its fixed validation batches, with document masks under
+/// `cfg.document_mask`.
+fn shard_source(cfg: &TrainConfig, dir: &DataDir) -> Result<(SendSource, Vec<Batch>)> {
+    let loader = crate::ShardLoader::new(
+        dir.train.clone(),
+        cfg.batch_size,
+        cfg.seq_len,
+        cfg.seed,
+        cfg.model.vocab_size,
+        0,
+        1,
+    )?;
+    let val = crate::shard_val_batches(&dir.val, cfg.batch_size, cfg.seq_len, cfg.eval_batches)?;
+    if !cfg.document_mask {
+        return Ok((Box::new(loader), val));
+    }
+    let eot = dir.tokenizer.eot();
+    let val = val
+        .into_iter()
+        .map(|b| b.with_document_mask(eot))
+        .collect::<Result<_>>()?;
+    Ok((Box::new(loader.with_document_mask(eot)), val))
+}

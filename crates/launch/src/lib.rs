@@ -1,0 +1,428 @@
+//! # brrr-launch
+//!
+//! Starts a training run described by a [`brrr_train::TrainConfig`], on one device or on
+//! a world of ranks, and drives it with the one training loop, [`brrr_train::run`]:
+//!
+//! - **the world**: `layout.dp × layout.tp × layout.pp` threads of this process by
+//!   default ([`brrr_collectives::run_in_process`]), or, under a launcher (`brrr
+//!   launch`, torchrun, srun, mpirun), this process as one rank of the world its
+//!   environment describes ([`brrr_collectives::from_env`]);
+//! - **each rank** builds its own backend ([`BackendKind`]: the CPU, wgpu, or CUDA with
+//!   the device = the local rank), opens the data ([`brrr_data::DataSpec`]: the same
+//!   global batches on every rank), and builds the engine its layout needs
+//!   ([`brrr_train::EngineKind`]): `brrr_train::Trainer`, `brrr_dp::DataParallel`,
+//!   `brrr_tp::TpTrainer` or `brrr_pp::PipelineEngine`;
+//! - **the run directory** ([`brrr_train::RunDir`]) is written by world rank 0, and
+//!   every rank saves its part of each checkpoint into it.
+//!
+//! Collectives between ranks go through the host (`brrr_collectives::Communicator`)
+//! on every backend.
+//!
+//! Data, tensor and pipeline parallelism from a program of your own, on two threads:
+//!
+//! ```
+//! use brrr_launch::{Job, launch};
+//! use brrr_train::{SYNTHETIC, TrainConfig};
+//!
+//! # fn main() -> brrr_backend::Result<()> {
+//! let mut config = TrainConfig::default();
+//! (config.model.n_layer, config.model.n_head, config.model.n_embd) = (2, 2, 32);
+//! (config.batch_size, config.seq_len, config.steps) = (4, 16, 3);
+//! (config.eval_every, config.eval_batches) = (3, 1);
+//! config.corpus = SYNTHETIC.into();
+//! config.layout.pp = 2; // two pipeline stages; try layout.dp or layout.tp too
+//! let mut losses = Vec::new();
+//! let outcome = launch(&Job::new(config), &mut losses)?;
+//! assert_eq!(outcome.steps_done, 3);
+//! assert_eq!(losses.len(), 3);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! (`Vec<f32>` is an [`Observer`] collecting the training losses; the `brrr` command
+//! line passes its progress bar.)
+
+use brrr_backend::{Backend, Error, Result};
+use brrr_collectives::env::{LaunchEnv, Launcher};
+use brrr_collectives::{Communicator, ParallelGroups, ParallelLayout, run_in_process};
+use brrr_cpu::CpuBackend;
+use brrr_data::DataSpec;
+use brrr_dp::{DataParallel, DpConfig};
+use brrr_perf::trace::Tracer;
+use brrr_pp::PipelineEngine;
+use brrr_tp::{TpConfig, TpTrainer};
+use brrr_train::{
+    Engine, EngineKind, Observer, RunDir, RunStart, TrainConfig, Trainer, run_blocking,
+};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+mod backend;
+
+pub use backend::{BackendKind, not_built};
+
+/// A run to start: what to train, where, and what to write.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The run; its `layout` says how it is spread over ranks.
+    pub config: TrainConfig,
+    /// The backend every rank builds.
+    pub backend: BackendKind,
+    /// The run directory; `None` writes nothing (the observer still hears everything).
+    pub out: Option<PathBuf>,
+    /// Continue the run saved in this directory (its checkpoint, in this layout). With
+    /// `out` the same directory, the run goes on in place.
+    pub resume: Option<PathBuf>,
+    /// Stop after this many steps in total, as if interrupted (a checkpoint is saved).
+    pub stop_at: u64,
+    /// Batches a thread prepares ahead of each rank's step (0: none).
+    pub prefetch: usize,
+    /// Write a Chrome trace of the lead rank's phases here (one device and `--dp`).
+    pub trace: Option<PathBuf>,
+}
+
+/// What world rank 0 reports after its last step.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Steps completed.
+    pub steps_done: u64,
+    /// Steps done when the run started (0 unless resumed).
+    pub start_step: u64,
+    /// [`Engine::describe`].
+    pub engine: String,
+    /// [`Engine::report`].
+    pub report: Vec<String>,
+    /// Rank 0's device.
+    pub device: brrr_backend::BackendInfo,
+    /// Ranks in the world.
+    pub world: usize,
+}
+
+/// Batches prepared ahead when nothing says otherwise.
+pub const DEFAULT_PREFETCH: usize = 2;
+
+impl Job {
+    /// `config` on the CPU, writing nothing, to its last step.
+    pub fn new(config: TrainConfig) -> Self {
+        Job {
+            stop_at: config.steps,
+            config,
+            backend: BackendKind::Cpu,
+            out: None,
+            resume: None,
+            prefetch: DEFAULT_PREFETCH,
+            trace: None,
+        }
+    }
+
+    /// Checks the job as a whole: the config (its layout's feature matrix included),
+    /// the pipeline schedule, and the options that only some layouts have.
+    pub fn validate(&self) -> Result<()> {
+        let cfg = &self.config;
+        cfg.validate()?;
+        let l = &cfg.layout;
+        if l.pp > 1 {
+            let pp = brrr_pp::PpConfig {
+                pp: l.pp,
+                schedule: l.schedule.clone(),
+                micro_batches: cfg.grad_accum,
+            };
+            pp.validate(cfg.model.n_layer, cfg.grad_accum)
+                .map_err(|e| Error::invalid("train --pp", e))?;
+        }
+        let engine = l.engine();
+        if self.trace.is_some()
+            && matches!(engine, EngineKind::TensorParallel | EngineKind::Pipeline)
+        {
+            return Err(Error::invalid(
+                "train",
+                format!("--trace with {} is not supported yet", l.flags()),
+            ));
+        }
+        if self.prefetch > brrr_data::spec::MAX_PREFETCH {
+            return Err(Error::invalid(
+                "train",
+                format!(
+                    "--prefetch {} is more than {} batches ahead",
+                    self.prefetch,
+                    brrr_data::spec::MAX_PREFETCH
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Starts `job`'s world and trains it to `job.stop_at`; `lead` (world rank 0's
+/// observer: a progress bar, a test's log) hears every step. Returns rank 0's outcome
+/// (under a launcher, this process's).
+pub fn launch(job: &Job, lead: &mut (dyn Observer + Send)) -> Result<Outcome> {
+    job.validate()?;
+    let data = DataSpec::open(&job.config)?;
+    let env = LaunchEnv::from_env()?;
+    let want = job.config.layout.world();
+    if env.launcher != Launcher::Single && env.world_size > 1 {
+        if env.world_size != want {
+            return Err(Error::invalid(
+                "train",
+                format!(
+                    "the launcher started {} processes, the layout ({}) needs {want}",
+                    env.world_size,
+                    job.config.layout.flags()
+                ),
+            ));
+        }
+        let comm = brrr_collectives::from_env()?;
+        let lead = (comm.rank() == 0).then_some(lead as &mut dyn Observer);
+        return rank_on(job.backend, env.local_rank, Some(&comm), job, &data, lead);
+    }
+    if want == 1 && job.config.layout.engine() == EngineKind::OneDevice {
+        return rank_on(job.backend, 0, None, job, &data, Some(lead));
+    }
+    let lead = Mutex::new(Some(lead));
+    let results = run_in_process(want, |comm| {
+        let mine = match comm.rank() {
+            0 => lead.lock().ok().and_then(|mut l| l.take()),
+            _ => None,
+        };
+        let mine = mine.map(|l| l as &mut dyn Observer);
+        Ok(rank_on(
+            job.backend,
+            comm.rank(),
+            Some(comm),
+            job,
+            &data,
+            mine,
+        )?)
+    });
+    first_error_or_rank0(
+        results
+            .into_iter()
+            .map(|r| r.map_err(Error::from))
+            .collect(),
+    )
+}
+
+/// The step the checkpoint of the run saved in `dir` reached, read from the files
+/// `config`'s layout writes (rank 0's shard, stage 0's file, or the one checkpoint);
+/// an error that names the layout when they are missing.
+pub fn saved_step(dir: &std::path::Path, config: &TrainConfig) -> Result<u64> {
+    use brrr_train::run_dir::{DP_DIR, PP_DIR};
+    let l = &config.layout;
+    let path = match l.engine() {
+        EngineKind::OneDevice | EngineKind::TensorParallel => dir.join(brrr_train::CHECKPOINT_FILE),
+        EngineKind::DataParallel => brrr_dp::shard_path(&dir.join(DP_DIR), 0, l.dp),
+        EngineKind::Pipeline => brrr_pp::stage_shard_path(&dir.join(PP_DIR), 0, l.pp, 0, l.tp),
+    };
+    if !path.exists() {
+        return Err(Error::file(
+            &path,
+            format!(
+                "not found: the run in {} has no checkpoint for its layout ({}); a run \
+                 resumes in the layout it was saved in (`brrr ckpt consolidate` turns a \
+                 data-parallel run's shards into one checkpoint)",
+                dir.display(),
+                l.flags()
+            ),
+        ));
+    }
+    match l.engine() {
+        EngineKind::OneDevice | EngineKind::TensorParallel => {
+            Ok(brrr_train::TrainState::load(&path)?.step)
+        }
+        EngineKind::DataParallel => Ok(brrr_dp::read_shard_header(&path)?.step),
+        EngineKind::Pipeline => Ok(brrr_pp::read_stage_header(&path)?.step),
+    }
+}
+
+/// Rank 0's outcome; else the error of the rank that failed first (the others then
+/// see its link close, and say so: not the cause).
+fn first_error_or_rank0(results: Vec<Result<Outcome>>) -> Result<Outcome> {
+    let mut outs = Vec::with_capacity(results.len());
+    let mut errors = Vec::new();
+    for (rank, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(o) => outs.push(o),
+            Err(e) => errors.push((rank, e)),
+        }
+    }
+    // A lost link is the echo of another rank's failure: report a cause if there is one.
+    let cause = errors
+        .iter()
+        .position(|(_, e)| !e.to_string().contains("lost"))
+        .unwrap_or(0);
+    if !errors.is_empty() {
+        let (rank, e) = errors.swap_remove(cause);
+        return Err(match outs.len() + errors.len() {
+            0 => e,
+            _ => Error::invalid("train", format!("rank {rank}: {e}")),
+        });
+    }
+    outs.into_iter()
+        .next()
+        .ok_or_else(|| Error::invalid("train", "no rank ran"))
+}
+
+/// One rank on a backend of `kind` (CUDA device `device`).
+fn rank_on(
+    kind: BackendKind,
+    device: usize,
+    comm: Option<&Communicator>,
+    job: &Job,
+    data: &DataSpec,
+    lead: Option<&mut dyn Observer>,
+) -> Result<Outcome> {
+    let _ = device;
+    match kind {
+        BackendKind::Cpu => train_rank(CpuBackend::new(), comm, job, data, lead, None),
+        #[cfg(feature = "wgpu")]
+        BackendKind::Wgpu => train_rank(
+            brrr_wgpu::WgpuBackend::new_blocking()?,
+            comm,
+            job,
+            data,
+            lead,
+            None,
+        ),
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => train_rank(
+            brrr_cuda::CudaBackend::new(device)?,
+            comm,
+            job,
+            data,
+            lead,
+            None,
+        ),
+        #[allow(unreachable_patterns)]
+        other => Err(not_built(other)),
+    }
+}
+
+/// `job` on one device of a backend you built (a profiling wrapper, a GPU of your
+/// choice), in this thread; `tracer` records the phases when given (shared with the
+/// backend, say), and is written to `job.trace`.
+pub fn train_on<B: Backend>(
+    backend: B,
+    job: &Job,
+    lead: &mut dyn Observer,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<Outcome> {
+    job.validate()?;
+    if job.config.layout.engine() != EngineKind::OneDevice {
+        return Err(Error::invalid(
+            "train",
+            format!(
+                "train_on runs one device; {} needs brrr_launch::launch",
+                job.config.layout.flags()
+            ),
+        ));
+    }
+    let data = DataSpec::open(&job.config)?;
+    train_rank(backend, None, job, &data, Some(lead), tracer)
+}
+
+/// Builds this rank's engine for the layout and drives it.
+fn train_rank<B: Backend>(
+    backend: B,
+    comm: Option<&Communicator>,
+    job: &Job,
+    data: &DataSpec,
+    lead: Option<&mut dyn Observer>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<Outcome> {
+    let cfg = job.config.clone();
+    let (source, val) = data.source(&cfg, job.prefetch)?;
+    let world =
+        || comm.ok_or_else(|| Error::invalid("train", "a parallel layout needs a communicator"));
+    // The lead records the trace when one is asked for.
+    let tracer = match (&job.trace, lead.is_some()) {
+        (Some(_), true) => Some(tracer.unwrap_or_else(|| Arc::new(Tracer::new()))),
+        _ => None,
+    };
+    let l = &cfg.layout;
+    match l.engine() {
+        EngineKind::OneDevice => {
+            let mut e = Trainer::new(&backend, cfg.clone(), source, val)?;
+            if let Some(t) = &tracer {
+                e.set_shared_tracer(t.clone());
+            }
+            drive(&mut e, &backend, job, lead, tracer)
+        }
+        EngineKind::DataParallel => {
+            let mut dp = DpConfig::new(l.dp, l.zero);
+            if let Some(mb) = l.bucket_mb {
+                dp.bucket_bytes = (mb * (1u64 << 20) as f64) as usize;
+                dp.first_bucket_bytes = dp.first_bucket_bytes.min(dp.bucket_bytes).max(1);
+            }
+            let mut e = DataParallel::new(&backend, cfg.clone(), dp, world()?, source)?;
+            e.set_validation(val);
+            if let Some(t) = &tracer {
+                e.set_tracer(t.clone());
+            }
+            drive(&mut e, &backend, job, lead, tracer)
+        }
+        EngineKind::TensorParallel => {
+            let layout = ParallelLayout {
+                dp: l.dp,
+                tp: l.tp,
+                pp: 1,
+            };
+            let groups = ParallelGroups::new(world()?, layout)?;
+            let tp = TpConfig { tp: l.tp, sp: l.sp };
+            let mut e = TpTrainer::new(&backend, cfg.clone(), tp, groups)?;
+            e.set_data(source, val);
+            drive(&mut e, &backend, job, lead, tracer)
+        }
+        EngineKind::Pipeline => {
+            let mut e = PipelineEngine::new(&backend, cfg.clone(), world()?, source, val)?;
+            drive(&mut e, &backend, job, lead, tracer)
+        }
+    }
+}
+
+/// Restores, opens the run directory, runs the loop, writes the trace.
+fn drive<E: Engine, B: Backend>(
+    engine: &mut E,
+    backend: &B,
+    job: &Job,
+    lead: Option<&mut dyn Observer>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<Outcome> {
+    if let Some(dir) = &job.resume {
+        brrr_backend::block_on(engine.restore_from(dir))?;
+    }
+    let start_step = engine.steps_done();
+    let info = backend.info();
+    let is_lead = lead.is_some();
+    let mut observer: Box<dyn Observer + '_> = match (lead, &job.out) {
+        (Some(lead), Some(out)) => {
+            let dir = match &job.resume {
+                Some(from) => RunDir::resume(out, from, engine.config(), start_step)?,
+                None => RunDir::create(out, engine.config())?,
+            };
+            Box::new((dir, lead))
+        }
+        (Some(lead), None) => Box::new(lead),
+        (None, Some(out)) => Box::new(RunDir::follower(out)),
+        (None, None) => Box::new(()),
+    };
+    observer.on_start(&RunStart {
+        step: start_step,
+        engine: engine.describe(),
+        device: format!("{} ({})", info.name, info.device),
+        params: engine.config().model.num_params(),
+    })?;
+    run_blocking(engine, job.stop_at, &mut *observer)?;
+    if let (Some(path), Some(t), true) = (&job.trace, &tracer, is_lead) {
+        t.write_chrome_trace(path)
+            .map_err(|e| Error::file(path, e.to_string()))?;
+    }
+    Ok(Outcome {
+        steps_done: engine.steps_done(),
+        start_step,
+        engine: engine.describe(),
+        report: engine.report(),
+        device: info,
+        world: engine.config().layout.world(),
+    })
+}

@@ -1,0 +1,140 @@
+//! `PipelineEngine` under the one training loop (`brrr_train::run`): a pipeline step sees
+//! the batches of `--grad-accum M` on one device, so every schedule's losses (and the
+//! validation loss) match the one-device `Trainer`'s; `--dp 2` pipelines split each
+//! global micro-batch and match one pipeline; a run saved at step 2 and restored goes
+//! on bit for bit.
+
+use brrr_collectives::run_in_process;
+use brrr_cpu::CpuBackend;
+use brrr_pp::{PipelineEngine, ScheduleKind};
+use brrr_train::{
+    Batcher, Corpus, Engine, Observer, StepStats, TrainConfig, Trainer, run_blocking, val_batches,
+};
+
+fn corpus() -> Corpus {
+    let text = "It was the best of times, it was the worst of times, it was the age of wisdom. "
+        .repeat(60);
+    Corpus::from_text("dickens.txt", text).unwrap()
+}
+
+fn tiny(m: usize) -> TrainConfig {
+    let mut cfg = TrainConfig {
+        steps: 3,
+        batch_size: 2,
+        seq_len: 16,
+        grad_accum: m,
+        warmup_steps: 1,
+        eval_every: 3,
+        eval_batches: 2,
+        ..TrainConfig::default()
+    };
+    (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) = (4, 2, 32);
+    cfg.model.block_size = 16;
+    cfg
+}
+
+/// Losses and the last validation loss, as rank 0 of the world reports them.
+#[derive(Default)]
+struct Log {
+    losses: Vec<f32>,
+    val: Option<f32>,
+}
+
+impl Observer for Log {
+    fn on_step(&mut self, s: &StepStats) -> brrr_backend::Result<()> {
+        self.losses.push(s.loss);
+        Ok(())
+    }
+    fn on_eval(&mut self, e: &brrr_train::Evaluation) -> brrr_backend::Result<()> {
+        self.val = Some(e.loss);
+        Ok(())
+    }
+}
+
+type Dir<'a> = Option<&'a std::path::Path>;
+
+/// Trains `cfg` (its layout a pipeline) to `stop_at` on in-process ranks, restoring
+/// from `restore` and saving to `save` when given; rank 0's log.
+fn pipeline(cfg: &TrainConfig, stop_at: u64, restore: Dir, save: Dir) -> Log {
+    let c = corpus();
+    let outs = run_in_process(cfg.layout.world(), |world| {
+        let data = Batcher::for_corpus(&c, cfg.batch_size, cfg.seq_len, cfg.seed)?;
+        let val = val_batches(c.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches)?;
+        let mut e =
+            PipelineEngine::new(&CpuBackend::new(), cfg.clone(), world, Box::new(data), val)?;
+        if let Some(dir) = restore {
+            brrr_backend::block_on(e.restore_from(dir))?;
+        }
+        let mut log = Log::default();
+        run_blocking(&mut e, stop_at, &mut log)?;
+        if let Some(dir) = save {
+            brrr_backend::block_on(e.save_to(dir))?;
+        }
+        Ok(log)
+    });
+    outs.into_iter().next().unwrap().unwrap()
+}
+
+#[test]
+fn every_schedule_matches_the_trainer_with_grad_accum() {
+    let m = 4;
+    let cfg = tiny(m);
+    let c = corpus();
+    let data = Batcher::for_corpus(&c, cfg.batch_size, cfg.seq_len, cfg.seed).unwrap();
+    let val = val_batches(c.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches).unwrap();
+    let mut trainer = Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), val).unwrap();
+    let mut want = Log::default();
+    trainer.run_blocking(cfg.steps, &mut want).unwrap();
+    for kind in ScheduleKind::all(2) {
+        let mut p = cfg.clone();
+        p.layout.pp = 2;
+        p.layout.schedule = kind.to_string();
+        let got = pipeline(&p, p.steps, None, None);
+        assert_eq!(got.losses.len(), want.losses.len(), "{kind}");
+        for (a, b) in got.losses.iter().zip(&want.losses) {
+            assert!(
+                (a - b).abs() < 2e-5,
+                "{kind}: {:?} vs {:?}",
+                got.losses,
+                want.losses
+            );
+        }
+        let (a, b) = (got.val.unwrap(), want.val.unwrap());
+        assert!((a - b).abs() < 2e-5, "{kind}: val loss {a} vs {b}");
+    }
+}
+
+/// `--batch-size` is the global micro-batch: two pipelines, each on half the rows of
+/// every micro-batch, give the one pipeline's losses within 2e-5.
+#[test]
+fn two_replicas_split_the_global_batch() {
+    let mut cfg = tiny(2);
+    cfg.batch_size = 4;
+    cfg.layout.pp = 2;
+    let one = pipeline(&cfg, cfg.steps, None, None);
+    cfg.layout.dp = 2;
+    let two = pipeline(&cfg, cfg.steps, None, None);
+    for (a, b) in one.losses.iter().zip(&two.losses) {
+        assert!((a - b).abs() < 2e-5, "{:?} vs {:?}", one.losses, two.losses);
+    }
+    cfg.batch_size = 3;
+    let e = cfg.validate().unwrap_err().to_string();
+    assert!(e.contains("multiple of --dp 2"), "{e}");
+}
+
+/// Two steps, saved; restored and two more: bitwise the losses of four in one go.
+#[test]
+fn a_restored_pipeline_goes_on_bit_for_bit() {
+    let mut cfg = tiny(4);
+    cfg.steps = 4;
+    cfg.layout.pp = 2;
+    cfg.layout.schedule = "zb-h1".into();
+    let whole = pipeline(&cfg, 4, None, None);
+    let dir = tempfile::tempdir().unwrap();
+    let first = pipeline(&cfg, 2, None, Some(dir.path()));
+    let rest = pipeline(&cfg, 4, Some(dir.path()), None);
+    let mut got = first.losses.clone();
+    got.extend(&rest.losses);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&whole.losses));
+}

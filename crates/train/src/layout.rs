@@ -1,0 +1,211 @@
+//! [`Layout`]: how a run is spread over devices (data, tensor, sequence and pipeline
+//! parallelism, ZeRO), part of every [`TrainConfig`], and the one place that says which
+//! features combine with which layout ([`Layout::validate`]).
+//!
+//! The engines live above this crate (brrr-dp, brrr-tp, brrr-pp) and brrr-launch picks
+//! one from the layout; this module holds only the plain description, so a config file
+//! or checkpoint says how it was trained without depending on them.
+
+use crate::config::TrainConfig;
+use brrr_backend::{Error, Result};
+use brrr_checkpoint::Strategy;
+use serde::{Deserialize, Serialize};
+
+/// The parallel layout of a run: `dp × tp × pp` ranks in Megatron's order (tensor
+/// fastest, then pipeline, then data).
+///
+/// `TrainConfig::batch_size` is the global micro-batch in every layout (each of the `dp`
+/// replicas trains `batch_size / dp` of its rows) and `TrainConfig::grad_accum` the
+/// micro-batches per step (a pipeline's `--micro-batches`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Layout {
+    /// Data-parallel replicas (`--dp`).
+    pub dp: usize,
+    /// Tensor-parallel ranks per layer (`--tp`, Megatron).
+    pub tp: usize,
+    /// Pipeline stages (`--pp`).
+    pub pp: usize,
+    /// Sequence parallelism with `--tp` (`--sp`, Korthikanti et al. 2022).
+    pub sp: bool,
+    /// ZeRO stage with `--dp` alone (`--zero`): 0 DDP, 1 moments, 2 + gradients, 3 +
+    /// parameters sharded.
+    pub zero: u8,
+    /// The pipeline schedule with `--pp` (`--schedule`): gpipe, 1f1b, interleaved:V,
+    /// zb-h1, zb-h2.
+    pub schedule: String,
+    /// Gradient bucket size in MiB with `--dp` (`--bucket-mb`); `None`: PyTorch's 25.
+    pub bucket_mb: Option<f64>,
+}
+
+impl Default for Layout {
+    /// One device.
+    fn default() -> Self {
+        Layout {
+            dp: 1,
+            tp: 1,
+            pp: 1,
+            sp: false,
+            zero: 0,
+            schedule: "1f1b".into(),
+            bucket_mb: None,
+        }
+    }
+}
+
+/// Which engine runs a layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// `brrr_train::Trainer`.
+    OneDevice,
+    /// brrr-dp's `DataParallel` (DDP and ZeRO 1-3).
+    DataParallel,
+    /// brrr-tp's `TpTrainer` (`dp × tp`).
+    TensorParallel,
+    /// brrr-pp's `PipelineEngine` (`dp × tp × pp`).
+    Pipeline,
+}
+
+fn refuse(what: &str, layout: &str) -> Result<()> {
+    Err(Error::invalid(
+        "train",
+        format!("{what} with {layout} is not supported yet"),
+    ))
+}
+
+impl Layout {
+    /// Ranks in the world: `dp · tp · pp`.
+    pub fn world(&self) -> usize {
+        self.dp.saturating_mul(self.tp).saturating_mul(self.pp)
+    }
+
+    /// The engine that runs this layout.
+    pub fn engine(&self) -> EngineKind {
+        match (self.pp > 1, self.tp > 1 || self.sp, self.world() > 1) {
+            (true, _, _) => EngineKind::Pipeline,
+            (false, true, _) => EngineKind::TensorParallel,
+            (false, false, true) => EngineKind::DataParallel,
+            // `--zero` or `--bucket-mb` on one rank is still brrr-dp's engine.
+            _ if self.zero > 0 || self.bucket_mb.is_some() => EngineKind::DataParallel,
+            _ => EngineKind::OneDevice,
+        }
+    }
+
+    /// The layout's flags as `brrr train` takes them, e.g. `--dp 2 --tp 2 --sp`.
+    pub fn flags(&self) -> String {
+        let mut s = Vec::new();
+        if self.dp > 1 {
+            s.push(format!("--dp {}", self.dp));
+        }
+        if self.zero > 0 {
+            s.push(format!("--zero {}", self.zero));
+        }
+        if self.tp > 1 {
+            s.push(format!("--tp {}", self.tp));
+        }
+        if self.sp {
+            s.push("--sp".into());
+        }
+        if self.pp > 1 {
+            s.push(format!("--pp {} --schedule {}", self.pp, self.schedule));
+        }
+        match s.is_empty() {
+            true => "one device".into(),
+            false => s.join(" "),
+        }
+    }
+
+    /// Checks the layout against the run: sizes that must divide, and the features a
+    /// layout does not combine with yet, each error naming both options.
+    pub fn validate(&self, cfg: &TrainConfig) -> Result<()> {
+        self.validate_sizes(cfg)?;
+        self.validate_features(cfg)
+    }
+
+    fn validate_sizes(&self, cfg: &TrainConfig) -> Result<()> {
+        let bad = |m: String| Err(Error::invalid("train", m));
+        if self.dp == 0 || self.tp == 0 || self.pp == 0 {
+            return bad("--dp, --tp and --pp must be at least 1".into());
+        }
+        if self.zero > 3 {
+            return bad(format!("--zero must be 0, 1, 2 or 3, got {}", self.zero));
+        }
+        if self.sp && self.tp < 2 {
+            return bad("--sp needs --tp 2 or more".into());
+        }
+        if let Some(mb) = self.bucket_mb
+            && !(mb.is_finite() && mb > 0.0)
+        {
+            return bad(format!("--bucket-mb must be positive, got {mb}"));
+        }
+        if !cfg.batch_size.is_multiple_of(self.dp) {
+            return bad(format!(
+                "--batch-size {} (the global batch) must be a multiple of --dp {}",
+                cfg.batch_size, self.dp
+            ));
+        }
+        let m = &cfg.model;
+        if self.tp > 1 {
+            let t = self.tp;
+            if !m.n_head.is_multiple_of(t) {
+                return bad(format!(
+                    "--tp {t}: the {} attention heads do not divide by {t} ranks",
+                    m.n_head
+                ));
+            }
+            if !m.n_embd.is_multiple_of(t) {
+                return bad(format!(
+                    "--tp {t}: the width n_embd = {} does not divide by {t} ranks",
+                    m.n_embd
+                ));
+            }
+            if !m.vocab_size.is_multiple_of(t) {
+                return bad(format!(
+                    "--tp {t}: the vocabulary of {} does not divide by {t} ranks",
+                    m.vocab_size
+                ));
+            }
+        }
+        if self.sp && !cfg.seq_len.is_multiple_of(self.tp) {
+            return bad(format!(
+                "--sp: the sequence length {} does not divide by --tp {}",
+                cfg.seq_len, self.tp
+            ));
+        }
+        if self.pp > m.n_layer {
+            return bad(format!(
+                "--pp {}: the model has only {} blocks to cut into stages",
+                self.pp, m.n_layer
+            ));
+        }
+        Ok(())
+    }
+
+    /// The feature matrix: what each engine does not do yet. Everything not refused
+    /// here runs in every layout.
+    fn validate_features(&self, cfg: &TrainConfig) -> Result<()> {
+        let recompute = cfg.checkpoint != Strategy::None;
+        let amp = cfg.amp.policy().is_some();
+        match self.engine() {
+            EngineKind::OneDevice => Ok(()),
+            EngineKind::DataParallel if recompute => refuse("--checkpoint", "--dp"),
+            EngineKind::DataParallel => Ok(()),
+            EngineKind::TensorParallel | EngineKind::Pipeline => {
+                let name = if self.pp > 1 { "--pp" } else { "--tp" };
+                if self.zero > 0 || self.bucket_mb.is_some() {
+                    return refuse("--zero/--bucket-mb", name);
+                }
+                if recompute {
+                    return refuse("--checkpoint", name);
+                }
+                if amp {
+                    return refuse("--amp", name);
+                }
+                if cfg.document_mask {
+                    return refuse("--doc-mask", name);
+                }
+                Ok(())
+            }
+        }
+    }
+}
