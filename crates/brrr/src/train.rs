@@ -648,6 +648,16 @@ pub fn gpu_peak_kind(amp: AmpMode) -> (brrr_perf::DType, brrr_perf::Unit, &'stat
 /// Runs `brrr train`: checks everything, then starts the run with brrr-launch.
 pub fn run(args: &TrainArgs) -> Result<Summary> {
     if args.profile {
+        let layout = layout_from_args(args);
+        if layout.engine() != EngineKind::OneDevice {
+            return Err(Error::invalid(
+                "train",
+                format!(
+                    "--profile with {} is not supported yet: it times one device's ops",
+                    layout.flags()
+                ),
+            ));
+        }
         return crate::profile_cmd::run(args);
     }
     let Some(plan) = plan(args, args.backend == BackendKind::Cpu)? else {

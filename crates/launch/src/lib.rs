@@ -77,7 +77,7 @@ pub struct Job {
     pub stop_at: u64,
     /// Batches a thread prepares ahead of each rank's step (0: none).
     pub prefetch: usize,
-    /// Write a Chrome trace of the lead rank's phases here (one device and `--dp`).
+    /// Write a Chrome trace of the lead rank's phases here.
     pub trace: Option<PathBuf>,
 }
 
@@ -129,15 +129,6 @@ impl Job {
             };
             pp.validate(cfg.model.n_layer, cfg.grad_accum)
                 .map_err(|e| Error::invalid("train --pp", e))?;
-        }
-        let engine = l.engine();
-        if self.trace.is_some()
-            && matches!(engine, EngineKind::TensorParallel | EngineKind::Pipeline)
-        {
-            return Err(Error::invalid(
-                "train",
-                format!("--trace with {} is not supported yet", l.flags()),
-            ));
         }
         if self.prefetch > brrr_data::spec::MAX_PREFETCH {
             return Err(Error::invalid(
@@ -334,9 +325,11 @@ fn train_rank<B: Backend>(
     let (source, val) = data.source(&cfg, job.prefetch)?;
     let world =
         || comm.ok_or_else(|| Error::invalid("train", "a parallel layout needs a communicator"));
-    // The lead records the trace when one is asked for.
-    let tracer = match (&job.trace, lead.is_some()) {
-        (Some(_), true) => Some(tracer.unwrap_or_else(|| Arc::new(Tracer::new()))),
+    // A tracer given by the caller (a profiler's) records; else the lead records when a
+    // trace is asked for.
+    let tracer = match (tracer, &job.trace, lead.is_some()) {
+        (Some(t), _, _) => Some(t),
+        (None, Some(_), true) => Some(Arc::new(Tracer::new())),
         _ => None,
     };
     let l = &cfg.layout;
@@ -371,10 +364,16 @@ fn train_rank<B: Backend>(
             let tp = TpConfig { tp: l.tp, sp: l.sp };
             let mut e = TpTrainer::new(&backend, cfg.clone(), tp, groups)?;
             e.set_data(source, val);
+            if let Some(t) = &tracer {
+                e.set_tracer(t.clone());
+            }
             drive(&mut e, &backend, job, lead, tracer)
         }
         EngineKind::Pipeline => {
             let mut e = PipelineEngine::new(&backend, cfg.clone(), world()?, source, val)?;
+            if let Some(t) = &tracer {
+                e.set_tracer(t.clone());
+            }
             drive(&mut e, &backend, job, lead, tracer)
         }
     }

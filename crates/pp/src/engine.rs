@@ -17,6 +17,7 @@ use crate::simulate::{Costs, Timeline, simulate};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_collectives::{Communicator, ParallelGroups, ParallelLayout};
 use brrr_nn::{AdamWConfig, Gpt};
+use brrr_perf::trace::Tracer;
 use brrr_train::run_dir::PP_DIR;
 use brrr_train::{Batch, BatchSource, Engine, StepStats, TrainConfig};
 use rand::SeedableRng;
@@ -53,6 +54,8 @@ pub struct PipelineEngine<B: Backend> {
     /// Steps the run had done when this process started (the first one is not timed).
     start: Option<u64>,
     measured: Measured,
+    /// Records each step's phases (`--trace`); disabled by default.
+    tracer: Arc<Tracer>,
 }
 
 /// What the timed steps measured, on the rank that gathers the timelines.
@@ -133,7 +136,14 @@ impl<B: Backend> PipelineEngine<B> {
             step: 0,
             start: None,
             measured: Measured::default(),
+            tracer: Arc::new(Tracer::disabled()),
         })
+    }
+
+    /// Records each step's phases (`step`, `data`, `schedule`, `reduce grads`, `adamw`,
+    /// `evaluate`, `checkpoint`) into `tracer`.
+    pub fn set_tracer(&mut self, tracer: Arc<Tracer>) {
+        self.tracer = tracer;
     }
 
     /// This rank's stage.
@@ -273,16 +283,23 @@ impl<B: Backend> Engine for PipelineEngine<B> {
         let t0 = Instant::now();
         let lr = self.config.schedule().lr(self.step);
         let m = self.schedule.m;
-        let data = self.micro_batches()?;
+        let tracer = self.tracer.clone();
+        let _span = tracer.span("step");
+        let data = tracer.in_span("data", || self.micro_batches())?;
         // Each pipeline's mean over its rows; the data-parallel average of the
         // gradients makes it the mean over the global batch.
         let dloss = 1.0 / (self.rows.len() * self.config.seq_len * m) as f32;
-        let run = self.stage.run(&self.pp, &self.schedule, &data, dloss)?;
-        self.stage.reduce_grads(&self.pp, Some(&self.dp))?;
+        let run = tracer.in_span("schedule", || {
+            self.stage.run(&self.pp, &self.schedule, &data, dloss)
+        })?;
+        tracer.in_span("reduce grads", || {
+            self.stage.reduce_grads(&self.pp, Some(&self.dp))
+        })?;
         let loss = step_loss(&run, m, &self.pp, Some(&self.dp))? as f32;
-        let norm = self
-            .stage
-            .update(&self.pp, lr as f32, self.config.grad_clip)?;
+        let norm = tracer.in_span("adamw", || {
+            self.stage
+                .update(&self.pp, lr as f32, self.config.grad_clip)
+        })?;
         let timeline = match self.replica == 0 && self.stage.tp_rank() == 0 {
             true => gather_timeline(&self.pp, &run.spans)?,
             false => None,
@@ -314,6 +331,8 @@ impl<B: Backend> Engine for PipelineEngine<B> {
         if self.val.is_empty() {
             return Ok(0.0);
         }
+        let tracer = self.tracer.clone();
+        let _span = tracer.span("evaluate");
         let val = std::mem::take(&mut self.val);
         let loss = self.stage.eval_loss(&self.pp, &val);
         self.val = val;
@@ -324,6 +343,8 @@ impl<B: Backend> Engine for PipelineEngine<B> {
     /// fsynced), with the data's position; the rank that gathers the timelines draws
     /// the last step's into `pipeline.svg` beside the planned one.
     async fn save_to(&mut self, dir: &Path) -> Result<()> {
+        let tracer = self.tracer.clone();
+        let _span = tracer.span("checkpoint");
         if self.replica == 0 {
             let position = self.data.position();
             self.stage

@@ -21,6 +21,12 @@ impl<B: Backend> TpTrainer<B> {
         self.val = val;
     }
 
+    /// Records each step's phases (`step`, `forward+backward`, `reduce grads`, `clip`,
+    /// `adamw`, `evaluate`, `checkpoint`) into `tracer`.
+    pub fn set_tracer(&mut self, tracer: std::sync::Arc<brrr_perf::trace::Tracer>) {
+        self.tracer = tracer;
+    }
+
     fn source(&mut self) -> Result<&mut Box<dyn BatchSource>> {
         self.data.as_mut().ok_or_else(|| {
             Error::invalid(
@@ -117,6 +123,8 @@ impl<B: Backend> Engine for TpTrainer<B> {
     }
 
     async fn evaluate(&mut self) -> Result<f32> {
+        let tracer = self.tracer.clone();
+        let _span = tracer.span("evaluate");
         let val = std::mem::take(&mut self.val);
         let loss = TpTrainer::evaluate(self, &val);
         self.val = val;
@@ -126,6 +134,8 @@ impl<B: Backend> Engine for TpTrainer<B> {
     /// The whole model gathered over the tensor-parallel group (collective), written by
     /// tensor rank 0 of data-parallel rank 0 as `dir/checkpoint.safetensors`.
     async fn save_to(&mut self, dir: &Path) -> Result<()> {
+        let tracer = self.tracer.clone();
+        let _span = tracer.span("checkpoint");
         let (position, fingerprint) = {
             let data = self.source()?;
             (data.position(), data.fingerprint())

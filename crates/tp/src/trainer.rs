@@ -10,6 +10,7 @@ use crate::shard::unshard_by_name;
 use brrr_backend::{Backend, DType, Error, HostData, Result};
 use brrr_collectives::{Communicator, ParallelGroups, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param};
+use brrr_perf::trace::Tracer;
 use brrr_train::{Batch, BatchSource, ParamState, StepStats, TrainConfig, TrainState};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -31,6 +32,8 @@ pub struct TpTrainer<B: Backend> {
     pub(crate) data: Option<Box<dyn BatchSource>>,
     /// The fixed validation batches of [`brrr_train::Engine::evaluate`].
     pub(crate) val: Vec<Batch>,
+    /// Records the step's phases (`--trace`); disabled by default.
+    pub(crate) tracer: Arc<Tracer>,
 }
 
 impl<B: Backend> TpTrainer<B> {
@@ -78,6 +81,7 @@ impl<B: Backend> TpTrainer<B> {
             step: 0,
             data: None,
             val: Vec::new(),
+            tracer: Arc::new(Tracer::disabled()),
         })
     }
 
@@ -168,13 +172,18 @@ impl<B: Backend> TpTrainer<B> {
         self.model.zero_grad()?;
         self.backend.reset_peak_memory();
         let start = self.backend.memory_stats().bytes_in_use;
-        let mut loss = [self.forward_backward(batches)? as f32];
+        let tracer = self.tracer.clone();
+        let _span = tracer.span("step");
+        let loss = tracer.in_span("forward+backward", || self.forward_backward(batches))?;
+        let mut loss = [loss as f32];
         let activation_peak_bytes = self.backend.memory_stats().peak_bytes.saturating_sub(start);
-        self.finish_grads()?;
+        tracer.in_span("reduce grads", || self.finish_grads())?;
         self.dp.all_reduce(&mut loss, ReduceOp::Avg)?;
-        let norm = self.model.grad_sq_sum()?.sqrt();
+        let norm = tracer.in_span("clip", || self.model.grad_sq_sum())?.sqrt();
         let coef = (self.config.grad_clip / (norm + 1e-6)).min(1.0) as f32;
-        self.opt.step(self.model.params_mut(), lr as f32, coef)?;
+        tracer.in_span("adamw", || {
+            self.opt.step(self.model.params_mut(), lr as f32, coef)
+        })?;
         self.step += 1;
         if !loss[0].is_finite() {
             return Err(Error::invalid(
