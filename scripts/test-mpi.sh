@@ -44,7 +44,8 @@ if [[ "${1:-}" == "--install" ]]; then exit 0; fi
 # the mpi crate and the brrr binary are compiled again.
 echo "==> cargo build -p brrr --features mpi"
 cargo build -p brrr --features mpi
-BRRR="$ROOT/target/debug/brrr"
+# Where cargo put it: $CARGO_TARGET_DIR when set (scripts/test.sh honours it too).
+BRRR="${CARGO_TARGET_DIR:-$ROOT/target}/debug/brrr"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export BRRR_COLL_TIMEOUT_S=60
 
