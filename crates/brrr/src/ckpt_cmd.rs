@@ -3,19 +3,21 @@
 //! directory's own `checkpoint.safetensors`, so that `brrr sample RUN_DIR` and a
 //! one-device `brrr train --resume RUN_DIR` read it.
 
-use crate::train::{CHECKPOINT_FILE, read_config};
+use crate::train::{CHECKPOINT_FILE, DP_DIR, PP_DIR, read_config};
 use brrr_backend::{Error, Result};
 use brrr_cpu::CpuBackend;
 use brrr_dp::{consolidate, read_shard_header, shard_path, write_consolidated};
+use brrr_train::{EngineKind, TrainConfig, TrainState};
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// `brrr ckpt ...`.
 #[derive(clap::Subcommand, Clone, Debug)]
 pub enum CkptCommand {
-    /// One single-device checkpoint from a data-parallel run's shards (`dp/`): the
-    /// weights, AdamW moments, step and data position that `brrr sample` and a one-device
-    /// `brrr train --resume` read.
+    /// One single-device checkpoint from a data-parallel run's shards (`dp/`) or a
+    /// pipeline run's stage files (`pp/`): the weights, AdamW moments, step and data
+    /// position that `brrr sample` and `brrr train --resume` with one device or `--tp`
+    /// read.
     Consolidate(ConsolidateArgs),
 }
 
@@ -29,7 +31,8 @@ pub fn run(cmd: &CkptCommand) -> Result<String> {
 /// Flags of `brrr ckpt consolidate`.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ConsolidateArgs {
-    /// A run directory written by `brrr train --dp N` (its `config.toml` and `dp/`).
+    /// A run directory written by `brrr train --dp N` or `--pp N` (its `config.toml`
+    /// and `dp/` or `pp/`).
     pub run_dir: PathBuf,
     /// Where to write the checkpoint [default: RUN_DIR/checkpoint.safetensors].
     #[arg(long)]
@@ -47,24 +50,25 @@ pub struct ConsolidateArgs {
 pub struct ConsolidateReport {
     /// The file written.
     pub out: PathBuf,
-    /// Ranks (shards) read.
+    /// Files read: data-parallel shards, or pipeline stage files (× tensor ranks).
     pub world: usize,
-    /// The run's ZeRO stage.
+    /// The run's ZeRO stage (0 for a pipeline).
     pub zero: u8,
     /// Optimizer steps the checkpoint holds.
     pub step: u64,
     /// Parameters (elements) in the model.
     pub params: usize,
+    /// The layout the files came from, as flags.
+    pub layout: String,
 }
 
 impl fmt::Display for ConsolidateReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "consolidated {} shards (--dp {} --zero {}, step {}, {} parameters) into {}",
+            "consolidated {} files ({}, step {}, {} parameters) into {}",
             self.world,
-            self.world,
-            self.zero,
+            self.layout,
             self.step,
             self.params,
             self.out.display()
@@ -75,13 +79,6 @@ impl fmt::Display for ConsolidateReport {
 /// Runs `brrr ckpt consolidate`.
 pub fn run_consolidate(args: &ConsolidateArgs) -> Result<ConsolidateReport> {
     let config = read_config(&args.run_dir)?;
-    let dir = args.run_dir.join(crate::train::DP_DIR);
-    if !dir.is_dir() {
-        return Err(Error::file(
-            &dir,
-            "not found: RUN_DIR must be a run directory of `brrr train --dp N`",
-        ));
-    }
     let out = args
         .out
         .clone()
@@ -93,21 +90,47 @@ pub fn run_consolidate(args: &ConsolidateArgs) -> Result<ConsolidateReport> {
             "already exists: pass --force to replace it, or another --out",
         ));
     }
-    let state = consolidate(&CpuBackend::new(), &config, &dir, args.dp)?;
-    let world = args
-        .dp
-        .map_or_else(|| brrr_dp::shard_worlds(&dir), |n| Ok(vec![n]))?;
+    let (state, world, zero) = consolidated(&args.run_dir, &config, args.dp)?;
+    write_consolidated(&state, &out, args.force)?;
+    Ok(ConsolidateReport {
+        out,
+        world,
+        zero,
+        step: state.step,
+        params: state.params.iter().map(|p| p.value.len()).sum(),
+        layout: config.layout.flags(),
+    })
+}
+
+/// The state of the run in `run_dir` as one device would hold it, put together from
+/// its data-parallel shards (`dp/`, of `--dp N` when given) or pipeline stage files
+/// (`pp/`); with the number of files read and the ZeRO stage.
+pub fn consolidated(
+    run_dir: &Path,
+    config: &TrainConfig,
+    dp: Option<usize>,
+) -> Result<(TrainState, usize, u8)> {
+    if config.layout.engine() == EngineKind::Pipeline {
+        let dir = run_dir.join(PP_DIR);
+        // The stage files do not record the data's identity: the run's config does.
+        let (source, _) = brrr_data::DataSpec::open(config)?.source(config, 0)?;
+        let state = brrr_pp::consolidate(&CpuBackend::new(), config, &dir, source.fingerprint())?;
+        let l = &config.layout;
+        return Ok((state, l.pp * l.tp, 0));
+    }
+    let dir = run_dir.join(DP_DIR);
+    if !dir.is_dir() {
+        return Err(Error::file(
+            &dir,
+            "not found: RUN_DIR must be a run directory of `brrr train --dp N` or `--pp N`",
+        ));
+    }
+    let state = consolidate(&CpuBackend::new(), config, &dir, dp)?;
+    let world = dp.map_or_else(|| brrr_dp::shard_worlds(&dir), |n| Ok(vec![n]))?;
     let world = world
         .first()
         .copied()
         .ok_or_else(|| Error::file(&dir, "holds no data-parallel shards"))?;
     let header = read_shard_header(&shard_path(&dir, 0, world))?;
-    write_consolidated(&state, &out, args.force)?;
-    Ok(ConsolidateReport {
-        out,
-        world: header.world,
-        zero: header.zero,
-        step: state.step,
-        params: state.params.iter().map(|p| p.value.len()).sum(),
-    })
+    Ok((state, header.world, header.zero))
 }

@@ -7,6 +7,7 @@ use brrr_backend::{DType, Error, Result};
 use brrr_cpu::CpuBackend;
 use brrr_nn::{Gpt, Module};
 use brrr_tensor::Tensor;
+use brrr_train::EngineKind;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::PathBuf;
@@ -55,11 +56,19 @@ pub fn run(args: &SampleArgs) -> Result<String> {
         ));
     }
     let cfg = read_config(&args.dir)?;
-    let ck = ckpt::load(args.dir.join(CHECKPOINT_FILE))?;
     let backend = CpuBackend::new();
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let mut model = Gpt::new(&backend, cfg.model.clone(), DType::F32, &mut rng)?;
-    load_weights(&ck, &mut model)?;
+    let whole = args.dir.join(CHECKPOINT_FILE);
+    match cfg.layout.engine() {
+        // A data-parallel or pipeline run saved shards: put them together in memory
+        // (`brrr ckpt consolidate` writes the same state to a file).
+        EngineKind::DataParallel | EngineKind::Pipeline if !whole.exists() => {
+            let (state, _, _) = crate::ckpt_cmd::consolidated(&args.dir, &cfg, None)?;
+            brrr_train::load_params(&backend, &mut model, &state)?;
+        }
+        _ => load_weights(&ckpt::load(whole)?, &mut model)?,
+    }
     let tok = ByteTokenizer;
     let mut ids = tok.encode(&args.prompt);
     if ids.is_empty() {

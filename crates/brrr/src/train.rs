@@ -483,20 +483,12 @@ fn resume_conflicts(args: &TrainArgs, saved: &TrainConfig) -> Vec<String> {
     if args.synthetic && saved.corpus != SYNTHETIC {
         c.push(format!("--synthetic (the run trained on {})", saved.corpus));
     }
-    let l = &saved.layout;
-    differs(&mut c, "--dp", args.dp, l.dp);
-    differs(&mut c, "--tp", args.tp, l.tp);
-    differs(&mut c, "--pp", args.pp, l.pp);
-    differs(&mut c, "--zero", args.zero, l.zero);
     differs(
         &mut c,
         "--micro-batches",
         args.micro_batches,
         saved.grad_accum,
     );
-    if args.sp && !l.sp {
-        c.push("--sp (the saved run trains without it)".to_string());
-    }
     c
 }
 
@@ -778,6 +770,32 @@ fn corpus_entropy(cfg: &TrainConfig) -> Result<f64> {
     })
 }
 
+/// The layout flags of `args` that differ from the saved layout `l`.
+fn layout_changes(args: &TrainArgs, l: &Layout) -> Vec<String> {
+    let mut c = Vec::new();
+    differs(&mut c, "--dp", args.dp, l.dp);
+    differs(&mut c, "--tp", args.tp, l.tp);
+    differs(&mut c, "--pp", args.pp, l.pp);
+    differs(&mut c, "--zero", args.zero, l.zero);
+    if args.sp && !l.sp {
+        c.push("--sp (the saved run trains without it)".to_string());
+    }
+    c
+}
+
+/// The saved layout with the layout flags of `args` applied.
+fn changed_layout(args: &TrainArgs, l: &Layout) -> Layout {
+    Layout {
+        dp: args.dp.unwrap_or(l.dp),
+        tp: args.tp.unwrap_or(l.tp),
+        pp: args.pp.unwrap_or(l.pp),
+        sp: args.sp || (l.sp && args.tp.is_none_or(|t| t > 1)),
+        zero: args.zero.unwrap_or(l.zero),
+        schedule: args.schedule.clone().unwrap_or_else(|| l.schedule.clone()),
+        bucket_mb: args.bucket_mb.or(l.bucket_mb),
+    }
+}
+
 /// The saved run's config with what `--resume` may change applied; errors on flags
 /// that contradict it.
 fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Vec<String>)> {
@@ -786,7 +804,29 @@ fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Vec<Strin
     if cfg.layout == Layout::default() {
         cfg.layout = layout_from_args(args);
     }
-    let conflicts = resume_conflicts(args, &cfg);
+    let mut conflicts = resume_conflicts(args, &cfg);
+    let mut notes = Vec::new();
+    let changes = layout_changes(args, &cfg.layout);
+    if !changes.is_empty() {
+        // A run may go on in another layout from one whole checkpoint (one device and
+        // --tp read it; `brrr ckpt consolidate` writes it from --dp or --pp shards).
+        let to = changed_layout(args, &cfg.layout);
+        let whole = dir.join(CHECKPOINT_FILE).exists();
+        match to.engine() {
+            EngineKind::OneDevice | EngineKind::TensorParallel if whole => {
+                notes.push(format!(
+                    "{} (the run had {})",
+                    to.flags(),
+                    cfg.layout.flags()
+                ));
+                cfg.layout = to;
+            }
+            _ => conflicts.extend(changes.into_iter().map(|c| {
+                c + " (another layout resumes only from one whole checkpoint: `brrr ckpt \
+                     consolidate`, then --resume with one device or --tp)"
+            })),
+        }
+    }
     if !conflicts.is_empty() {
         return Err(Error::invalid(
             "train --resume",
@@ -798,7 +838,6 @@ fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Vec<Strin
             ),
         ));
     }
-    let mut notes = Vec::new();
     if let Some(s) = args.steps.filter(|&s| s != cfg.steps) {
         notes.push(format!("--steps {s} (the run had {})", cfg.steps));
         cfg.steps = s;

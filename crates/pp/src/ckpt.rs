@@ -90,6 +90,45 @@ pub fn read_stage_header(path: &Path) -> Result<StageHeader> {
     serde_json::from_slice(&json).map_err(|e| bad(format!("header: {e}")))
 }
 
+/// The stage file at `path`: its header and its floats (the parameters in header
+/// order, then, when `has_moments`, every first moment, then every second), checked
+/// against each other.
+pub fn read_stage_file(path: &Path) -> Result<(StageHeader, Vec<f32>)> {
+    let bytes =
+        std::fs::read(path).map_err(|e| Error::io(format!("{}: reading", path.display()), e))?;
+    let bad = |msg: String| Error::file(path, msg);
+    if bytes.len() < 16 || &bytes[..8] != MAGIC {
+        return Err(bad("not a brrr pipeline stage file".into()));
+    }
+    let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    // A header length beyond the file (a corrupt or hostile file) is an error, not an
+    // overflow.
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&l| l <= bytes.len() - 16)
+        .ok_or_else(|| bad(format!("header length {len} exceeds the file")))?;
+    let header: StageHeader =
+        serde_json::from_slice(&bytes[16..16 + len]).map_err(|e| bad(format!("header: {e}")))?;
+    let total = header
+        .params
+        .iter()
+        .try_fold(0usize, |acc, p| acc.checked_add(p.1))
+        .ok_or_else(|| bad("parameter sizes overflow".into()))?;
+    let arrays = if header.has_moments { 3 } else { 1 };
+    let body = &bytes[16 + len..];
+    if Some(body.len()) != total.checked_mul(4 * arrays) {
+        return Err(bad(format!(
+            "{} bytes of data, the header says {arrays} × {total} f32",
+            body.len()
+        )));
+    }
+    let floats = body
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    Ok((header, floats))
+}
+
 fn bytes_of(v: &[f32], out: &mut Vec<u8>) {
     for x in v {
         out.extend_from_slice(&x.to_le_bytes());
@@ -155,22 +194,8 @@ impl<B: Backend> PipelineStage<B> {
     pub fn load_checkpoint(&mut self, dir: &Path) -> Result<StageHeader> {
         const OP: &str = "PipelineStage::load_checkpoint";
         let path = self.checkpoint_path(dir);
-        let bytes = std::fs::read(&path)
-            .map_err(|e| Error::io(format!("{}: reading", path.display()), e))?;
+        let (header, floats) = read_stage_file(&path)?;
         let bad = |msg: String| Error::invalid(OP, format!("{}: {msg}", path.display()));
-        if bytes.len() < 16 || &bytes[..8] != MAGIC {
-            return Err(bad("not a brrr pipeline stage file".into()));
-        }
-        let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-        // A header length beyond the file (a corrupt or hostile file) is an error,
-        // not an overflow.
-        let len = usize::try_from(len)
-            .ok()
-            .filter(|&l| l <= bytes.len() - 16)
-            .ok_or_else(|| bad(format!("header length {len} exceeds the file")))?;
-        let json = &bytes[16..16 + len];
-        let header: StageHeader =
-            serde_json::from_slice(json).map_err(|e| bad(format!("header: {e}")))?;
         let want: Vec<(String, usize)> = self
             .params()
             .iter()
@@ -196,19 +221,6 @@ impl<B: Backend> PipelineStage<B> {
             )));
         }
         let total: usize = want.iter().map(|w| w.1).sum();
-        let arrays = if header.has_moments { 3 } else { 1 };
-        let body = &bytes[16 + len..];
-        if body.len() != 4 * total * arrays {
-            return Err(bad(format!(
-                "{} bytes of data, expected {}",
-                body.len(),
-                4 * total * arrays
-            )));
-        }
-        let floats: Vec<f32> = body
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect();
         let backend = self.backend().clone();
         let mut at = 0;
         let mut moments = Vec::new();

@@ -24,6 +24,8 @@
 mod ckpt;
 mod config;
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
+mod consolidate;
+#[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
 mod engine;
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
 mod executor;
@@ -37,8 +39,10 @@ pub mod theory;
 mod validate;
 
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
-pub use ckpt::{StageHeader, read_stage_header, stage_path, stage_shard_path};
+pub use ckpt::{StageHeader, read_stage_file, read_stage_header, stage_path, stage_shard_path};
 pub use config::{PpConfig, split_layers};
+#[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
+pub use consolidate::consolidate;
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
 pub use engine::{PIPELINE_PLAN_FILE, PIPELINE_TIMELINE_FILE, PipelineEngine, planned};
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]

@@ -105,6 +105,23 @@ fn interleave(g: &[f32], n: usize, a: usize, b: usize) -> Vec<f32> {
     out
 }
 
+/// The shape of rank `r`'s shard of the single-device parameter `name` of shape `full`
+/// over `n` ranks, as [`shard_by_name`] cuts it (the same for every rank): the first
+/// dimension of `wte`, `c_attn` and `mlp.c_fc` divided, the second of a `c_proj`
+/// weight, everything else whole.
+pub fn shard_dims_by_name(name: &str, full: &[usize], n: usize) -> Vec<usize> {
+    let mut dims = full.to_vec();
+    let n = n.max(1);
+    if name == "wte.weight" || name.contains(".mlp.c_fc.") || name.contains(".attn.c_attn.") {
+        if let Some(d) = dims.first_mut() {
+            *d /= n;
+        }
+    } else if name.ends_with(".c_proj.weight") && dims.len() == 2 {
+        dims[1] /= n;
+    }
+    dims
+}
+
 /// The inverse of [`shard_by_name`] on the host: `gathered` is the `n` ranks' shards of
 /// `name` (each `shard_dims`) concatenated in rank order, as an all-gather returns them;
 /// the result is the whole parameter and its shape. A replicated parameter is rank 0's
