@@ -112,11 +112,11 @@ rm -rf "$TP_OUT"
 # Pipeline stages as processes: the same losses as the same stages as threads.
 PP_DIR="$(mktemp -d)"
 PP_ARGS=(train --pp 2 --schedule 1f1b --micro-batches 4 --steps 3 --batch-size 2 --seq-len 32 --quiet --force)
-PP_WANT="$("$BRRR" "${PP_ARGS[@]}" --out "$PP_DIR/threads" | grep '^final loss')"
+PP_WANT="$("$BRRR" "${PP_ARGS[@]}" --out "$PP_DIR/threads" | grep '^final train loss')"
 expect "$PP_WANT" mpirun --oversubscribe -np 2 "$BRRR" "${PP_ARGS[@]}" --out "$PP_DIR/mpi"
 expect "$PP_WANT" "$BRRR" launch --transport socket --nproc 2 -- "${PP_ARGS[@]}" --out "$PP_DIR/socket"
 # Stages two tensor ranks wide as processes (world = pp 2 × tp 2): the threads' losses.
-PPTP_WANT="$("$BRRR" "${PP_ARGS[@]}" --tp 2 --out "$PP_DIR/tp-threads" | grep '^final loss')"
+PPTP_WANT="$("$BRRR" "${PP_ARGS[@]}" --tp 2 --out "$PP_DIR/tp-threads" | grep '^final train loss')"
 expect "$PPTP_WANT" mpirun --oversubscribe -np 4 "$BRRR" "${PP_ARGS[@]}" --tp 2 --out "$PP_DIR/tp-mpi"
 expect "$PPTP_WANT" "$BRRR" launch --transport socket --nproc 4 -- "${PP_ARGS[@]}" --tp 2 --sp \
     --out "$PP_DIR/tp-socket"

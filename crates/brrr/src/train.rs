@@ -59,7 +59,8 @@ pub struct TrainArgs {
     /// Total optimizer steps of the run [default: 800]; with --resume, the new total.
     #[arg(long)]
     pub steps: Option<u64>,
-    /// Sequences per micro-batch [default: 16].
+    /// Sequences per micro-batch, the global batch: in every layout the data-parallel
+    /// replicas (--dp) split it, each taking batch-size / dp rows [default: 16].
     #[arg(long)]
     pub batch_size: Option<usize>,
     /// Tokens per sequence, at most the model's context [default: 128].
@@ -192,7 +193,8 @@ pub struct TrainArgs {
     /// [default: 1f1b].
     #[arg(long)]
     pub schedule: Option<String>,
-    /// Micro-batches of --batch-size rows per step under --pp [default: 1].
+    /// Micro-batches of --batch-size rows per step: --grad-accum by the name
+    /// pipelines use [default: 1].
     #[arg(long)]
     pub micro_batches: Option<usize>,
     /// Data-parallel ranks: threads of this process, or the processes of a launcher
@@ -936,6 +938,25 @@ fn checkpoint_files(layout: &Layout) -> String {
     }
 }
 
+/// The global batch and how the layout splits it, for the header.
+fn batch_line(cfg: &TrainConfig) -> String {
+    let dp = cfg.layout.dp;
+    let split = match dp {
+        1 => String::new(),
+        n => format!(
+            ", each of {n} replicas training {} rows of it",
+            cfg.batch_size / n
+        ),
+    };
+    format!(
+        "batch: {} sequences of {} tokens per micro-batch{split}, {} micro-batch{} a step",
+        cfg.batch_size,
+        cfg.seq_len,
+        cfg.grad_accum,
+        if cfg.grad_accum == 1 { "" } else { "es" }
+    )
+}
+
 /// What the run trains on, for the header line.
 fn data_line(cfg: &TrainConfig) -> String {
     match cfg.data.is_empty() {
@@ -961,6 +982,8 @@ pub struct CliObserver {
     amp: AmpMode,
     scales_loss: bool,
     data: String,
+    /// How the global batch is split, for the header.
+    batch: String,
     /// The evaluation of the step being reported (`on_eval` comes before `on_step`).
     pending_val: Option<Evaluation>,
     last_loss: Option<f32>,
@@ -984,6 +1007,7 @@ impl CliObserver {
             amp: plan.cfg.amp.mode,
             scales_loss: plan.cfg.amp.scales_loss(),
             data: data_line(&plan.cfg),
+            batch: batch_line(&plan.cfg),
             pending_val: None,
             skipped: 0,
             last_loss: None,
@@ -1045,6 +1069,7 @@ impl Observer for CliObserver {
                 s.params, s.device, s.engine, self.total, self.tokens_per_step, self.data
             ),
         );
+        say(&self.pb, self.quiet, self.batch.clone());
         if self.amp != AmpMode::Off {
             let scaling = match self.scales_loss {
                 true => "dynamic loss scaling",

@@ -184,13 +184,18 @@ impl<B: Backend> TpTrainer<B> {
         tracer.in_span("adamw", || {
             self.opt.step(self.model.params_mut(), lr as f32, coef)
         })?;
-        self.step += 1;
+        // As the one-device trainer: a step with a non-finite loss is not counted.
         if !loss[0].is_finite() {
             return Err(Error::invalid(
-                "TpTrainer::step",
-                format!("the loss is {} at step {}", loss[0], self.step),
+                "train",
+                format!(
+                    "loss became {} at step {}; lower --lr",
+                    loss[0],
+                    self.step + 1
+                ),
             ));
         }
+        self.step += 1;
         Ok(StepStats {
             step: self.step,
             loss: loss[0],

@@ -209,3 +209,92 @@ impl Layout {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(f: impl FnOnce(&mut TrainConfig)) -> TrainConfig {
+        let mut c = TrainConfig::default();
+        f(&mut c);
+        c
+    }
+
+    #[test]
+    fn each_layout_has_its_engine() {
+        let l = |f: fn(&mut Layout)| {
+            let mut l = Layout::default();
+            f(&mut l);
+            l.engine()
+        };
+        assert_eq!(l(|_| {}), EngineKind::OneDevice);
+        assert_eq!(l(|l| l.dp = 2), EngineKind::DataParallel);
+        assert_eq!(l(|l| l.zero = 1), EngineKind::DataParallel);
+        assert_eq!(l(|l| (l.dp, l.tp) = (2, 2)), EngineKind::TensorParallel);
+        assert_eq!(l(|l| (l.tp, l.pp) = (2, 2)), EngineKind::Pipeline);
+        assert_eq!(Layout::default().flags(), "one device");
+    }
+
+    /// A refusal names the feature's flag and the layout's.
+    #[test]
+    fn refusals_name_both_options() {
+        let cases: [(fn(&mut TrainConfig), &str, &str); 4] = [
+            (|c| c.layout.dp = 2, "--checkpoint", "--dp"),
+            (|c| c.layout.tp = 2, "--checkpoint", "--tp"),
+            (|c| c.layout.pp = 2, "--checkpoint", "--pp"),
+            (
+                |c| (c.layout.dp, c.layout.pp) = (2, 2),
+                "--checkpoint",
+                "--pp",
+            ),
+        ];
+        for (set, a, b) in cases {
+            let c = cfg(|c| {
+                set(c);
+                c.checkpoint = Strategy::Sqrt;
+            });
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(a) && e.contains(b), "{e}");
+        }
+        let c = cfg(|c| {
+            c.layout.tp = 2;
+            c.layout.zero = 1;
+        });
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("--zero") && e.contains("--tp"), "{e}");
+    }
+
+    #[test]
+    fn sizes_that_do_not_divide_are_errors_naming_the_flag() {
+        let cases: [(fn(&mut TrainConfig), &str); 6] = [
+            (|c| c.layout.dp = 3, "multiple of --dp 3"),
+            (|c| c.layout.tp = 3, "heads do not divide by 3"),
+            (
+                |c| (c.layout.tp, c.layout.sp, c.seq_len) = (2, true, 127),
+                "--sp",
+            ),
+            (|c| c.layout.sp = true, "--sp needs --tp"),
+            (|c| c.layout.pp = 5, "--pp 5"),
+            (|c| c.layout.zero = 4, "--zero"),
+        ];
+        for (set, want) in cases {
+            let e = cfg(set).validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        assert!(
+            cfg(|c| (c.layout.dp, c.layout.tp, c.layout.pp) = (2, 2, 2))
+                .validate()
+                .is_ok()
+        );
+    }
+
+    /// Configurations written before the layout existed read as one device.
+    #[test]
+    fn old_configs_read_as_one_device() {
+        let mut text = toml::to_string(&TrainConfig::default()).unwrap();
+        let at = text.find("[layout]").unwrap();
+        text.truncate(at);
+        let c: TrainConfig = toml::from_str(&text).unwrap();
+        assert_eq!(c.layout, Layout::default());
+    }
+}

@@ -232,3 +232,71 @@ fn remove_stale_temp_files(dir: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Observer;
+
+    fn stats(step: u64) -> StepStats {
+        StepStats {
+            step,
+            loss: 5.0 - step as f32 / 10.0,
+            grad_norm: 1.0,
+            lr: 1e-3,
+            tokens: 64,
+            loss_scale: 1.0,
+            skipped: false,
+            seconds: Some(0.01),
+            peak_bytes: 0,
+            activation_peak_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_run_is_refused_unless_forced_and_a_forced_run_leaves_no_old_shards() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        RunDir::check_new(&dir, false).unwrap();
+        let cfg = TrainConfig::default();
+        let mut run = RunDir::create(&dir, &cfg).unwrap();
+        run.on_step(&stats(1)).unwrap();
+        std::fs::create_dir_all(dir.join(DP_DIR)).unwrap();
+        std::fs::write(dir.join(DP_DIR).join("dp-rank0-of2.bin"), b"old").unwrap();
+        std::fs::write(dir.join(DP_DIR).join("notes.txt"), b"mine").unwrap();
+        let e = RunDir::check_new(&dir, false).unwrap_err().to_string();
+        assert!(e.contains("--force") && e.contains("dp"), "{e}");
+        RunDir::check_new(&dir, true).unwrap();
+        RunDir::create(&dir, &cfg).unwrap();
+        assert!(!dir.join(DP_DIR).join("dp-rank0-of2.bin").exists());
+        assert!(
+            dir.join(DP_DIR).join("notes.txt").exists(),
+            "not ours: kept"
+        );
+        assert_eq!(RunDir::read_config(&dir).unwrap(), cfg);
+    }
+
+    #[test]
+    fn a_resumed_run_trims_the_metrics_to_its_checkpoint() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let cfg = TrainConfig::default();
+        let mut run = RunDir::create(&dir, &cfg).unwrap();
+        for s in 1..=5 {
+            run.on_step(&stats(s)).unwrap();
+        }
+        run.on_checkpoint(5).unwrap();
+        assert!(dir.join(PLOT_FILE).exists());
+        let elsewhere = tmp.path().join("other");
+        let mut run = RunDir::resume(&elsewhere, &dir, &cfg, 3).unwrap();
+        run.on_step(&stats(4)).unwrap();
+        let steps: Vec<u64> = crate::metrics::read_rows(elsewhere.join(METRICS_FILE))
+            .unwrap()
+            .iter()
+            .map(|r| r.step)
+            .collect();
+        assert_eq!(steps, [1, 2, 3, 4]);
+        assert_eq!(run.checkpoint_dir(), Some(elsewhere.as_path()));
+        assert!(RunDir::follower(&dir).checkpoint_dir().is_some());
+    }
+}
