@@ -647,7 +647,8 @@ pub fn run(args: &TrainArgs) -> Result<Summary> {
             return Err(Error::invalid(
                 "train",
                 format!(
-                    "--profile with {} is not supported yet: it times one device's ops",
+                    "--profile with --dp, --tp or --pp is not supported yet: it times one \
+                     device's ops (this run has {})",
                     layout.flags()
                 ),
             ));

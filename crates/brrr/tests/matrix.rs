@@ -378,6 +378,7 @@ fn every_flag_in_every_layout_matches_one_device_or_is_refused_by_name() {
     table.push_str(&"---|".repeat(layouts.len()));
     table.push('\n');
     let (mut ran, mut refused, mut failures) = (0, 0, Vec::new());
+    let mut reasons = std::collections::BTreeMap::<String, usize>::new();
     let mut id = 0;
     for f in &features {
         let _ = write!(table, "| `{}` |", f.name);
@@ -394,7 +395,10 @@ fn every_flag_in_every_layout_matches_one_device_or_is_refused_by_name() {
                     match worst(got, want) {
                         Ok(w) if w <= f.tol => {
                             ran += 1;
-                            format!("{w:.0e}")
+                            match w {
+                                0.0 => "0".into(),
+                                w => format!("{w:.0e}"),
+                            }
                         }
                         Ok(w) => {
                             failures.push(format!(
@@ -424,6 +428,11 @@ fn every_flag_in_every_layout_matches_one_device_or_is_refused_by_name() {
                         failures.push(format!("{} × {}: {e}", f.name, l.name));
                     }
                     refused += 1;
+                    // The reason, without the rank or path that differs per cell.
+                    let why = e.split_once(": ").map_or(e.as_str(), |(_, w)| w);
+                    let why = why.trim_start_matches("invalid argument: ");
+                    let why = why.split(" (this run").next().unwrap_or(why).to_string();
+                    *reasons.entry(why).or_insert(0) += 1;
                     "refused".into()
                 }
             };
@@ -441,6 +450,10 @@ fn every_flag_in_every_layout_matches_one_device_or_is_refused_by_name() {
         features.len(),
         layouts.len()
     );
+    let _ = writeln!(table, "\nRefusals, by reason (cells):\n");
+    for (why, n) in &reasons {
+        let _ = writeln!(table, "- {why} ({n})");
+    }
     println!("{table}");
     if let Ok(path) = std::env::var("BRRR_MATRIX_OUT") {
         std::fs::write(path, &table).unwrap();

@@ -240,7 +240,7 @@ fn first_error_or_rank0(results: Vec<Result<Outcome>>) -> Result<Outcome> {
     // A lost link is the echo of another rank's failure: report a cause if there is one.
     let cause = errors
         .iter()
-        .position(|(_, e)| !e.to_string().contains("lost"))
+        .position(|(_, e)| !e.to_string().contains("lost its connection"))
         .unwrap_or(0);
     if !errors.is_empty() {
         let (rank, e) = errors.swap_remove(cause);
