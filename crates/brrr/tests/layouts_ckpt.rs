@@ -31,6 +31,9 @@ fn args(dir: &Path, out: &str) -> TrainArgs {
     }
 }
 
+/// Sets a layout's flags.
+type SetLayout = fn(&mut TrainArgs);
+
 fn losses(dir: &Path) -> Vec<f32> {
     read_rows(dir.join("metrics.csv"))
         .unwrap()
@@ -55,7 +58,7 @@ fn sample_of(dir: &Path) -> String {
 fn every_layout_samples_after_training() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let layouts: [(&str, fn(&mut TrainArgs)); 4] = [
+    let layouts: [(&str, SetLayout); 4] = [
         ("dp", |a| a.dp = Some(2)),
         ("tp", |a| a.tp = Some(2)),
         ("pp", |a| a.pp = Some(2)),
@@ -88,7 +91,7 @@ fn a_consolidated_pipeline_run_goes_on_in_another_layout() {
     for (name, set) in [
         (
             "one",
-            (|a: &mut TrainArgs| (a.pp, a.tp) = (Some(1), Some(1))) as fn(&mut TrainArgs),
+            (|a: &mut TrainArgs| (a.pp, a.tp) = (Some(1), Some(1))) as SetLayout,
         ),
         ("tp", |a| (a.pp, a.tp) = (Some(1), Some(2))),
     ] {

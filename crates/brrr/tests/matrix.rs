@@ -332,8 +332,9 @@ fn run_cell(layout: &Layout, feature: &Feature, fx: &Fixture, id: usize) -> Cell
     }
     match train::run(&a) {
         Ok(_) => {
-            if a.trace.is_some() {
-                assert!(std::fs::metadata(a.trace.as_ref().unwrap()).is_ok_and(|m| m.len() > 0));
+            if let Some(trace) = &a.trace {
+                let written = std::fs::metadata(trace).is_ok_and(|m| m.len() > 0);
+                assert!(written, "{}: no trace", trace.display());
             }
             Ok(rows(&out))
         }

@@ -214,6 +214,9 @@ impl Layout {
 mod tests {
     use super::*;
 
+    /// Sets part of a config.
+    type Set = fn(&mut TrainConfig);
+
     fn cfg(f: impl FnOnce(&mut TrainConfig)) -> TrainConfig {
         let mut c = TrainConfig::default();
         f(&mut c);
@@ -238,7 +241,7 @@ mod tests {
     /// A refusal names the feature's flag and the layout's.
     #[test]
     fn refusals_name_both_options() {
-        let cases: [(fn(&mut TrainConfig), &str, &str); 4] = [
+        let cases: [(Set, &str, &str); 4] = [
             (|c| c.layout.dp = 2, "--checkpoint", "--dp"),
             (|c| c.layout.tp = 2, "--checkpoint", "--tp"),
             (|c| c.layout.pp = 2, "--checkpoint", "--pp"),
@@ -266,7 +269,7 @@ mod tests {
 
     #[test]
     fn sizes_that_do_not_divide_are_errors_naming_the_flag() {
-        let cases: [(fn(&mut TrainConfig), &str); 6] = [
+        let cases: [(Set, &str); 6] = [
             (|c| c.layout.dp = 3, "multiple of --dp 3"),
             (|c| c.layout.tp = 3, "heads do not divide by 3"),
             (
