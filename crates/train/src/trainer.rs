@@ -489,13 +489,13 @@ impl<B: Backend> Engine for Trainer<B> {
     }
 }
 
-/// Writes `state` to the run directory `dir`'s [`CHECKPOINT_FILE`].
+/// Writes `state` to the run directory `dir`'s [`crate::CHECKPOINT_FILE`].
 #[cfg(not(target_arch = "wasm32"))]
 pub fn save_state(state: &TrainState, dir: &std::path::Path) -> Result<()> {
     state.save(dir.join(crate::engine::CHECKPOINT_FILE))
 }
 
-/// Reads the run directory `dir`'s [`CHECKPOINT_FILE`].
+/// Reads the run directory `dir`'s [`crate::CHECKPOINT_FILE`].
 #[cfg(not(target_arch = "wasm32"))]
 pub fn load_state(dir: &std::path::Path) -> Result<TrainState> {
     TrainState::load(dir.join(crate::engine::CHECKPOINT_FILE))
