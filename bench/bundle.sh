@@ -29,7 +29,7 @@ cargo build --release -p brrr-cuda --example cuda_bench
 # The test binaries have hashed names: ask cargo which files they are.
 echo "==== bundle: building the GPU test binaries"
 cargo test --release --no-run --message-format=json \
-    -p brrr-conformance --test cuda --test train_cuda --test wgpu --test train_wgpu \
+    -p brrr-conformance --test cuda --test train_cuda --test wgpu --test train_wgpu --test layouts \
     -p brrr-cuda --test gpu --test nvrtc >"$tmp/artifacts.json"
 python3 - "$tmp/artifacts.json" "$tmp" <<'PY'
 import json, shutil, sys
@@ -50,7 +50,7 @@ for line in open(artifacts):
     found.append(name)
 wanted = {"test-brrr-conformance-cuda", "test-brrr-conformance-train_cuda",
           "test-brrr-conformance-wgpu", "test-brrr-conformance-train_wgpu",
-          "test-brrr-cuda-gpu", "test-brrr-cuda-nvrtc"}
+          "test-brrr-cuda-gpu", "test-brrr-cuda-nvrtc", "test-brrr-conformance-layouts"}
 missing = wanted - set(found)
 if missing:
     sys.exit(f"bundle: cargo did not report {sorted(missing)}")

@@ -168,7 +168,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 
 # ---- 1. conformance and GPU tests ---------------------------------------------------------
 if want conformance; then
-    step conformance gpu_tests brrr-conformance cuda train_cuda
+    # layouts: dp, tp, tp+sp, pp and dp × pp on CUDA (and wgpu) through brrr-launch.
+    step conformance gpu_tests brrr-conformance cuda train_cuda layouts
 fi
 if want tests; then
     step cuda-tests gpu_tests brrr-cuda gpu nvrtc

@@ -275,9 +275,11 @@ fn rank_on(
             lead,
             None,
         ),
+        // The local rank's GPU; ranks beyond the GPUs share them round robin (in-process
+        // worlds on one GPU, for tests and teaching).
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => train_rank(
-            brrr_cuda::CudaBackend::new(device)?,
+            brrr_cuda::CudaBackend::new(device % brrr_cuda::device_count()?.max(1))?,
             comm,
             job,
             data,
