@@ -30,43 +30,8 @@ pub fn consolidate<B: Backend>(
     dir: &Path,
     data_fingerprint: String,
 ) -> Result<TrainState> {
-    let (p, t) = (config.layout.pp, config.layout.tp);
-    let mut saved: BTreeMap<String, Saved> = BTreeMap::new();
-    let mut first = None;
-    for s in 0..p {
-        for r in 0..t {
-            let path = stage_shard_path(dir, s, p, r, t);
-            let (h, floats) = read_stage_file(&path)?;
-            let key = (h.step, h.adamw_step, h.has_moments);
-            match &first {
-                None => first = Some((key, h.data_position.clone())),
-                Some((k, _)) if *k != key => {
-                    return Err(Error::file(
-                        &path,
-                        format!(
-                            "saved at step {} while stage 0 was saved at {}",
-                            h.step, k.0
-                        ),
-                    ));
-                }
-                Some(_) => {}
-            }
-            let total: usize = h.params.iter().map(|x| x.1).sum();
-            let mut at = 0;
-            for (name, n) in &h.params {
-                let slice = |k: usize| match h.has_moments || k == 0 {
-                    true => floats[k * total + at..k * total + at + n].to_vec(),
-                    false => Vec::new(),
-                };
-                let per_rank = saved.entry(name.clone()).or_default();
-                // The tied head's copy of `wte` on the last stage equals stage 0's.
-                if per_rank.len() == r {
-                    per_rank.push([slice(0), slice(1), slice(2)]);
-                }
-                at += n;
-            }
-        }
-    }
+    let t = config.layout.tp;
+    let (saved, first) = read_stages(config, dir)?;
     let Some(((step, adamw_step, has_moments), data_position)) = first else {
         return Err(Error::file(dir, "holds no pipeline stage files"));
     };
@@ -124,4 +89,52 @@ pub fn consolidate<B: Backend>(
         params,
         loss_scaler: None,
     })
+}
+
+/// What every stage and tensor rank saved, by parameter name (the tied head's copy of
+/// `wte` skipped), and stage 0's `(step, adamw step, has moments)` and data position;
+/// errors if the files were saved at different steps.
+#[allow(clippy::type_complexity)]
+fn read_stages(
+    config: &TrainConfig,
+    dir: &Path,
+) -> Result<(BTreeMap<String, Saved>, Option<((u64, u32, bool), String)>)> {
+    let (p, t) = (config.layout.pp, config.layout.tp);
+    let mut saved: BTreeMap<String, Saved> = BTreeMap::new();
+    let mut first = None;
+    for s in 0..p {
+        for r in 0..t {
+            let path = stage_shard_path(dir, s, p, r, t);
+            let (h, floats) = read_stage_file(&path)?;
+            let key = (h.step, h.adamw_step, h.has_moments);
+            match &first {
+                None => first = Some((key, h.data_position.clone())),
+                Some((k, _)) if *k != key => {
+                    return Err(Error::file(
+                        &path,
+                        format!(
+                            "saved at step {} while stage 0 was saved at {}",
+                            h.step, k.0
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+            let total: usize = h.params.iter().map(|x| x.1).sum();
+            let mut at = 0;
+            for (name, n) in &h.params {
+                let slice = |k: usize| match h.has_moments || k == 0 {
+                    true => floats[k * total + at..k * total + at + n].to_vec(),
+                    false => Vec::new(),
+                };
+                let per_rank = saved.entry(name.clone()).or_default();
+                // The tied head's copy of `wte` on the last stage equals stage 0's.
+                if per_rank.len() == r {
+                    per_rank.push([slice(0), slice(1), slice(2)]);
+                }
+                at += n;
+            }
+        }
+    }
+    Ok((saved, first))
 }
