@@ -660,7 +660,7 @@ pub fn run(args: &TrainArgs) -> Result<Summary> {
     };
     let job = plan.job(args);
     let mut obs = CliObserver::new(&plan, args.quiet);
-    let outcome = brrr_launch::launch(&job, &mut obs)?;
+    let outcome = brrr_launch::launch_with(&job, &plan.data, &mut obs)?;
     obs.pb.finish_and_clear();
     Ok(obs.summary(&plan, &outcome))
 }
@@ -678,7 +678,7 @@ pub fn run_with_tracer<B: Backend>(
     };
     let job = plan.job(args);
     let mut obs = CliObserver::new(&plan, args.quiet);
-    let outcome = brrr_launch::train_on(backend, &job, &mut obs, tracer)?;
+    let outcome = brrr_launch::train_on_with(backend, &job, &plan.data, &mut obs, tracer)?;
     obs.pb.finish_and_clear();
     Ok(obs.summary(&plan, &outcome))
 }
@@ -695,6 +695,8 @@ struct Plan {
     notes: Vec<String>,
     /// The corpus's unigram entropy (for the summary), when training on text.
     entropy: f64,
+    /// The data, opened once: the ranks draw from it.
+    data: brrr_data::DataSpec,
 }
 
 impl Plan {
@@ -750,8 +752,12 @@ fn plan(args: &TrainArgs, is_cpu: bool) -> Result<Option<Plan>> {
         ));
     }
     check_memory(&cfg, is_cpu)?;
+    let data = brrr_data::DataSpec::open(&cfg)?;
     let plan = Plan {
-        entropy: corpus_entropy(&cfg)?,
+        entropy: data
+            .corpus()
+            .map_or(f64::NAN, |c| unigram_entropy_nats(c.tokens())),
+        data,
         cfg,
         resume,
         out_dir,
@@ -763,14 +769,6 @@ fn plan(args: &TrainArgs, is_cpu: bool) -> Result<Option<Plan>> {
     // --trace and --prefetch), before anything is written.
     plan.job(args).validate()?;
     Ok(Some(plan))
-}
-
-/// The unigram entropy of the text corpus the config names (NaN for token shards).
-fn corpus_entropy(cfg: &TrainConfig) -> Result<f64> {
-    Ok(match brrr_data::DataSpec::open(cfg)? {
-        brrr_data::DataSpec::Corpus(c) => unigram_entropy_nats(c.tokens()),
-        brrr_data::DataSpec::Shards(_) => f64::NAN,
-    })
 }
 
 /// The layout flags of `args` that differ from the saved layout `l`.

@@ -148,8 +148,17 @@ impl Job {
 /// observer: a progress bar, a test's log) hears every step. Returns rank 0's outcome
 /// (under a launcher, this process's).
 pub fn launch(job: &Job, lead: &mut (dyn Observer + Send)) -> Result<Outcome> {
+    launch_with(job, &DataSpec::open(&job.config)?, lead)
+}
+
+/// [`launch`] on data the caller has opened already (`DataSpec::open(&job.config)`),
+/// so that a corpus is read once.
+pub fn launch_with(
+    job: &Job,
+    data: &DataSpec,
+    lead: &mut (dyn Observer + Send),
+) -> Result<Outcome> {
     job.validate()?;
-    let data = DataSpec::open(&job.config)?;
     let env = LaunchEnv::from_env()?;
     let want = job.config.layout.world();
     if env.launcher != Launcher::Single && env.world_size > 1 {
@@ -165,10 +174,10 @@ pub fn launch(job: &Job, lead: &mut (dyn Observer + Send)) -> Result<Outcome> {
         }
         let comm = brrr_collectives::from_env()?;
         let lead = (comm.rank() == 0).then_some(lead as &mut dyn Observer);
-        return rank_on(job.backend, env.local_rank, Some(&comm), job, &data, lead);
+        return rank_on(job.backend, env.local_rank, Some(&comm), job, data, lead);
     }
     if want == 1 && job.config.layout.engine() == EngineKind::OneDevice {
-        return rank_on(job.backend, 0, None, job, &data, Some(lead));
+        return rank_on(job.backend, 0, None, job, data, Some(lead));
     }
     let lead = Mutex::new(Some(lead));
     let results = run_in_process(want, |comm| {
@@ -182,7 +191,7 @@ pub fn launch(job: &Job, lead: &mut (dyn Observer + Send)) -> Result<Outcome> {
             comm.rank(),
             Some(comm),
             job,
-            &data,
+            data,
             mine,
         )?)
     });
@@ -300,6 +309,17 @@ pub fn train_on<B: Backend>(
     lead: &mut dyn Observer,
     tracer: Option<Arc<Tracer>>,
 ) -> Result<Outcome> {
+    train_on_with(backend, job, &DataSpec::open(&job.config)?, lead, tracer)
+}
+
+/// [`train_on`] on data the caller has opened already.
+pub fn train_on_with<B: Backend>(
+    backend: B,
+    job: &Job,
+    data: &DataSpec,
+    lead: &mut dyn Observer,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<Outcome> {
     job.validate()?;
     if job.config.layout.engine() != EngineKind::OneDevice {
         return Err(Error::invalid(
@@ -310,8 +330,7 @@ pub fn train_on<B: Backend>(
             ),
         ));
     }
-    let data = DataSpec::open(&job.config)?;
-    train_rank(backend, None, job, &data, Some(lead), tracer)
+    train_rank(backend, None, job, data, Some(lead), tracer)
 }
 
 /// Builds this rank's engine for the layout and drives it.
