@@ -5,39 +5,13 @@
 use brrr::ckpt;
 use brrr::metrics::read_rows;
 use brrr::train::{self, TrainArgs};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Prepares shards of byte tokens from a small text and a JSON-lines file.
 fn shards(dir: &Path) -> PathBuf {
-    let text = "It was the best of times, it was the worst of times, it was the age of wisdom. "
-        .repeat(60);
-    std::fs::write(dir.join("a.txt"), &text).unwrap();
-    let lines: String = (0..40)
-        .map(|i| format!("{{\"text\": \"document {i}: it was the epoch of belief\"}}\n"))
-        .collect();
-    std::fs::write(dir.join("b.jsonl"), lines).unwrap();
-    let out = dir.join("shards");
-    let run = Command::new(env!("CARGO_BIN_EXE_brrr"))
-        .args([
-            "data",
-            "prepare",
-            "--quiet",
-            "--shard-tokens",
-            "1500",
-            "--out",
-        ])
-        .arg(&out)
-        .arg(dir.join("a.txt"))
-        .arg(dir.join("b.jsonl"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let (out, stdout) = common::prepare_shards(dir);
     assert!(stdout.contains("documents:   41"), "{stdout}");
     assert!(stdout.contains("shards:      5"), "{stdout}");
     out

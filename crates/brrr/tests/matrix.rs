@@ -12,7 +12,8 @@ use brrr::train::{self, AmpArg, AttentionArg, TrainArgs};
 use brrr_checkpoint::Strategy;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+mod common;
 
 /// A layout: its name (its flags) and how it sets them.
 struct Layout {
@@ -237,36 +238,9 @@ struct Fixture {
 }
 
 fn fixture(dir: &Path) -> Fixture {
-    let text = "It was the best of times, it was the worst of times, it was the age of wisdom. "
-        .repeat(60);
-    std::fs::write(dir.join("a.txt"), &text).unwrap();
-    let lines: String = (0..40)
-        .map(|i| format!("{{\"text\": \"document {i}: it was the epoch of belief\"}}\n"))
-        .collect();
-    std::fs::write(dir.join("b.jsonl"), lines).unwrap();
-    let shards = dir.join("shards");
-    let run = Command::new(env!("CARGO_BIN_EXE_brrr"))
-        .args([
-            "data",
-            "prepare",
-            "--quiet",
-            "--shard-tokens",
-            "1500",
-            "--out",
-        ])
-        .arg(&shards)
-        .arg(dir.join("a.txt"))
-        .arg(dir.join("b.jsonl"))
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     Fixture {
         dir: dir.to_path_buf(),
-        shards,
+        shards: common::prepare_shards(dir).0,
     }
 }
 

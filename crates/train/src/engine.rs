@@ -188,24 +188,6 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
 }
 
-impl<O: Observer + ?Sized> Observer for Box<O> {
-    fn on_start(&mut self, s: &RunStart) -> Result<()> {
-        (**self).on_start(s)
-    }
-    fn on_step(&mut self, s: &StepStats) -> Result<()> {
-        (**self).on_step(s)
-    }
-    fn on_eval(&mut self, e: &Evaluation) -> Result<()> {
-        (**self).on_eval(e)
-    }
-    fn checkpoint_dir(&self) -> Option<&Path> {
-        (**self).checkpoint_dir()
-    }
-    fn on_checkpoint(&mut self, step: u64) -> Result<()> {
-        (**self).on_checkpoint(step)
-    }
-}
-
 /// The training loop: steps `engine` until `stop_at` steps (at most `config.steps`)
 /// are done, evaluating where [`TrainConfig::evaluates_at`] says, and saving into the
 /// observer's checkpoint directory after every evaluation and after the last step.
