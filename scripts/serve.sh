@@ -3,38 +3,48 @@
 #
 #   scripts/serve.sh [PORT]      # default 8000, then open http://127.0.0.1:PORT/
 #
-# Builds the app with trunk (release) if web/dist is missing or older than web/ and the
-# crates; serves web/dist at /, the built book (book/book, from `mdbook build book`) at
-# /book/ and `cargo doc` output (target/doc) at /doc/ when they exist. Tools as in
-# scripts/test-web.sh (run it once to install trunk and wasm-opt).
+# Works on a fresh machine: installs what it needs (the wasm32 target, wasm-bindgen,
+# npm's binaryen, mdbook; scripts/tools.sh, once, into ~/.cache/brrr-tools), builds the
+# app (scripts/build-web.sh, release) when web/dist is missing or older than the sources,
+# builds the book (book/book) when it is missing or older than book/src, and serves the
+# app at /, the book at /book/ and `cargo doc` output (target/doc) at /doc/ if it exists.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PORT="${1:-8000}"
-TOOLS="${BRRR_TOOLS_DIR:-$HOME/.cache/brrr-tools}"
-export PATH="$TOOLS/bin:$TOOLS/node-web/node_modules/.bin:$PATH"
+case "$PORT" in
+    '' | *[!0-9]*)
+        echo "usage: $0 [PORT]   (PORT is a number, e.g. 8000)" >&2
+        exit 2
+        ;;
+esac
+BRRR_ROOT="$ROOT"
+# shellcheck source=scripts/tools.sh
+source "$ROOT/scripts/tools.sh"
+
+# stale STAMP PATHS...: true when STAMP is missing or some file under PATHS is newer.
+stale() {
+    local stamp="$1"
+    shift
+    [ ! -f "$stamp" ] || [ -n "$(find "$@" -newer "$stamp" -type f -print -quit)" ]
+}
 
 DIST="$ROOT/web/dist"
-if [ ! -f "$DIST/index.html" ] ||
-    [ -n "$(find web/src web/index.html web/style.css crates shaders -newer "$DIST/index.html" -type f -print -quit)" ]; then
-    if ! command -v trunk > /dev/null; then
-        echo "error: trunk is not installed; run scripts/test-web.sh once (it installs it into $TOOLS)" >&2
-        exit 1
-    fi
-    echo "building the app (trunk build --release)..."
-    (cd web && trunk build --release)
+if stale "$DIST/index.html" web/src web/index.html web/style.css crates shaders; then
+    echo "building the app (scripts/build-web.sh, release; a few minutes the first time)..."
+    bash scripts/build-web.sh "$DIST"
+fi
+if stale book/book/index.html book/src book/book.toml; then
+    ensure_mdbook
+    echo "building the book (mdbook build book)..."
+    mdbook build book
 fi
 
-# One folder of links: the app at /, the book at /book/, the docs at /doc/.
 SITE="$(mktemp -d -t brrr-site.XXXXXX)"
 trap 'rm -rf "$SITE"' EXIT
 for f in "$DIST"/*; do ln -s "$f" "$SITE/"; done
-if [ -d book/book ]; then
-    ln -s "$ROOT/book/book" "$SITE/book"
-else
-    echo "note: no built book in book/book (build it with: mdbook build book); /book/ will be missing"
-fi
+ln -s "$ROOT/book/book" "$SITE/book"
 if [ -d target/doc ]; then
     ln -s "$ROOT/target/doc" "$SITE/doc"
 else

@@ -16,10 +16,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-TOOLS="${BRRR_TOOLS_DIR:-$HOME/.cache/brrr-tools}"
-export PATH="$TOOLS/bin:$PATH"
+BRRR_ROOT="$ROOT"
+# shellcheck source=scripts/tools.sh
+source "$ROOT/scripts/tools.sh"
 export BRRR_REQUIRE_WGPU=1
-MDBOOK_VERSION=0.5.4
 # lavapipe warns without it; any private directory will do.
 if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -d "${XDG_RUNTIME_DIR}" ]; then
     export XDG_RUNTIME_DIR="${TMPDIR:-/tmp}/brrr-xdg-$(id -u)"
@@ -61,23 +61,9 @@ finish() {
 trap finish EXIT
 
 install_mdbook() {
-    mkdir -p "$TOOLS"
-    # One installer at a time: another checkout may be installing the same tool.
-    (
-        flock 9
-        if [ "$(mdbook --version 2> /dev/null)" = "mdbook v$MDBOOK_VERSION" ]; then
-            echo "mdbook $MDBOOK_VERSION present in $TOOLS"
-        else
-            # Only what the book needs: `mdbook build` and `mdbook test` with search,
-            # not `serve`/`watch`, whose web server and file watcher are most of the
-            # build (210 CPU-seconds without them).
-            env -u CARGO_TARGET_DIR cargo install mdbook \
-                --version "$MDBOOK_VERSION" --locked --no-default-features --features search \
-                --root "$TOOLS" --force < /dev/null
-        fi
-    ) 9> "$TOOLS/mdbook.lock"
+    ensure_mdbook
+    echo "mdbook: $(mdbook --version)"
 }
-
 lavapipe() {
     if compgen -G '/usr/share/vulkan/icd.d/lvp_icd*.json' > /dev/null \
         && ldconfig -p 2> /dev/null | grep -q 'libvulkan\.so\.1'; then
@@ -99,7 +85,7 @@ lavapipe() {
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 
 book_gen() {
-    cargo build -q --workspace --bin brrr-book-gen < /dev/null
+    cargo build -q --workspace --bin brrr-book-gen ${BRRR_FEATURES:+--features "$BRRR_FEATURES"} < /dev/null
     "$TARGET_DIR/debug/brrr-book-gen" "$@" < /dev/null
 }
 
@@ -162,12 +148,12 @@ mdbook_test() {
 }
 
 clippy_solutions() {
-    cargo clippy -q --workspace --features brrr-exercises/solutions --all-targets -- -D warnings < /dev/null
+    cargo clippy -q --workspace --features "${BRRR_FEATURES:+$BRRR_FEATURES,}brrr-exercises/solutions" --all-targets -- -D warnings < /dev/null
 }
 
 solutions() {
     local bin
-    bin="$(exercises_lib_tests --features brrr-exercises/solutions)"
+    bin="$(exercises_lib_tests --features "${BRRR_FEATURES:+$BRRR_FEATURES,}brrr-exercises/solutions")"
     [ -x "$bin" ] || { echo "no test binary of brrr-exercises was built"; return 1; }
     "$bin" < /dev/null
 }
@@ -177,7 +163,7 @@ stubs() {
     local out
     out="$(mktemp -t brrr-stubs.XXXXXX)"
     local bin
-    bin="$(exercises_lib_tests)"
+    bin="$(exercises_lib_tests ${BRRR_FEATURES:+--features "$BRRR_FEATURES"})"
     [ -x "$bin" ] || { echo "no test binary of brrr-exercises was built"; return 1; }
     "$bin" --include-ignored --test-threads 4 < /dev/null > "$out" 2>&1 || true
     awk '

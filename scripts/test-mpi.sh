@@ -42,8 +42,15 @@ if [[ "${1:-}" == "--install" ]]; then exit 0; fi
 
 # The dev profile, as every other step: only brrr-collectives (with its mpi feature),
 # the mpi crate and the brrr binary are compiled again.
-echo "==> cargo build -p brrr --features mpi"
-cargo build -p brrr --features mpi
+# Under scripts/test.sh (BRRR_FEATURES set) this is the binary its tests step built: the
+# same packages and features, so nothing compiles again.
+if [[ -n "${BRRR_FEATURES:-}" ]]; then
+    echo "==> cargo build --workspace --bins --features $BRRR_FEATURES"
+    cargo build --workspace --bins --features "$BRRR_FEATURES"
+else
+    echo "==> cargo build -p brrr --features mpi"
+    cargo build -p brrr --features mpi
+fi
 # Where cargo put it: $CARGO_TARGET_DIR when set (scripts/test.sh honours it too).
 BRRR="${CARGO_TARGET_DIR:-$ROOT/target}/debug/brrr"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The browser app's tests: build it with trunk (release), run its logic tests natively and
-# in headless Chromium (wasm-bindgen-test), then serve the built app on 127.0.0.1 and drive
+# The browser app's tests: run its logic tests natively and in headless Chromium
+# (wasm-bindgen-test, with the conformance suite on WebGPU and a training run), build it
+# (scripts/build-web.sh, release), then serve the built app on 127.0.0.1 and drive
 # every page end to end (web/e2e/e2e.cjs): operate a control, check the number it shows
 # against a formula computed in the test, screenshot each page into
 # target/web-screenshots/, fail on any console error. Prints the gzip-compressed size of
@@ -14,7 +15,6 @@
 #   - apt: chromium chromium-driver (never a downloaded browser)
 #   - rustup target wasm32-unknown-unknown
 #   - wasm-bindgen-cli at Cargo.lock's wasm-bindgen version (cargo install)
-#   - trunk 0.21.14 (cargo install --locked, about 5 minutes once)
 #   - npm: puppeteer-core and binaryen (wasm-opt 132) into $BRRR_TOOLS_DIR/node-web
 set -euo pipefail
 
@@ -23,14 +23,11 @@ cd "$ROOT"
 FULL=""
 if [ "${1:-}" = "--full" ]; then FULL="--full"; fi
 
-TOOLS="${BRRR_TOOLS_DIR:-$HOME/.cache/brrr-tools}"
-NODE_DIR="$TOOLS/node-web"
-TRUNK_VERSION=0.21.14
-PUPPETEER_VERSION=24.43.1 # the last line that runs on node 20 (25.x needs node 22)
-BINARYEN_VERSION=132.0.0  # wasm-opt 132; Debian's 108 cannot parse current Rust output
-export PATH="$TOOLS/bin:$NODE_DIR/node_modules/.bin:$PATH"
+BRRR_ROOT="$ROOT"
+# shellcheck source=scripts/tools.sh
+source "$ROOT/scripts/tools.sh"
+NODE_DIR="$BRRR_NODE_DIR"
 export DEBIAN_FRONTEND=noninteractive
-mkdir -p "$TOOLS"
 
 T0=$SECONDS
 step() { printf '\n==> [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
@@ -51,47 +48,23 @@ fi
 CHROME="$(chromium_bin)"
 export CHROME
 
-# ---- Rust and node tools, each under a lock so parallel runs install once -------------
-if ! rustup target list --installed 2> /dev/null | grep -qx wasm32-unknown-unknown; then
-    step "rustup target add wasm32-unknown-unknown"
-    rustup target add wasm32-unknown-unknown < /dev/null
-fi
-WBG_VERSION="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)"
-if [ "$(wasm-bindgen --version 2> /dev/null | awk '{print $2}')" != "$WBG_VERSION" ] ||
-    [ "$(wasm-bindgen-test-runner --version 2> /dev/null | awk '{print $2}')" != "$WBG_VERSION" ]; then
-    step "cargo install wasm-bindgen-cli $WBG_VERSION into $TOOLS"
-    # Without --locked: with it, a pinned dependency is missing from the registry.
-    flock "$TOOLS/wasm-bindgen.lock" env -u CARGO_TARGET_DIR cargo install wasm-bindgen-cli \
-        --version "=$WBG_VERSION" --root "$TOOLS" --force < /dev/null
-fi
-if [ "$(trunk --version 2> /dev/null | awk '{print $2}')" != "$TRUNK_VERSION" ]; then
-    step "cargo install trunk $TRUNK_VERSION into $TOOLS (about 5 minutes, once)"
-    # trunk's release profile asks for fat LTO in one codegen unit at opt-level 3; built
-    # without them it installs in 268 s instead of 417 s on 2 cores and builds web/dist
-    # in the same time (72 s either way, measured 2026-11-25): its own work is small
-    # beside cargo's, wasm-bindgen's and wasm-opt's.
-    flock "$TOOLS/trunk.lock" bash -c "[ \"\$(trunk --version 2> /dev/null | awk '{print \$2}')\" = $TRUNK_VERSION ] ||
-        env -u CARGO_TARGET_DIR CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-        CARGO_PROFILE_RELEASE_OPT_LEVEL=1 cargo install trunk --version $TRUNK_VERSION --locked --root '$TOOLS' < /dev/null"
-fi
-want_pkg="{\"name\":\"brrr-web-tools\",\"private\":true,\"dependencies\":{\"puppeteer-core\":\"$PUPPETEER_VERSION\",\"binaryen\":\"$BINARYEN_VERSION\"}}"
-if [ "$(cat "$NODE_DIR/package.json" 2> /dev/null)" != "$want_pkg" ] || [ ! -x "$NODE_DIR/node_modules/.bin/wasm-opt" ]; then
-    step "npm install puppeteer-core@$PUPPETEER_VERSION binaryen@$BINARYEN_VERSION into $NODE_DIR"
-    mkdir -p "$NODE_DIR"
-    (
-        flock 9
-        printf '%s' "$want_pkg" > "$NODE_DIR/package.json"
-        # puppeteer-core never downloads a browser; the variable makes that explicit.
-        cd "$NODE_DIR" && PUPPETEER_SKIP_DOWNLOAD=1 npm install --no-audit --no-fund --loglevel=error < /dev/null
-    ) 9> "$TOOLS/node-web.lock"
-fi
-step "tools: trunk $(trunk --version | awk '{print $2}'), wasm-bindgen $WBG_VERSION, $(wasm-opt --version), chromium $("$CHROME" --version 2> /dev/null | awk '{print $2}')"
+# ---- Rust and node tools (scripts/tools.sh: each installed once, under a lock) ----------
+step "tools (installed once into $BRRR_TOOLS)"
+ensure_wasm_target
+ensure_wasm_bindgen
+ensure_node_web
+WBG_VERSION="$(wasm_bindgen_version)"
+step "tools: wasm-bindgen $WBG_VERSION, $(wasm-opt --version), chromium $("$CHROME" --version 2> /dev/null | awk '{print $2}')"
 
 # ---- lint and unit tests ---------------------------------------------------------------
 step "cargo clippy -p brrr-web --target wasm32-unknown-unknown --all-targets -- -D warnings"
 cargo clippy -q -p brrr-web --target wasm32-unknown-unknown --all-targets -- -D warnings < /dev/null
-step "cargo test -p brrr-web (the page logic, natively)"
-cargo test -q -p brrr-web < /dev/null
+# The page logic natively: `cargo test --workspace` covers it already when
+# scripts/test.sh runs this script (it sets BRRR_WORKSPACE_TESTED=1).
+if [ "${BRRR_WORKSPACE_TESTED:-}" != 1 ]; then
+    step "cargo test -p brrr-web (the page logic, natively)"
+    cargo test -q -p brrr-web < /dev/null
+fi
 
 export CHROMEDRIVER="$(command -v chromedriver)"
 WEBDRIVER_JSON="$ROOT/web/webdriver.json"
@@ -100,13 +73,19 @@ if [ "$CHROME" != /usr/bin/chromium ]; then
     sed "s#/usr/bin/chromium#$CHROME#" "$ROOT/web/webdriver.json" > "$WEBDRIVER_JSON"
 fi
 export WASM_BINDGEN_TEST_WEBDRIVER_JSON="$WEBDRIVER_JSON"
-step "cargo test -p brrr-web --target wasm32-unknown-unknown (headless Chromium)"
+export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-900}"
+# Every wasm32 test binary in one cargo invocation, so that their common dependencies
+# (wgpu, the brrr crates) are compiled for wasm32 once, with one feature set: the app's
+# page tests, the conformance suite on the browser's WebGPU, and a GPT training in the
+# tab. This build is also the check that the portable crates compile for wasm32.
+step "wasm32 tests in headless Chromium: brrr-web, brrr-conformance (WebGPU), brrr-train"
 # No -q: cargo would pass --quiet to wasm-bindgen-test-runner, which rejects it.
-cargo test -p brrr-web --target wasm32-unknown-unknown --test web < /dev/null
+cargo test --target wasm32-unknown-unknown -p brrr-web -p brrr-conformance -p brrr-train \
+    --test web -- --nocapture < /dev/null
 
 # ---- build ------------------------------------------------------------------------------
-step "trunk build --release (web/dist)"
-(cd web && trunk build --release < /dev/null)
+step "scripts/build-web.sh (release build into web/dist)"
+bash scripts/build-web.sh < /dev/null
 DIST="$ROOT/web/dist"
 
 # What the first page load fetches: index.html, the JS glue, the wasm and the CSS (the

@@ -29,8 +29,9 @@ case "$WHAT" in
         ;;
 esac
 
-TOOLS="${BRRR_TOOLS_DIR:-$HOME/.cache/brrr-tools}"
-export PATH="$TOOLS/bin:$PATH"
+BRRR_ROOT="$ROOT"
+# shellcheck source=scripts/tools.sh
+source "$ROOT/scripts/tools.sh"
 export DEBIAN_FRONTEND=noninteractive
 # lavapipe warns without it; any private directory will do.
 if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -d "${XDG_RUNTIME_DIR}" ]; then
@@ -77,19 +78,8 @@ if [ "$WHAT" != native ]; then
         step "rustup target add wasm32-unknown-unknown"
         rustup target add wasm32-unknown-unknown < /dev/null
     fi
-    WBG_VERSION="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)"
-    if [ -z "$WBG_VERSION" ]; then
-        echo "error: no wasm-bindgen in Cargo.lock" >&2
-        exit 1
-    fi
-    if [ "$(wasm-bindgen-test-runner --version 2> /dev/null | awk '{print $2}')" != "$WBG_VERSION" ]; then
-        step "cargo install wasm-bindgen-cli $WBG_VERSION into $TOOLS (a few minutes, once)"
-        # Without --locked: with it, a pinned dependency is missing from the registry.
-        env -u CARGO_TARGET_DIR cargo install wasm-bindgen-cli --version "=$WBG_VERSION" \
-            --root "$TOOLS" --force < /dev/null
-    else
-        step "wasm-bindgen-test-runner $WBG_VERSION present in $TOOLS"
-    fi
+    step "wasm-bindgen-test-runner at Cargo.lock's version (scripts/tools.sh)"
+    ensure_wasm_bindgen
 fi
 
 # ---- native: the conformance suite on wgpu (lavapipe here) -----------------------------

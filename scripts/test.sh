@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
-# The project's one test command: formatting, lints, every test, the wasm32 build of the
-# portable crates, and (when their scripts exist) the CUDA and wgpu checks.
+# The project's one test command: formatting, lints, every test (the GPU backends on
+# lavapipe, the CUDA kernels through the emulator and NVRTC), MPI, the book and its
+# exercises, and the browser (wasm32 tests in headless Chromium, the app end to end).
 #
 #   bash scripts/test.sh          (CI runs it through .ci/run)
 #
-# Idempotent: it installs only what is missing and relies on cargo's incremental builds,
-# so a second run costs little more than the tests themselves. All cargo steps share one
-# target directory (./target, or $CARGO_TARGET_DIR) and one profile (dev), so nothing
-# heavy is compiled twice except where a step needs it (clippy's check builds, the
-# wasm32 target).
+# Idempotent: it installs only what is missing (apt packages; tools under
+# ~/.cache/brrr-tools, see scripts/tools.sh) and relies on cargo's builds, so a second run
+# costs little more than the tests themselves. Every native cargo step shares one target
+# directory (./target, or $CARGO_TARGET_DIR), one profile (dev) and one feature set
+# ($BRRR_FEATURES below), so each crate is compiled once natively (plus clippy's check
+# build) and once for wasm32. Each step prints its time; the summary lists them all and
+# every test that found something absent (SKIPPED, by name).
 #
-# Hooks written by other parts of the project, run only if present:
+# Hooks written by other parts of the project:
 #   bench/install-nvrtc.sh  makes NVRTC available so CUDA kernels can be compiled (no GPU
 #                           needed). Run before the tests as `bench/install-nvrtc.sh --env`,
 #                           its documented interface: on success its stdout (shell
 #                           `export` lines) is `eval`ed here, so the tests see
 #                           BRRR_NVRTC_LIB and LD_LIBRARY_PATH. Its failure is tolerated:
 #                           the CUDA compile checks then report themselves skipped.
-#   scripts/test-wgpu.sh    installs lavapipe/Chromium and runs the GPU-backend tests.
-#                           Its failure fails the run.
+#   scripts/test-mpi.sh     installs OpenMPI; mpirun and `brrr launch` over the binary.
+#   scripts/test-wgpu.sh    installs lavapipe and Chromium (its native and browser suites
+#                           run here inside the tests and web steps).
 #   scripts/test-book.sh    installs mdbook; the book and the exercises (stubs fail,
 #                           solutions pass).
-#   scripts/test-web.sh     installs trunk and puppeteer-core; builds the web app and
-#                           drives it in headless Chromium.
+#   scripts/test-web.sh     installs wasm-bindgen and puppeteer-core; the wasm32 tests, the
+#                           app's build (scripts/build-web.sh), end to end in Chromium.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -139,53 +143,56 @@ nvrtc() {
     fi
 }
 
-tests() {
-    if cargo nextest --version >/dev/null 2>&1; then
-        cargo nextest run --workspace --no-fail-fast --no-tests=warn
-    else
-        cargo test --workspace --no-fail-fast
-    fi
-}
-
-wgpu() {
-    local script=scripts/test-wgpu.sh
-    if [[ -f "$script" ]]; then
-        bash "$script"
-    else
-        echo "skipped: $script does not exist"
-    fi
-}
-
-# `mpi` builds only where OpenMPI is installed (test-mpi.sh --install, or recorded as
-# skipped there); without it the other features are still linted.
-clippy_all_features() {
+# One feature set for every native cargo command (clippy, tests, the mpi binary, the
+# doctests, the book's exercise builds): cargo compiles a crate once per feature set, so
+# a step that selected other features (or `-p` instead of `--workspace`, which changes
+# how features unify) would build much of the workspace again. `mpi` needs OpenMPI, which
+# the step before installs or reports as skipped.
+# Decided after the OpenMPI step below.
+choose_features() {
+    BRRR_FEATURES="brrr/cuda,brrr/wgpu"
     if command -v mpicc > /dev/null; then
-        cargo clippy -p brrr --all-features --all-targets -- -D warnings
+        BRRR_FEATURES="$BRRR_FEATURES,brrr/mpi"
+    fi
+    export BRRR_FEATURES
+}
+
+clippy() {
+    echo "features: $BRRR_FEATURES"
+    cargo clippy --workspace --all-targets --features "$BRRR_FEATURES" -- -D warnings
+}
+
+tests() {
+    # With lavapipe present, a wgpu test that finds no adapter fails instead of
+    # skipping: the GPU-backend suites run here, once, not in a second step.
+    if compgen -G '/usr/share/vulkan/icd.d/lvp_icd*.json' > /dev/null; then
+        export BRRR_REQUIRE_WGPU=1
+        echo "lavapipe present: BRRR_REQUIRE_WGPU=1"
+    fi
+    if cargo nextest --version >/dev/null 2>&1; then
+        cargo nextest run --workspace --features "$BRRR_FEATURES" --no-fail-fast --no-tests=warn
     else
-        echo "OpenMPI missing: linting brrr with --features cuda,wgpu (mpi is skipped)"
-        cargo clippy -p brrr --features cuda,wgpu --all-targets -- -D warnings
+        cargo test --workspace --features "$BRRR_FEATURES" --no-fail-fast
     fi
 }
 
 step "toolchain" toolchain
 step "cargo fmt --check" cargo fmt --all --check
-step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
-# The brrr binary's optional backends (--features cuda,wgpu) are outside the line above.
-# Its `mpi` feature needs OpenMPI and libclang: install them first (or skip by name).
+# OpenMPI (and libclang) for the `mpi` feature, lavapipe and Chromium for the GPU-backend
+# and browser tests: installed first so that every later step sees them.
 step "openmpi (scripts/test-mpi.sh --install)" bash scripts/test-mpi.sh --install
-step "cargo clippy (brrr, all features)" clippy_all_features
+step "lavapipe, chromium (scripts/test-wgpu.sh install)" bash scripts/test-wgpu.sh install
+choose_features
+step "cargo clippy (workspace, one feature set)" clippy
 step "nvrtc (bench/install-nvrtc.sh)" nvrtc
-# Lavapipe before the workspace tests: otherwise, on a fresh machine, they report wgpu
-# as SKIPPED and only the wgpu step below runs its suite.
-step "lavapipe (scripts/test-wgpu.sh install)" bash scripts/test-wgpu.sh install
 step "tests" tests
+# The binary the tests built (same features): mpirun and `brrr launch` over it.
 step "mpi (scripts/test-mpi.sh)" bash scripts/test-mpi.sh
 # nextest does not run doctests.
-step "doctests" cargo test --workspace --doc
-step "wasm32 build" cargo build --target wasm32-unknown-unknown \
-    -p brrr-backend -p brrr-cpu -p brrr-tensor -p brrr-nn -p brrr-perf -p brrr-profile
-step "wgpu (scripts/test-wgpu.sh)" wgpu
+step "doctests" cargo test --workspace --doc --features "$BRRR_FEATURES"
 # The book (mdbook build, test, links, generated pages) and the exercises both ways.
 step "book (scripts/test-book.sh)" bash scripts/test-book.sh
-# The browser app: trunk build, browser unit tests, end to end in headless Chromium.
+# The browser: the wasm32 test binaries in headless Chromium (the app's pages, the
+# conformance suite on WebGPU, a training run), the app's release build, end to end.
+export BRRR_WORKSPACE_TESTED=1
 step "web (scripts/test-web.sh)" bash scripts/test-web.sh

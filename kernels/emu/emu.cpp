@@ -218,19 +218,29 @@ std::mutex g_launch_mutex;
 struct ThreadArgs {
     emu::Block* block;
     dim3 tid;
-    dim3 bid;
     unsigned linear;
     const emu::Entry* entry;
     void** args;
 };
 
+// One OS thread per CUDA thread of a block, started once per launch: each runs its
+// thread of every block in turn, and the block's barrier at the end of each block keeps
+// the blocks one after another (their `__shared__` variables are one static per kernel).
+// Starting the threads once per launch instead of once per block is what makes the
+// emulator usable on large grids: thread creation, not the kernels, was its cost.
 void* thread_main(void* p) {
     ThreadArgs* a = static_cast<ThreadArgs*>(p);
     emu::t_block = a->block;
     emu::t_linear = a->linear;
     emu::t_thread_idx = a->tid;
-    emu::t_block_idx = a->bid;
-    a->entry->thunk(a->entry->fn, a->args);
+    const dim3 grid = emu::g_grid_dim;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                emu::t_block_idx = dim3{bx, by, bz};
+                a->entry->thunk(a->entry->fn, a->args);
+                a->block->bar.arrive_and_wait();
+            }
     return nullptr;
 }
 }  // namespace
@@ -264,24 +274,20 @@ extern "C" int brrr_emu_launch(const char* name, const unsigned* grid, const uns
     pthread_attr_setstacksize(&attr, 512 * 1024);
     std::vector<pthread_t> threads(nthreads);
     std::vector<ThreadArgs> targs(nthreads);
-    for (unsigned bz = 0; bz < grid[2]; bz++)
-        for (unsigned by = 0; by < grid[1]; by++)
-            for (unsigned bx = 0; bx < grid[0]; bx++) {
-                emu::Block blk((int)nthreads);
-                for (unsigned w = 0; w < nthreads / 32; w++) blk.warps.emplace_back(new emu::Warp(32));
-                for (unsigned i = 0; i < nthreads; i++) {
-                    const unsigned tx = i % block[0];
-                    const unsigned ty = (i / block[0]) % block[1];
-                    const unsigned tz = i / (block[0] * block[1]);
-                    targs[i] = ThreadArgs{&blk, dim3{tx, ty, tz}, dim3{bx, by, bz}, i, &it->second, args};
-                    if (pthread_create(&threads[i], &attr, thread_main, &targs[i]) != 0) {
-                        // Cannot continue safely: threads already started wait on barriers.
-                        fprintf(stderr, "emu: pthread_create failed\n");
-                        abort();
-                    }
-                }
-                for (unsigned i = 0; i < nthreads; i++) pthread_join(threads[i], nullptr);
-            }
+    emu::Block blk((int)nthreads);
+    for (unsigned w = 0; w < nthreads / 32; w++) blk.warps.emplace_back(new emu::Warp(32));
+    for (unsigned i = 0; i < nthreads; i++) {
+        const unsigned tx = i % block[0];
+        const unsigned ty = (i / block[0]) % block[1];
+        const unsigned tz = i / (block[0] * block[1]);
+        targs[i] = ThreadArgs{&blk, dim3{tx, ty, tz}, i, &it->second, args};
+        if (pthread_create(&threads[i], &attr, thread_main, &targs[i]) != 0) {
+            // Cannot continue safely: threads already started wait on barriers.
+            fprintf(stderr, "emu: pthread_create failed\n");
+            abort();
+        }
+    }
+    for (unsigned i = 0; i < nthreads; i++) pthread_join(threads[i], nullptr);
     pthread_attr_destroy(&attr);
     return 0;
 }

@@ -1,4 +1,4 @@
-//! The browser entry point (built by trunk). Natively there is nothing to run: the page
+//! The browser entry point (built by `scripts/build-web.sh`). Natively there is nothing to run: the page
 //! logic is a library, tested with `cargo test -p brrr-web`.
 
 fn main() {

@@ -112,6 +112,32 @@ impl AmpConfig {
 
     /// Checks the scaler's options.
     pub fn validate(&self) -> Result<()> {
+        // Asking for a loss scale in f32 would otherwise be ignored without a word.
+        if self.mode == AmpMode::Off && self.loss_scaling == LossScaling::Dynamic {
+            return Err(Error::invalid(
+                "--loss-scaling",
+                "dynamic loss scaling needs --amp fp16 or --amp bf16: an f32 run has no loss scale",
+            ));
+        }
         self.scaler.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dynamic_loss_scaling_needs_a_16_bit_mode() {
+        let mut cfg = AmpConfig {
+            loss_scaling: LossScaling::Dynamic,
+            ..AmpConfig::default()
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("--loss-scaling"), "{err}");
+        for mode in [AmpMode::Bf16, AmpMode::Fp16] {
+            cfg.mode = mode;
+            cfg.validate().unwrap();
+        }
     }
 }

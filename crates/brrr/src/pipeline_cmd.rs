@@ -367,6 +367,16 @@ pub fn estimate_table(
             "--stage-time must be positive",
         ));
     }
+    // Sizes of zero describe no pipeline at all: refused here, not as a table whose
+    // every row is the same error.
+    for (flag, value) in [("--pp", p), ("--micro-batches", m), ("--chunks", v)] {
+        if value == 0 {
+            return Err(Error::invalid(
+                "estimate pipeline",
+                format!("{flag} must be at least 1, got 0"),
+            ));
+        }
+    }
     let costs = Costs {
         f: stage_time / 3.0,
         b: stage_time / 3.0,

@@ -527,3 +527,36 @@ fn sample_names_non_finite_weights_instead_of_panicking() {
         "{stderr}"
     );
 }
+
+/// A pipeline of zero stages, micro-batches or chunks is refused with the flag's name
+/// (it printed a table whose every row was the same error, and exited 0).
+#[test]
+fn estimate_pipeline_refuses_zero_sizes() {
+    for flag in ["--pp", "--micro-batches", "--chunks"] {
+        fails_with(
+            &["estimate", "pipeline", flag, "0"],
+            &format!("{flag} must be at least 1"),
+        );
+    }
+}
+
+/// `--loss-scaling dynamic` without `--amp` is refused before anything is written (it
+/// trained in f32 with no loss scale, without a word).
+#[test]
+fn dynamic_loss_scaling_without_amp_is_refused() {
+    let dir = std::env::temp_dir().join(format!("brrr-ls-{}", std::process::id()));
+    let out = dir.to_str().unwrap();
+    fails_with(
+        &[
+            "train",
+            "--steps",
+            "1",
+            "--loss-scaling",
+            "dynamic",
+            "--out",
+            out,
+        ],
+        "dynamic loss scaling needs --amp",
+    );
+    assert!(!dir.exists(), "the refused run created {out}");
+}

@@ -13,6 +13,9 @@ fn launched_ranks_compute_every_collective_and_algorithm_correctly() {
     let out = brrr()
         .args([
             "launch",
+            // Explicit: a binary built with `mpi` launches over MPI by default.
+            "--transport",
+            "socket",
             "--nproc",
             "4",
             "--",
@@ -45,6 +48,8 @@ fn killing_one_rank_mid_collective_fails_the_others_within_the_timeout() {
     let out = brrr()
         .args([
             "launch",
+            "--transport",
+            "socket",
             "--nproc",
             "4",
             "--grace-s",

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use std::cell::RefCell;
 
 /// The corpus `brrr train` uses (`crates/brrr/corpus/sotu.txt`), copied beside the app by
-/// trunk and fetched on first use.
+/// `scripts/build-web.sh` and fetched on first use.
 pub const CORPUS_URL: &str = "sotu.txt";
 
 thread_local! {
