@@ -191,6 +191,7 @@ step "mpi (scripts/test-mpi.sh)" bash scripts/test-mpi.sh
 # nextest does not run doctests.
 step "doctests" cargo test --workspace --doc --features "$BRRR_FEATURES"
 # The book (mdbook build, test, links, generated pages) and the exercises both ways.
+export BRRR_WEB_BUILDS_WASM32=1
 step "book (scripts/test-book.sh)" bash scripts/test-book.sh
 # The browser: the wasm32 test binaries in headless Chromium (the app's pages, the
 # conformance suite on WebGPU, a training run), the app's release build, end to end.

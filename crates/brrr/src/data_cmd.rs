@@ -1,7 +1,7 @@
 //! `brrr data prepare`: text files and JSON lines to llm.c-format token shards
 //! ([`brrr_data::prepare`]), with a progress bar and a summary.
 
-use brrr_backend::{Error, Result};
+use brrr_backend::Result;
 use brrr_data::prepare::{PrepareOptions, PrepareSummary, TokenizerKind, prepare};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt;
@@ -29,6 +29,10 @@ pub struct PrepareArgs {
     /// Shard file name prefix: `NAME_val_000000.bin`, `NAME_train_000001.bin`, ...
     #[arg(long, default_value = "data")]
     pub name: String,
+    /// Replace the dataset already in --out (its data.json and shards); without it,
+    /// a directory holding one is refused.
+    #[arg(long)]
+    pub force: bool,
     /// Print no progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -69,13 +73,8 @@ pub fn run_prepare(args: &PrepareArgs) -> Result<Report> {
         shard_tokens: args.shard_tokens,
         text_field: args.text_field.clone(),
         name: args.name.clone(),
+        replace: args.force,
     };
-    if args.name.is_empty() || args.name.contains(['/', '\\']) {
-        return Err(Error::invalid(
-            "data prepare",
-            format!("--name {:?} must be a plain file name prefix", args.name),
-        ));
-    }
     let pb = if args.quiet {
         ProgressBar::hidden()
     } else {

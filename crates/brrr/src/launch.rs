@@ -4,6 +4,11 @@
 //! (`brrr_collectives::from_env`). When a rank fails, the others get a grace period to
 //! fail on their own (their collectives time out or see the closed connection), then are
 //! stopped; the launch fails and says which ranks failed.
+//!
+//! The ranks live and die with their launcher, as torchrun's do: SIGINT, SIGTERM and
+//! SIGHUP to the launcher are forwarded to every rank (which then get the same grace
+//! period), and on Linux each rank asks the kernel for SIGTERM when the launcher dies,
+//! so even a SIGKILL of the launcher leaves no orphaned rank holding a GPU or a port.
 
 use brrr_backend::{Error, Result};
 use std::process::{Child, Command};
@@ -78,6 +83,7 @@ fn run_mpirun(exe: &std::path::Path, nproc: usize, args: &[String]) -> Result<()
         // OpenMPI refuses to run as root without both (containers and CI often are root).
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .die_with_launcher()
         .status()
         .map_err(|e| Error::io("starting mpirun", e))?;
     if status.success() {
@@ -124,6 +130,8 @@ pub fn run(args: &LaunchArgs) -> Result<()> {
         Some(p) => p,
         None => free_port(&args.master_addr)?,
     };
+    // Before the first rank starts, so no signal meant for the world ends only us.
+    signals::catch_stop_signals();
     let mut children = Vec::new();
     for rank in 0..args.nproc {
         let child = Command::new(&exe)
@@ -134,6 +142,7 @@ pub fn run(args: &LaunchArgs) -> Result<()> {
             .env("LOCAL_WORLD_SIZE", args.nproc.to_string())
             .env("MASTER_ADDR", &args.master_addr)
             .env("MASTER_PORT", port.to_string())
+            .die_with_launcher()
             .spawn()
             .map_err(|e| Error::io(format!("starting rank {rank}"), e));
         match child {
@@ -159,7 +168,17 @@ fn kill_all(children: &mut [Child]) {
 fn supervise(mut children: Vec<Child>, grace: Duration) -> Result<()> {
     let mut status: Vec<Option<i32>> = vec![None; children.len()];
     let mut first_failure: Option<Instant> = None;
+    let mut stopped_by = None;
     loop {
+        if let Some(sig) = signals::take_stop_signal() {
+            for (rank, c) in children.iter().enumerate() {
+                if status[rank].is_none() {
+                    signals::forward(c, sig);
+                }
+            }
+            stopped_by = Some(sig);
+            first_failure.get_or_insert_with(Instant::now);
+        }
         for (rank, c) in children.iter_mut().enumerate() {
             if status[rank].is_none()
                 && let Some(s) = c
@@ -198,6 +217,12 @@ fn supervise(mut children: Vec<Child>, grace: Duration) -> Result<()> {
         .filter(|(_, s)| **s != Some(0))
         .map(|(r, s)| format!("rank {r} (exit {})", s.unwrap_or(-1)))
         .collect();
+    if let Some(sig) = stopped_by {
+        return Err(Error::invalid(
+            "launch",
+            format!("stopped by signal {sig}, forwarded to every rank"),
+        ));
+    }
     if failed.is_empty() {
         Ok(())
     } else {
@@ -206,4 +231,89 @@ fn supervise(mut children: Vec<Child>, grace: Duration) -> Result<()> {
             format!("failed: {}", failed.join(", ")),
         ))
     }
+}
+
+/// `Command::die_with_launcher`: the started process gets SIGTERM when the launcher
+/// dies, however it dies (Linux: `PR_SET_PDEATHSIG`; elsewhere only the forwarding in
+/// [`supervise`] applies).
+trait DieWithLauncher {
+    fn die_with_launcher(&mut self) -> &mut Self;
+}
+
+impl DieWithLauncher for Command {
+    #[cfg(target_os = "linux")]
+    fn die_with_launcher(&mut self) -> &mut Self {
+        use std::os::unix::process::CommandExt;
+        let launcher = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs in the child between fork and exec, where only
+        // async-signal-safe functions may be called: prctl, getppid and _exit are, and
+        // it allocates nothing.
+        unsafe {
+            self.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The launcher died before the request took effect: no signal will come.
+                if libc::getppid() != launcher {
+                    libc::_exit(1);
+                }
+                Ok(())
+            })
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn die_with_launcher(&mut self) -> &mut Self {
+        self
+    }
+}
+
+/// The launcher's stop signals: recorded by a handler, forwarded by [`supervise`].
+#[cfg(unix)]
+mod signals {
+    use std::process::Child;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// The last stop signal received and not yet forwarded (0: none).
+    static PENDING: AtomicI32 = AtomicI32::new(0);
+
+    extern "C" fn record(sig: libc::c_int) {
+        PENDING.store(sig, Ordering::SeqCst);
+    }
+
+    /// From now on SIGINT, SIGTERM and SIGHUP no longer end the launcher at once.
+    pub fn catch_stop_signals() {
+        let handler: extern "C" fn(libc::c_int) = record;
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: installs a handler that only stores into an atomic, which is
+            // async-signal-safe.
+            unsafe {
+                libc::signal(sig, handler as libc::sighandler_t);
+            }
+        }
+    }
+
+    pub fn take_stop_signal() -> Option<i32> {
+        match PENDING.swap(0, Ordering::SeqCst) {
+            0 => None,
+            sig => Some(sig),
+        }
+    }
+
+    pub fn forward(child: &Child, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid; it has not been waited for (the
+        // caller forwards only to ranks without a status), so the pid is still ours.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, sig);
+        }
+    }
+}
+
+#[cfg(not(unix))]
+mod signals {
+    pub fn catch_stop_signals() {}
+    pub fn take_stop_signal() -> Option<i32> {
+        None
+    }
+    pub fn forward(_: &std::process::Child, _: i32) {}
 }

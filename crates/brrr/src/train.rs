@@ -343,7 +343,7 @@ fn data_dir_string(args: &TrainArgs) -> String {
 /// With `--data`, the shards' tokenizer and vocabulary (from their `data.json`).
 fn with_data_tokenizer(mut cfg: TrainConfig) -> Result<TrainConfig> {
     if !cfg.data.is_empty() {
-        let kind = brrr_data::prepare::read_meta(Path::new(&cfg.data))?;
+        let kind = brrr_data::data_dir::read_meta(Path::new(&cfg.data))?.tokenizer;
         cfg.tokenizer = kind.name().to_string();
         cfg.model.vocab_size = kind.vocab_size();
     }

@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 pub const MAX_WORLD: usize = 1 << 16;
 const HELLO_MAGIC: [u8; 4] = *b"brrR";
 const VERSION: u32 = 1;
+/// How long an accepted connection may take to greet: a rank greets as soon as it has
+/// connected, so one that says nothing for this long is not a rank (a port scanner, a
+/// health check) and is dropped rather than stalling the rendezvous.
+const GREETING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a socket world is set up.
 #[derive(Debug, Clone)]
@@ -117,8 +121,7 @@ pub fn connect(
         streams[peer] = Some(s);
     }
     for _ in rank + 1..world {
-        let mut s = accept_until(&data, deadline)?;
-        let (peer, w, _) = read_hello(&mut s, deadline)?;
+        let (s, peer, w, _) = accept_rank(&data, deadline)?;
         if w != world || peer <= rank || streams[peer].is_some() {
             return Err(CollError::setup(
                 "socket",
@@ -179,8 +182,7 @@ fn serve_rendezvous(
     table[0] = Some(me);
     let mut conns = Vec::new();
     while conns.len() + 1 < world {
-        let mut s = accept_until(rv, deadline)?;
-        let (rank, w, port) = read_hello(&mut s, deadline)?;
+        let (s, rank, w, port) = accept_rank(rv, deadline)?;
         if w != world || rank == 0 || table[rank].is_some() {
             return Err(CollError::setup(
                 "socket",
@@ -253,6 +255,22 @@ fn dial(addr: SocketAddr, deadline: Instant) -> Result<TcpStream> {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => return Err(io_err(format!("connecting to {addr}"), e)),
+        }
+    }
+}
+
+/// Accepts connections until one greets as a brrr rank; drops (and names on stderr)
+/// any other, so a stray connection to the port never fails the job.
+fn accept_rank(l: &TcpListener, deadline: Instant) -> Result<(TcpStream, usize, usize, u16)> {
+    loop {
+        let mut s = accept_until(l, deadline)?;
+        let by = deadline.min(Instant::now() + GREETING_TIMEOUT);
+        match read_hello(&mut s, by) {
+            Ok((rank, world, port)) => return Ok((s, rank, world, port)),
+            Err(e) => {
+                let from = s.peer_addr().map_or("?".to_string(), |a| a.to_string());
+                eprintln!("socket: dropped a connection from {from} that is not a rank: {e}");
+            }
         }
     }
 }

@@ -109,3 +109,42 @@ fn a_closed_rank_and_a_silent_rank_become_errors_within_the_timeout() {
         "{e}"
     );
 }
+
+/// Connections to the rendezvous port that are not ranks (one that sends garbage, one
+/// that says nothing, one that closes at once) are dropped; the world still forms.
+#[test]
+fn stray_connections_to_the_rendezvous_are_dropped() {
+    use std::io::Write;
+    let port = free_port();
+    let master = format!("127.0.0.1:{port}");
+    let opts = SocketOptions {
+        timeout: Duration::from_secs(20),
+        connect_timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    let rank = |r: usize| {
+        let link = connect(r, 2, &master, &opts).unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        let c = Communicator::new(Box::new(link), Duration::from_secs(20));
+        let mut b = vec![r as f32 + 1.0; 5];
+        c.all_reduce(&mut b, ReduceOp::Sum).unwrap();
+        b
+    };
+    std::thread::scope(|s| {
+        let rank0 = s.spawn(|| rank(0));
+        // The strays arrive before rank 1 does.
+        let dial = || loop {
+            if let Ok(c) = std::net::TcpStream::connect(&master) {
+                return c;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut garbage = dial();
+        garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let silent = dial();
+        drop(dial());
+        let rank1 = s.spawn(|| rank(1));
+        assert_eq!(rank0.join().unwrap(), vec![3.0; 5]);
+        assert_eq!(rank1.join().unwrap(), vec![3.0; 5]);
+        drop((garbage, silent));
+    });
+}

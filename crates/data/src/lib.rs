@@ -10,8 +10,12 @@
 //! - [`pack`]: documents packed into fixed windows with restarted positions and segment
 //!   ids; length-balanced assignment of sequences to ranks.
 //! - [`prepare`] (native): text and JSON lines to shards, with the byte tokenizer or
-//!   GPT-2's BPE.
+//!   GPT-2's BPE, streamed (memory bounded by a shard, whatever the input's size).
+//! - [`data_dir`] (native): a directory of shards and its `data.json`, checked; llm.c's
+//!   shards read as they are.
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod data_dir;
 pub mod loader;
 pub mod pack;
 #[cfg(not(target_arch = "wasm32"))]

@@ -8,6 +8,7 @@
 //! A `data.json` beside the shards records the tokenizer, its vocabulary size and
 //! end-of-text id, which `brrr train --data` reads.
 
+use crate::data_dir::{META_FILE, refuse_existing_dataset, remove_dataset, valid_name};
 use crate::shard::{TokenWidth, write_shard};
 use brrr_backend::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -92,6 +93,9 @@ pub struct PrepareOptions {
     pub text_field: String,
     /// File names are `{name}_val_000000.bin`, `{name}_train_000001.bin`, ...
     pub name: String,
+    /// Replace a dataset already in `out_dir` (its `data.json` and shards); without it,
+    /// such a directory is refused.
+    pub replace: bool,
 }
 
 /// What `prepare` did.
@@ -114,7 +118,48 @@ impl PrepareSummary {
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
 /// Tokenizes `opts.inputs` into shards in `opts.out_dir` (created if missing).
+///
+/// Streams: plain text is read in pieces of about [`PIECE_BYTES`] and JSON lines a line
+/// at a time, so memory is bounded by one shard and one piece whatever the inputs' size.
+/// The shards are written into `out_dir/.partial` and moved in only once all are whole:
+/// a failure (or a kill) leaves the directory's previous dataset as it was.
 pub fn prepare(opts: &PrepareOptions, progress: Progress<'_>) -> Result<PrepareSummary> {
+    let total_bytes = check_inputs(opts)?;
+    refuse_existing_dataset(&opts.out_dir, opts.replace)?;
+    let staging = opts.out_dir.join(".partial");
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|e| {
+            Error::io(
+                format!("{}: removing a killed run's files", staging.display()),
+                e,
+            )
+        })?;
+    }
+    std::fs::create_dir_all(&staging)
+        .map_err(|e| Error::io(format!("{}: creating it", staging.display()), e))?;
+    let written = tokenize_into(opts, &staging, total_bytes, progress).and_then(|mut summary| {
+        write_meta(opts, &staging)?;
+        // The new dataset is whole: only now does the old one go.
+        remove_dataset(&opts.out_dir)?;
+        for shard in &mut summary.shards {
+            let dest = opts.out_dir.join(shard.file_name().unwrap_or_default());
+            rename(shard, &dest)?;
+            *shard = dest;
+        }
+        rename(&staging.join(META_FILE), &opts.out_dir.join(META_FILE))?;
+        Ok(summary)
+    });
+    let _ = std::fs::remove_dir_all(&staging);
+    written
+}
+
+fn rename(from: &Path, to: &Path) -> Result<()> {
+    std::fs::rename(from, to)
+        .map_err(|e| Error::io(format!("moving {} to {}", from.display(), to.display()), e))
+}
+
+/// Checks the options and the inputs; returns the inputs' total size in bytes.
+fn check_inputs(opts: &PrepareOptions) -> Result<u64> {
     if opts.inputs.is_empty() {
         return Err(Error::invalid("prepare", "no input files"));
     }
@@ -125,6 +170,12 @@ pub fn prepare(opts: &PrepareOptions, progress: Progress<'_>) -> Result<PrepareS
                 "shard size {} must be in 2..=2^31-1 tokens",
                 opts.shard_tokens
             ),
+        ));
+    }
+    if !valid_name(&opts.name) {
+        return Err(Error::invalid(
+            "prepare",
+            format!("--name {:?} must be a plain file name prefix", opts.name),
         ));
     }
     let mut total_bytes = 0u64;
@@ -138,51 +189,150 @@ pub fn prepare(opts: &PrepareOptions, progress: Progress<'_>) -> Result<PrepareS
         }
         total_bytes += m.len();
     }
-    std::fs::create_dir_all(&opts.out_dir)
-        .map_err(|e| Error::io(format!("{}: creating it", opts.out_dir.display()), e))?;
-    let tok = Tokenizer::new(opts.tokenizer);
-    let mut w = ShardWriter::new(opts);
-    let mut done = 0u64;
-    let mut summary = PrepareSummary {
-        documents: 0,
-        tokens: 0,
-        shards: Vec::new(),
-        tokenize_time: Duration::ZERO,
+    Ok(total_bytes)
+}
+
+/// Tokenizes every input into shards in `dir`.
+fn tokenize_into(
+    opts: &PrepareOptions,
+    dir: &Path,
+    total_bytes: u64,
+    progress: Progress<'_>,
+) -> Result<PrepareSummary> {
+    let mut sink = Sink {
+        tok: Tokenizer::new(opts.tokenizer),
+        eot: opts.tokenizer.eot(),
+        writer: ShardWriter::new(opts, dir),
+        summary: PrepareSummary {
+            documents: 0,
+            tokens: 0,
+            shards: Vec::new(),
+            tokenize_time: Duration::ZERO,
+        },
     };
+    let mut done = 0u64;
     for path in &opts.inputs {
-        let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            for_each_line(path, |line_no, line| {
+                done += line.len() as u64 + 1;
+                if !line.trim().is_empty() {
+                    let doc = json_text(path, line_no, line, &opts.text_field)?;
+                    sink.begin_document()?;
+                    sink.encode(&doc)?;
+                }
+                progress(done.min(total_bytes), total_bytes);
+                Ok(())
+            })?;
+        } else {
+            sink.begin_document()?;
+            for_each_piece(path, |piece| {
+                done += piece.len() as u64;
+                sink.encode(piece)?;
+                progress(done.min(total_bytes), total_bytes);
+                Ok(())
+            })?;
+        }
+    }
+    let mut summary = sink.summary;
+    summary.shards = sink.writer.finish()?;
+    Ok(summary)
+}
+
+/// Where tokens go: the shard writer, with the counts and the tokenizer's time.
+struct Sink<'a> {
+    tok: Tokenizer,
+    eot: u32,
+    writer: ShardWriter<'a>,
+    summary: PrepareSummary,
+}
+
+impl Sink<'_> {
+    /// Every document starts with end-of-text.
+    fn begin_document(&mut self) -> Result<()> {
+        self.summary.documents += 1;
+        self.summary.tokens += 1;
+        self.writer.push(self.eot)
+    }
+
+    fn encode(&mut self, text: &str) -> Result<()> {
+        let t0 = Instant::now();
+        let ids = self.tok.encode(text);
+        self.summary.tokenize_time += t0.elapsed();
+        self.summary.tokens += ids.len() as u64;
+        ids.iter().try_for_each(|&t| self.writer.push(t))
+    }
+}
+
+/// About how many bytes of plain text are tokenized at a time.
+pub const PIECE_BYTES: usize = 1 << 20;
+/// A piece grows up to this when no safe cut is found in it (text without a space
+/// between words for 16 MiB); then it is cut at a character boundary.
+const MAX_PIECE_BYTES: usize = 16 << 20;
+
+/// Where a piece of text may end so that tokenizing the pieces gives the tokens of the
+/// whole: before a space that follows a letter, digit or ASCII punctuation and precedes
+/// a letter (`abc| def`). GPT-2's pre-tokenizer splits there anyway (the space starts
+/// the next word's token, ` ?\p{L}+`), and bytes split anywhere. 0 if there is none.
+fn safe_cut(buf: &[u8]) -> usize {
+    (1..buf.len().saturating_sub(1))
+        .rev()
+        .find(|&i| {
+            buf[i] == b' '
+                && (buf[i - 1].is_ascii_alphanumeric() || buf[i - 1].is_ascii_punctuation())
+                && buf[i + 1].is_ascii_alphabetic()
+        })
+        .unwrap_or(0)
+}
+
+/// Calls `f` with the text of `path` in pieces that end at [`safe_cut`]s.
+fn for_each_piece(path: &Path, mut f: impl FnMut(&str) -> Result<()>) -> Result<()> {
+    use std::io::Read;
+    let read_err = |e: std::io::Error| Error::io(format!("{}: reading it", path.display()), e);
+    let utf8 = |b: &[u8]| -> Result<String> {
+        String::from_utf8(b.to_vec()).map_err(|_| Error::file(path, "not UTF-8 text"))
+    };
+    let mut file = std::fs::File::open(path).map_err(read_err)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(2 * PIECE_BYTES);
+    loop {
+        let n = (&mut file)
+            .take(PIECE_BYTES as u64)
+            .read_to_end(&mut buf)
+            .map_err(read_err)?;
+        if n == 0 {
+            return if buf.is_empty() {
+                Ok(())
+            } else {
+                f(&utf8(&buf)?)
+            };
+        }
+        let mut cut = safe_cut(&buf);
+        if cut == 0 && buf.len() >= MAX_PIECE_BYTES {
+            // No word boundary in 16 MiB: cut at the last character boundary.
+            cut = (1..buf.len())
+                .rev()
+                .find(|&i| buf[i] & 0xC0 != 0x80)
+                .unwrap_or(0);
+        }
+        if cut > 0 {
+            f(&utf8(&buf[..cut])?)?;
+            buf.drain(..cut);
+        }
+    }
+}
+
+/// Calls `f(line_number, line)` for each line of `path`, one line in memory at a time.
+fn for_each_line(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> Result<()> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path)
+        .map_err(|e| Error::io(format!("{}: reading it", path.display()), e))?;
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| match e.kind() {
             std::io::ErrorKind::InvalidData => Error::file(path, "not UTF-8 text"),
             _ => Error::io(format!("{}: reading it", path.display()), e),
         })?;
-        let jsonl = path.extension().is_some_and(|e| e == "jsonl");
-        let mut add = |doc: &str, summary: &mut PrepareSummary| -> Result<()> {
-            let t0 = Instant::now();
-            let ids = tok.encode(doc);
-            summary.tokenize_time += t0.elapsed();
-            summary.documents += 1;
-            summary.tokens += ids.len() as u64 + 1;
-            w.push(opts.tokenizer.eot())?;
-            ids.iter().try_for_each(|&t| w.push(t))
-        };
-        if jsonl {
-            for (i, line) in text.lines().enumerate() {
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let doc = json_text(path, i + 1, line, &opts.text_field)?;
-                add(&doc, &mut summary)?;
-                done += line.len() as u64 + 1;
-                progress(done.min(total_bytes), total_bytes);
-            }
-        } else {
-            add(&text, &mut summary)?;
-            done += text.len() as u64;
-        }
-        progress(done.min(total_bytes), total_bytes);
+        f(i + 1, &line)?;
     }
-    summary.shards = w.finish()?;
-    write_meta(opts)?;
-    Ok(summary)
+    Ok(())
 }
 
 fn json_text(path: &Path, line_no: usize, line: &str, field: &str) -> Result<String> {
@@ -204,15 +354,17 @@ fn json_text(path: &Path, line_no: usize, line: &str, field: &str) -> Result<Str
 /// Fills shards in order and writes each when full.
 struct ShardWriter<'a> {
     opts: &'a PrepareOptions,
+    dir: &'a Path,
     width: TokenWidth,
     buf: Vec<u32>,
     written: Vec<PathBuf>,
 }
 
 impl<'a> ShardWriter<'a> {
-    fn new(opts: &'a PrepareOptions) -> Self {
+    fn new(opts: &'a PrepareOptions, dir: &'a Path) -> Self {
         ShardWriter {
             opts,
+            dir,
             width: TokenWidth::for_vocab(opts.tokenizer.vocab_size()),
             buf: Vec::with_capacity(opts.shard_tokens.min(1 << 24)),
             written: Vec::new(),
@@ -231,8 +383,7 @@ impl<'a> ShardWriter<'a> {
         let i = self.written.len();
         let split = if i == 0 { "val" } else { "train" };
         let path = self
-            .opts
-            .out_dir
+            .dir
             .join(format!("{}_{split}_{i:06}.bin", self.opts.name));
         write_shard(&path, &self.buf, self.width)?;
         self.written.push(path);
@@ -248,10 +399,7 @@ impl<'a> ShardWriter<'a> {
     }
 }
 
-/// The file beside the shards that says how they were tokenized.
-pub const META_FILE: &str = "data.json";
-
-fn write_meta(opts: &PrepareOptions) -> Result<()> {
+fn write_meta(opts: &PrepareOptions, dir: &Path) -> Result<()> {
     let meta = serde_json::json!({
         "tokenizer": opts.tokenizer.name(),
         "vocab_size": opts.tokenizer.vocab_size(),
@@ -260,60 +408,5 @@ fn write_meta(opts: &PrepareOptions) -> Result<()> {
     });
     let text = serde_json::to_string_pretty(&meta)
         .map_err(|e| Error::Parse(format!("writing {META_FILE}: {e}")))?;
-    brrr_train::atomic::write_atomic(opts.out_dir.join(META_FILE), text.as_bytes())
-}
-
-/// The tokenizer a data directory's `data.json` names.
-pub fn read_meta(dir: &Path) -> Result<TokenizerKind> {
-    let meta_path = dir.join(META_FILE);
-    let text = std::fs::read_to_string(&meta_path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::file(
-            &meta_path,
-            "not found: is this a directory written by `brrr data prepare`?",
-        ),
-        _ => Error::io(format!("{}: reading it", meta_path.display()), e),
-    })?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::file(&meta_path, format!("not JSON: {e}")))?;
-    TokenizerKind::parse(v["tokenizer"].as_str().unwrap_or(""))
-}
-
-/// A prepared data directory: its tokenizer and its validation and training shards.
-#[derive(Debug)]
-pub struct DataDir {
-    pub tokenizer: TokenizerKind,
-    pub vocab_size: usize,
-    pub val: Vec<crate::Shard>,
-    pub train: std::sync::Arc<Vec<crate::Shard>>,
-}
-
-/// Opens what [`prepare`] (or llm.c, with a `data.json` added) wrote: shards whose
-/// names contain `_val_` validate, those with `_train_` train, each in name order.
-pub fn open_data_dir(dir: &Path) -> Result<DataDir> {
-    let tokenizer = read_meta(dir)?;
-    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::io(format!("{}: listing it", dir.display()), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "bin"))
-        .collect();
-    names.sort();
-    let (mut val, mut train) = (Vec::new(), Vec::new());
-    for p in names {
-        let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
-        let name = name.unwrap_or_default();
-        if name.contains("_val_") {
-            val.push(crate::Shard::open(&p)?);
-        } else if name.contains("_train_") {
-            train.push(crate::Shard::open(&p)?);
-        }
-    }
-    if train.is_empty() {
-        return Err(Error::file(dir, "no training shards (`*_train_*.bin`)"));
-    }
-    Ok(DataDir {
-        tokenizer,
-        vocab_size: tokenizer.vocab_size(),
-        val,
-        train: std::sync::Arc::new(train),
-    })
+    brrr_train::atomic::write_atomic(dir.join(META_FILE), text.as_bytes())
 }

@@ -7,8 +7,8 @@
 //! stage the ids or the targets). So a parallel run sees exactly the batches one device
 //! sees, which is what lets its losses be checked against one device's.
 
+use crate::data_dir::{DataDir, open_data_dir};
 use crate::prefetch::{Prefetcher, SendSource};
-use crate::prepare::{DataDir, open_data_dir};
 use brrr_backend::{Error, Result};
 use brrr_train::{Batch, Batcher, Corpus, SYNTHETIC, TrainConfig, synthetic_corpus, val_batches};
 use std::path::Path;

@@ -22,9 +22,20 @@ pub fn bubble_time(kind: ScheduleKind, p: usize, c: Costs) -> Option<f64> {
     })
 }
 
+/// Whether the closed form holds at these sizes: ZB-H2's needs `m >= 2p − 1`
+/// micro-batches to fill its warm-up; below that there is none (its bubble is then
+/// what the simulator measures, not 0).
+fn closed_form_applies(kind: ScheduleKind, p: usize, m: usize) -> bool {
+    kind != ScheduleKind::ZbH2 || m >= (2 * p).saturating_sub(1)
+}
+
 /// The bubble as a fraction of the whole step: `bubble / (m(f + b + w) + bubble)`.
-/// For GPipe and 1F1B with any costs this is `(p − 1)/(m + p − 1)`.
+/// For GPipe and 1F1B with any costs this is `(p − 1)/(m + p − 1)`. `None` for a custom
+/// schedule, and for ZB-H2 with fewer than `2p − 1` micro-batches.
 pub fn bubble_fraction(kind: ScheduleKind, p: usize, m: usize, c: Costs) -> Option<f64> {
+    if !closed_form_applies(kind, p, m) {
+        return None;
+    }
     let bubble = bubble_time(kind, p, c)?;
     let ideal = m as f64 * (c.f + c.b + c.w);
     Some(if ideal + bubble > 0.0 {
@@ -37,6 +48,9 @@ pub fn bubble_fraction(kind: ScheduleKind, p: usize, m: usize, c: Costs) -> Opti
 /// The bubble over the ideal time `m(f + b + w)`: `(p − 1)/m` for GPipe and 1F1B,
 /// `(p − 1)/(v·m)` interleaved.
 pub fn bubble_over_ideal(kind: ScheduleKind, p: usize, m: usize, c: Costs) -> Option<f64> {
+    if !closed_form_applies(kind, p, m) {
+        return None;
+    }
     let ideal = m as f64 * (c.f + c.b + c.w);
     Some(if ideal > 0.0 {
         bubble_time(kind, p, c)? / ideal

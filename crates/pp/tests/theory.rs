@@ -137,10 +137,14 @@ fn theory_table_matches_simulation_for_every_kind() {
     for (p, m) in SIZES {
         for kind in ScheduleKind::all(2) {
             let t = sim(kind, p, m);
-            let want = theory::bubble_fraction(kind, p, m, Costs::unit()).unwrap();
             if kind == ScheduleKind::ZbH2 && m < 2 * p - 1 {
+                // No closed form there: "-", not the 0% it printed while the
+                // simulation says otherwise (20% at p = 4, m = 4).
+                assert_eq!(theory::bubble_fraction(kind, p, m, Costs::unit()), None);
+                assert!(t.bubble_fraction() > 0.0, "{kind} p={p} m={m}");
                 continue;
             }
+            let want = theory::bubble_fraction(kind, p, m, Costs::unit()).unwrap();
             let got = if kind == ScheduleKind::ZbH2 {
                 t.steady_bubble_fraction()
             } else {

@@ -14,7 +14,10 @@
 //! checkpoints so none outlives it; a resumed run trims `metrics.csv` to the step it
 //! resumes from, so the finished file equals an uninterrupted run's; temporary files a
 //! killed save left are removed. Only the lead rank (world rank 0) writes the shared
-//! files; every rank saves its own part of the checkpoint ([`RunDir::follower`]).
+//! files; every rank saves its own part of the checkpoint ([`RunDir::follower`]). The
+//! lead holds an exclusive lock on `.lock` in the directory while the run lives, so a
+//! second `brrr train` into the same directory is refused instead of interleaving its
+//! metrics and checkpoints with the first's.
 
 use crate::atomic::write_atomic;
 use crate::config::TrainConfig;
@@ -23,6 +26,8 @@ use crate::metrics::{MetricsWriter, Row, plot_csv_svg};
 use brrr_backend::{Error, Result};
 use std::path::{Path, PathBuf};
 
+/// The lock file the lead rank holds for as long as it writes the directory.
+pub const LOCK_FILE: &str = ".lock";
 /// The run's configuration.
 pub const CONFIG_FILE: &str = "config.toml";
 /// One row per step.
@@ -45,6 +50,8 @@ pub struct RunDir {
     metrics: Option<MetricsWriter>,
     /// The evaluation of the step being reported (`on_eval` comes before `on_step`).
     pending_val: Option<Evaluation>,
+    /// The lead's lock on [`LOCK_FILE`], released when the run ends (`None` on followers).
+    _lock: Option<DirLock>,
 }
 
 impl RunDir {
@@ -81,6 +88,7 @@ impl RunDir {
     /// run's checkpoints and plot, and writes `config.toml` and the metrics header.
     pub fn create(dir: &Path, cfg: &TrainConfig) -> Result<Self> {
         make_dir(dir)?;
+        let lock = lock_dir(dir)?;
         remove_stale_temp_files(dir)?;
         for f in [CHECKPOINT_FILE, PLOT_FILE] {
             remove_if_present(&dir.join(f))?;
@@ -93,6 +101,7 @@ impl RunDir {
             dir: dir.to_path_buf(),
             metrics: Some(MetricsWriter::create(dir.join(METRICS_FILE))?),
             pending_val: None,
+            _lock: Some(lock),
         })
     }
 
@@ -101,6 +110,7 @@ impl RunDir {
     /// `cfg` (what `--resume` changed) and trims the metrics to `start_step`.
     pub fn resume(dir: &Path, from: &Path, cfg: &TrainConfig, start_step: u64) -> Result<Self> {
         make_dir(dir)?;
+        let lock = lock_dir(dir)?;
         remove_stale_temp_files(dir)?;
         if !same_dir(dir, from) {
             for f in [CONFIG_FILE, METRICS_FILE] {
@@ -113,6 +123,7 @@ impl RunDir {
             dir: dir.to_path_buf(),
             metrics: Some(MetricsWriter::resume(dir.join(METRICS_FILE), start_step)?),
             pending_val: None,
+            _lock: Some(lock),
         })
     }
 
@@ -123,6 +134,7 @@ impl RunDir {
             dir: dir.to_path_buf(),
             metrics: None,
             pending_val: None,
+            _lock: None,
         }
     }
 
@@ -172,6 +184,52 @@ impl Observer for RunDir {
 fn make_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("{}: creating the run directory", dir.display()), e))
+}
+
+/// An exclusive lock on a run directory: the open, locked [`LOCK_FILE`], removed when
+/// the run ends so a finished directory holds only the run's files.
+#[derive(Debug)]
+struct DirLock {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Removed while still locked, so no other writer can hold the old file meanwhile.
+        let _ = std::fs::remove_file(&self.path);
+        let _ = self.file.unlock();
+    }
+}
+
+/// Takes the exclusive lock on `dir`'s [`LOCK_FILE`] without waiting: another process
+/// holding it is writing this run now. The operating system releases the lock when the
+/// file closes, so a killed run never leaves the directory locked.
+fn lock_dir(dir: &Path) -> Result<DirLock> {
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| {
+            Error::io(
+                format!("{}: opening the run's lock file", path.display()),
+                e,
+            )
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(DirLock { file, path }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::file(
+            dir,
+            "another brrr train is writing this run directory now (it holds .lock): wait \
+             for it to finish, or pass another --out",
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(
+            format!("{}: locking the run directory", path.display()),
+            e,
+        )),
+    }
 }
 
 fn has_files(dir: &Path) -> bool {
@@ -253,6 +311,26 @@ mod tests {
         }
     }
 
+    /// Two writers of one run directory: the second is refused while the first lives,
+    /// and the directory is free again once it ends.
+    #[test]
+    fn a_second_writer_is_refused_while_the_first_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let cfg = TrainConfig::default();
+        let first = RunDir::create(&dir, &cfg).unwrap();
+        let e = RunDir::create(&dir, &cfg).unwrap_err().to_string();
+        assert!(e.contains("another brrr train is writing"), "{e}");
+        let e = RunDir::resume(&dir, &dir, &cfg, 0).unwrap_err().to_string();
+        assert!(e.contains("another brrr train is writing"), "{e}");
+        drop(first);
+        assert!(
+            !dir.join(LOCK_FILE).exists(),
+            "the finished run left its lock file"
+        );
+        RunDir::create(&dir, &cfg).unwrap();
+    }
+
     #[test]
     fn a_run_is_refused_unless_forced_and_a_forced_run_leaves_no_old_shards() {
         let tmp = tempfile::tempdir().unwrap();
@@ -267,6 +345,7 @@ mod tests {
         let e = RunDir::check_new(&dir, false).unwrap_err().to_string();
         assert!(e.contains("--force") && e.contains("dp"), "{e}");
         RunDir::check_new(&dir, true).unwrap();
+        drop(run); // the first run has ended (its lock with it)
         RunDir::create(&dir, &cfg).unwrap();
         assert!(!dir.join(DP_DIR).join("dp-rank0-of2.bin").exists());
         assert!(
