@@ -446,7 +446,11 @@ pub fn memory_report(m: &MemoryBreakdown, gpu: Option<&GpuSpec>) -> Report {
         m.global_batch,
         table::count(m.tokens_per_step as f64)
     ));
-    let mut t = Table::new(["component", "memory (GiB = 2^30 bytes)", "share"]);
+    let mut t = Table::new([
+        "component",
+        "memory (binary: MiB = 2^20, GiB = 2^30 bytes)",
+        "share",
+    ]);
     for (label, b) in m.rows() {
         if b > 0.0 || !label.starts_with("ZeRO") {
             t.row([
