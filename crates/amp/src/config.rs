@@ -119,6 +119,17 @@ impl AmpConfig {
                 "dynamic loss scaling needs --amp fp16 or --amp bf16: an f32 run has no loss scale",
             ));
         }
+        // Scaler settings in a run without a loss scale would be ignored without a word.
+        let (s, d) = (&self.scaler, ScalerConfig::default());
+        let set = s.growth_interval != d.growth_interval
+            || s.hysteresis != d.hysteresis
+            || s.min_scale != d.min_scale;
+        if !self.scales_loss() && set {
+            return Err(Error::invalid(
+                "--scale-growth-interval, --scale-hysteresis, --min-loss-scale",
+                "they set the loss scaler, which runs only with --amp fp16 or --loss-scaling dynamic",
+            ));
+        }
         self.scaler.validate()
     }
 }
@@ -139,5 +150,15 @@ mod tests {
             cfg.mode = mode;
             cfg.validate().unwrap();
         }
+    }
+
+    #[test]
+    fn scaler_settings_need_a_loss_scale() {
+        let mut cfg = AmpConfig::new(AmpMode::Bf16);
+        cfg.scaler.hysteresis = 2;
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("--scale-hysteresis"), "{err}");
+        cfg.mode = AmpMode::Fp16;
+        cfg.validate().unwrap();
     }
 }

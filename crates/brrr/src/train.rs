@@ -177,6 +177,16 @@ pub struct TrainArgs {
     /// Loss scaling under --amp: auto (fp16 only), dynamic, none [default: auto].
     #[arg(long, value_enum)]
     pub loss_scaling: Option<LossScalingArg>,
+    /// Clean steps in a row before the loss scale doubles [default: 2000].
+    #[arg(long)]
+    pub scale_growth_interval: Option<u32>,
+    /// Overflows since the scale last grew before it halves [default: 1, PyTorch's rule;
+    /// Megatron-LM and DeepSpeed use 2].
+    #[arg(long)]
+    pub scale_hysteresis: Option<u32>,
+    /// The loss scale never halves below this [default: 0, no floor].
+    #[arg(long)]
+    pub min_loss_scale: Option<f32>,
     /// Tensor parallelism (Megatron): split every layer over N ranks (threads, or
     /// processes under a launcher) [default: 1].
     #[arg(long)]
@@ -284,7 +294,7 @@ pub enum LossScalingArg {
 
 /// The `amp` part of a fresh run's configuration.
 fn amp_from_args(args: &TrainArgs) -> AmpConfig {
-    AmpConfig {
+    let mut amp = AmpConfig {
         mode: args.amp.map_or(AmpMode::Off, AmpArg::mode),
         loss_scaling: match args.loss_scaling {
             None | Some(LossScalingArg::Auto) => LossScaling::Auto,
@@ -292,7 +302,12 @@ fn amp_from_args(args: &TrainArgs) -> AmpConfig {
             Some(LossScalingArg::None) => LossScaling::None,
         },
         ..AmpConfig::default()
-    }
+    };
+    let scaler = &mut amp.scaler;
+    scaler.growth_interval = args.scale_growth_interval.unwrap_or(scaler.growth_interval);
+    scaler.hysteresis = args.scale_hysteresis.unwrap_or(scaler.hysteresis);
+    scaler.min_scale = args.min_loss_scale.unwrap_or(scaler.min_scale);
+    amp
 }
 
 /// The configuration the flags describe (a fresh run), validated.
@@ -459,6 +474,25 @@ fn resume_conflicts(args: &TrainArgs, saved: &TrainConfig) -> Vec<String> {
             saved.amp.loss_scaling
         ));
     }
+    let scaler = &saved.amp.scaler;
+    differs(
+        &mut c,
+        "--scale-growth-interval",
+        args.scale_growth_interval,
+        scaler.growth_interval,
+    );
+    differs(
+        &mut c,
+        "--scale-hysteresis",
+        args.scale_hysteresis,
+        scaler.hysteresis,
+    );
+    differs(
+        &mut c,
+        "--min-loss-scale",
+        args.min_loss_scale,
+        scaler.min_scale,
+    );
     differs(
         &mut c,
         "--eval-batches",

@@ -561,3 +561,57 @@ fn dynamic_loss_scaling_without_amp_is_refused() {
     );
     assert!(!dir.exists(), "the refused run created {out}");
 }
+
+/// The loss scaler's settings are flags, written into the run's config; without a loss
+/// scale to adjust they are refused, not ignored.
+#[test]
+fn loss_scaler_flags_are_used_or_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let out = out.to_str().unwrap();
+    fails_with(
+        &[
+            "train",
+            "--steps",
+            "1",
+            "--amp",
+            "bf16",
+            "--scale-hysteresis",
+            "2",
+            "--out",
+            out,
+        ],
+        "--scale-hysteresis",
+    );
+    let (ok, _, stderr) = brrr(&[
+        "train",
+        "--steps",
+        "1",
+        "--quiet",
+        "--amp",
+        "fp16",
+        "--scale-hysteresis",
+        "2",
+        "--scale-growth-interval",
+        "50",
+        "--min-loss-scale",
+        "1",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "16",
+        "--n-layer",
+        "1",
+        "--n-embd",
+        "32",
+        "--n-head",
+        "2",
+        "--out",
+        out,
+    ]);
+    assert!(ok, "{stderr}");
+    let config = std::fs::read_to_string(tmp.path().join("run/config.toml")).unwrap();
+    for line in ["hysteresis = 2", "growth_interval = 50", "min_scale = 1.0"] {
+        assert!(config.contains(line), "{line} not in:\n{config}");
+    }
+}
