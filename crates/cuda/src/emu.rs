@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
-const EMU_H: &str = include_str!("../../../kernels/emu/emu.h");
-const EMU_CPP: &str = include_str!("../../../kernels/emu/emu.cpp");
+const EMU_H: &str = include_str!("../kernels/emu/emu.h");
+const EMU_CPP: &str = include_str!("../kernels/emu/emu.cpp");
 
 fn emu_err(msg: impl Into<String>) -> Error {
     Error::Backend {

@@ -49,14 +49,14 @@ impl Family {
     /// The file's text, as embedded at build time.
     pub fn source(self) -> &'static str {
         match self {
-            Family::Elementwise => include_str!("../../../kernels/elementwise.cu"),
-            Family::Reduce => include_str!("../../../kernels/reduce.cu"),
-            Family::Softmax => include_str!("../../../kernels/softmax.cu"),
-            Family::LayerNorm => include_str!("../../../kernels/layernorm.cu"),
-            Family::Embedding => include_str!("../../../kernels/embedding.cu"),
-            Family::CrossEntropy => include_str!("../../../kernels/cross_entropy.cu"),
-            Family::Optim => include_str!("../../../kernels/optim.cu"),
-            Family::Gemm => include_str!("../../../kernels/gemm.cu"),
+            Family::Elementwise => include_str!("../kernels/elementwise.cu"),
+            Family::Reduce => include_str!("../kernels/reduce.cu"),
+            Family::Softmax => include_str!("../kernels/softmax.cu"),
+            Family::LayerNorm => include_str!("../kernels/layernorm.cu"),
+            Family::Embedding => include_str!("../kernels/embedding.cu"),
+            Family::CrossEntropy => include_str!("../kernels/cross_entropy.cu"),
+            Family::Optim => include_str!("../kernels/optim.cu"),
+            Family::Gemm => include_str!("../kernels/gemm.cu"),
         }
     }
 
@@ -72,7 +72,7 @@ impl Family {
 }
 
 /// `kernels/common.cuh`, prepended to every program.
-pub const PRELUDE: &str = include_str!("../../../kernels/common.cuh");
+pub const PRELUDE: &str = include_str!("../kernels/common.cuh");
 
 /// 64-bit FNV-1a: a stable hash for cache keys (std's hasher may change between Rust
 /// releases; a cache key must not).

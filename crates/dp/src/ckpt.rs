@@ -6,12 +6,15 @@
 //! length, the header as JSON ([`ShardHeader`]), then three f32 arrays (little-endian)
 //! of `chunk_elems` each: parameters, first moments, second moments. Under `--amp` the
 //! parameters are the f32 masters (the run's weights; the 16-bit copies are rounded from
-//! them on resume) and the header carries fp16's loss-scaler state.
+//! them on resume) and the header carries fp16's loss-scaler state. The header also
+//! records a checksum of the three arrays' bytes (FNV-1a, 64 bits), checked on every
+//! read: a flipped bit or a bad copy is an error naming the file, never a silent resume.
 
 use crate::engine::DataParallel;
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_nn::Module;
 use brrr_tensor::Tensor;
+use brrr_train::data::fingerprint;
 use brrr_train::{LossScalerState, ParamState, TrainState};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -43,6 +46,10 @@ pub struct ShardHeader {
     /// shards written before they were kept).
     #[serde(default)]
     pub loss_scaler: Option<ScalerHeader>,
+    /// [`brrr_train::data::fingerprint`] of the bytes after the header (absent only in
+    /// shards written before it was kept, which are read unchecked).
+    #[serde(default)]
+    pub checksum: Option<String>,
 }
 
 /// The loss scaler's state in a shard header (every rank holds the same).
@@ -103,6 +110,7 @@ impl<B: Backend> DataParallel<B> {
             data_fingerprint: self.data.fingerprint(),
             chunk_elems,
             loss_scaler,
+            checksum: None,
         })
     }
 
@@ -144,15 +152,19 @@ impl<B: Backend> DataParallel<B> {
     /// Writes this rank's shard into `dir` (atomically) and waits for every rank's.
     pub fn save_shard(&self, dir: &Path) -> Result<PathBuf> {
         let [p, m, v] = self.state_chunks()?;
-        let header = serde_json::to_vec(&self.header(p.len())?)
+        let mut data = Vec::with_capacity(12 * p.len());
+        for x in p.iter().chain(&m).chain(&v) {
+            data.extend_from_slice(&x.to_le_bytes());
+        }
+        let mut header = self.header(p.len())?;
+        header.checksum = Some(fingerprint(&data));
+        let header = serde_json::to_vec(&header)
             .map_err(|e| Error::invalid("dp checkpoint", e.to_string()))?;
-        let mut bytes = Vec::with_capacity(16 + header.len() + 12 * p.len());
+        let mut bytes = Vec::with_capacity(16 + header.len() + data.len());
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
         bytes.extend_from_slice(&header);
-        for x in p.iter().chain(&m).chain(&v) {
-            bytes.extend_from_slice(&x.to_le_bytes());
-        }
+        bytes.extend_from_slice(&data);
         std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, e.to_string()))?;
         let path = shard_path(dir, self.rank, self.dp.world);
         brrr_train::atomic::write_atomic(&path, &bytes)?;
@@ -181,6 +193,14 @@ impl<B: Backend> DataParallel<B> {
         }
         if h.data_fingerprint != want.data_fingerprint {
             return Err(Error::file(&path, "the data differs from the run's"));
+        }
+        let chunk = format!("rank {}'s chunk", self.rank);
+        for (what, a) in ["parameters", "first moments", "second moments"]
+            .iter()
+            .zip(&arrays)
+        {
+            brrr_train::refuse_non_finite(&chunk, what, a.iter().map(|&x| f64::from(x)))
+                .map_err(|e| Error::file(&path, e.to_string()))?;
         }
         self.restore_chunks(&arrays)?;
         // A shard without the scaler's state leaves this run's at its initial scale,
@@ -347,6 +367,15 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<(ShardHeader, [Vec<f32>
             bytes.len() - body,
             h.chunk_elems
         )));
+    }
+    if let Some(recorded) = &h.checksum {
+        let read = fingerprint(&bytes[body..]);
+        if read != *recorded {
+            return Err(bad(&format!(
+                "checksum mismatch: the header records {recorded}, the data reads {read}; \
+                 the file changed after it was written (a flipped bit, a bad copy)"
+            )));
+        }
     }
     let floats: Vec<f32> = bytes[body..]
         .chunks_exact(4)

@@ -180,6 +180,18 @@ fn damaged_missing_and_foreign_shards_are_errors_naming_the_file() {
         "{e}"
     );
 
+    // One flipped bit in the data (the last byte: a second moment) is caught.
+    let d = copy("flipped");
+    let p = shard_path(&d, 1, 2);
+    let mut bytes = std::fs::read(&p).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x10;
+    std::fs::write(&p, &bytes).unwrap();
+    let e = run(&d);
+    assert!(
+        e.contains("dp-rank1-of2.bin") && e.contains("checksum mismatch"),
+        "{e}"
+    );
+
     let d = copy("magic");
     let p = shard_path(&d, 0, 2);
     let mut bytes = std::fs::read(&p).unwrap();

@@ -109,3 +109,48 @@ fn straight_stats(c: &TrainConfig, zero: u8) -> Vec<(f32, f32)> {
     });
     out.into_iter().next().unwrap().unwrap()
 }
+
+/// A shard saved by a run that had diverged (a NaN among its weights, the checksum
+/// valid): resuming from it is refused by name, not blamed on this run's `--lr` at the
+/// first step.
+#[test]
+fn resume_from_a_diverged_shard_names_the_nan() {
+    let c = config(1, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_in_process(WORLD, |comm| {
+        let b = CpuBackend::new();
+        Ok(DataParallel::new(&b, c.clone(), dp_config(1), comm, batcher(&c))?.save_shard(d)?)
+    })
+    .into_iter()
+    .for_each(|r| drop(r.unwrap()));
+    // Rank 1's third parameter element becomes NaN, and the header's checksum is
+    // recomputed, as a diverged run would have written it.
+    let path = shard_path(d, 1, WORLD);
+    let bytes = std::fs::read(&path).unwrap();
+    let hlen = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[16..16 + hlen]).unwrap();
+    let mut data = bytes[16 + hlen..].to_vec();
+    data[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
+    header["checksum"] = brrr_train::data::fingerprint(&data).into();
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut out = bytes[..8].to_vec();
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&data);
+    std::fs::write(&path, out).unwrap();
+
+    let errors = run_in_process(WORLD, |comm| {
+        let b = CpuBackend::new();
+        let mut e = DataParallel::new(&b, c.clone(), dp_config(1), comm, batcher(&c))?;
+        Ok(e.load_shard(d).err().map(|e| e.to_string()))
+    });
+    let msg = errors[1].as_ref().unwrap().clone().expect("rank 1 refuses");
+    assert!(
+        msg.contains("dp-rank1-of")
+            && msg.contains("parameters")
+            && msg.contains("NaN at element 2")
+            && msg.contains("diverged"),
+        "{msg}"
+    );
+}

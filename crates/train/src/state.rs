@@ -183,6 +183,42 @@ impl TrainState {
     }
 }
 
+/// Refuses to resume from a saved tensor that is not finite: `values` of parameter
+/// `param` (`what` says which tensor: its value or a moment). A NaN or infinity in a
+/// checkpoint means the run that wrote it had diverged; resuming would fail at the first
+/// step with a loss of NaN, and blame this run's flags for it.
+pub fn refuse_non_finite(
+    param: &str,
+    what: &str,
+    values: impl IntoIterator<Item = f64>,
+) -> Result<()> {
+    match values.into_iter().enumerate().find(|(_, x)| !x.is_finite()) {
+        None => Ok(()),
+        Some((i, x)) => Err(Error::invalid(
+            "resume",
+            format!(
+                "the checkpoint's {what} of {param:?} holds {x} at element {i}: the run that \
+                 saved it had diverged; resume from an earlier checkpoint, or start again \
+                 (with a lower --lr)"
+            ),
+        )),
+    }
+}
+
+impl TrainState {
+    /// [`refuse_non_finite`] over every parameter and both AdamW moments.
+    pub fn check_finite(&self) -> Result<()> {
+        for p in &self.params {
+            refuse_non_finite(&p.name, "value", p.value.to_f64())?;
+            if let Some((m, v)) = &p.moments {
+                refuse_non_finite(&p.name, "first moment", m.to_f64())?;
+                refuse_non_finite(&p.name, "second moment", v.to_f64())?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A number from the checkpoint's metadata.
 pub fn parse_meta<T: std::str::FromStr>(ck: &Checkpoint, key: &str) -> Result<T> {
     let v = ck.meta(key)?;

@@ -441,6 +441,7 @@ impl<B: Backend> Trainer<B> {
                 "the corpus differs from the one this run was trained on",
             ));
         }
+        state.check_finite()?;
         load_params(&self.backend, &mut self.model, state)?;
         self.opt.moments = load_moments(&self.backend, &self.model, state)?;
         self.opt.step = state.adamw_step;

@@ -138,6 +138,20 @@ fn a_restored_state_continues_bit_for_bit() {
     let mut t = Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), vec![]).unwrap();
     let e = t.restore(&state).unwrap_err().to_string();
     assert!(e.contains("corpus differs"), "{e}");
+
+    // A checkpoint of a run that had diverged: refused by the tensor's name, before
+    // any step could blame this run's --lr for the NaN loss.
+    let mut diverged = state.clone();
+    let p = &mut diverged.params[1];
+    let mut v = p.value.to_f64();
+    v[3] = f64::NAN;
+    p.value = HostData::from_f64(p.value.dtype(), &v);
+    let name = p.name.clone();
+    let e = trainer(&cfg).restore(&diverged).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("value of {name:?} holds NaN at element 3")) && e.contains("diverged"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@
 use brrr_backend::{Error, Result};
 
 /// Helpers prepended to every kernel: 16-bit float conversions, workgroup reductions.
-pub const COMMON: &str = include_str!("../../../shaders/common.wgsl");
+pub const COMMON: &str = include_str!("../shaders/common.wgsl");
 
 /// The kernel families, one WGSL file each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,16 +59,16 @@ impl Family {
     /// The whole file, as written.
     pub fn source(self) -> &'static str {
         match self {
-            Family::Elementwise => include_str!("../../../shaders/elementwise.wgsl"),
-            Family::Cast => include_str!("../../../shaders/cast.wgsl"),
-            Family::Matmul => include_str!("../../../shaders/matmul.wgsl"),
-            Family::Reduce => include_str!("../../../shaders/reduce.wgsl"),
-            Family::Softmax => include_str!("../../../shaders/softmax.wgsl"),
-            Family::LayerNorm => include_str!("../../../shaders/layernorm.wgsl"),
-            Family::Embed => include_str!("../../../shaders/embed.wgsl"),
-            Family::Loss => include_str!("../../../shaders/loss.wgsl"),
-            Family::Optimizer => include_str!("../../../shaders/optimizer.wgsl"),
-            Family::Amp => include_str!("../../../shaders/amp.wgsl"),
+            Family::Elementwise => include_str!("../shaders/elementwise.wgsl"),
+            Family::Cast => include_str!("../shaders/cast.wgsl"),
+            Family::Matmul => include_str!("../shaders/matmul.wgsl"),
+            Family::Reduce => include_str!("../shaders/reduce.wgsl"),
+            Family::Softmax => include_str!("../shaders/softmax.wgsl"),
+            Family::LayerNorm => include_str!("../shaders/layernorm.wgsl"),
+            Family::Embed => include_str!("../shaders/embed.wgsl"),
+            Family::Loss => include_str!("../shaders/loss.wgsl"),
+            Family::Optimizer => include_str!("../shaders/optimizer.wgsl"),
+            Family::Amp => include_str!("../shaders/amp.wgsl"),
         }
     }
 
