@@ -34,8 +34,11 @@ pub struct BackendInfo {
 /// - Natively a backend and its buffers are `Send + Sync` ([`WasmNotSendSync`]): one
 ///   thread per device drives its own backend. In the browser they are not.
 pub trait Backend: Clone + WasmNotSendSync + 'static {
+    /// A flat device buffer that knows its dtype and length (in elements). Dropping it
+    /// frees the memory (or gives it back to the backend's cache).
     type Buffer: std::fmt::Debug + WasmNotSendSync + 'static;
 
+    /// The backend's name, the device and its float dtypes.
     fn info(&self) -> BackendInfo;
 
     // ---- device identity ------------------------------------------------------------
@@ -71,7 +74,9 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
     /// op takes indices).
     fn supports(&self, dtype: DType) -> bool;
 
+    /// The dtype `buf` was created with.
     fn dtype(&self, buf: &Self::Buffer) -> DType;
+    /// Number of elements (not bytes) in `buf`.
     fn len(&self, buf: &Self::Buffer) -> usize;
 
     // ---- memory -------------------------------------------------------------------

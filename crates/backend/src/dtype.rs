@@ -10,14 +10,19 @@ pub enum DType {
     F16,
     /// bfloat16: f32's 8 exponent bits with 7 mantissa bits. f32's range, less precision.
     BF16,
+    /// IEEE binary32, the default training dtype and what 16-bit data is computed in.
     F32,
     /// Used for reference computations and finite-difference gradient checks.
     F64,
+    /// 32-bit signed integer: cross-entropy targets (negative = ignored) and token ids.
     I32,
+    /// 32-bit unsigned integer: token ids and the segment ids of a document mask.
     U32,
 }
 
 impl DType {
+    /// Every dtype, in declaration order (floats lowest precision first, then the
+    /// integers).
     pub const ALL: [DType; 6] = [
         DType::F16,
         DType::BF16,
@@ -29,6 +34,7 @@ impl DType {
     /// The float dtypes, lowest precision first.
     pub const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
 
+    /// Bytes per element: 2 for f16/bf16, 4 for f32/i32/u32, 8 for f64.
     pub fn size_in_bytes(self) -> usize {
         match self {
             DType::F16 | DType::BF16 => 2,
@@ -37,6 +43,7 @@ impl DType {
         }
     }
 
+    /// Whether this is one of [`DType::FLOATS`] (the dtypes float kernels compute on).
     pub fn is_float(self) -> bool {
         matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
     }
@@ -87,7 +94,12 @@ impl std::str::FromStr for DType {
 }
 
 /// A Rust scalar type that maps to a [`DType`].
+///
+/// Implemented for `half::f16`, `half::bf16`, `f32`, `f64`, `i32` and `u32`; it is how
+/// [`HostData::from_vec`](crate::HostData::from_vec) and
+/// [`HostData::as_slice`](crate::HostData::as_slice) know which variant a `Vec<T>` is.
 pub trait Element: bytemuck::Pod + Copy + Send + Sync + 'static + fmt::Debug {
+    /// The dtype of this Rust type.
     const DTYPE: DType;
 }
 

@@ -5,15 +5,22 @@ use half::{bf16, f16};
 /// return, and it is the CPU backend's storage.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HostData {
+    /// [`DType::F16`] elements.
     F16(Vec<f16>),
+    /// [`DType::BF16`] elements.
     BF16(Vec<bf16>),
+    /// [`DType::F32`] elements.
     F32(Vec<f32>),
+    /// [`DType::F64`] elements.
     F64(Vec<f64>),
+    /// [`DType::I32`] elements.
     I32(Vec<i32>),
+    /// [`DType::U32`] elements.
     U32(Vec<u32>),
 }
 
 impl HostData {
+    /// The dtype of the elements (the variant).
     pub fn dtype(&self) -> DType {
         match self {
             HostData::F16(_) => DType::F16,
@@ -25,6 +32,7 @@ impl HostData {
         }
     }
 
+    /// Number of elements (not bytes).
     pub fn len(&self) -> usize {
         match self {
             HostData::F16(v) => v.len(),
@@ -36,6 +44,7 @@ impl HostData {
         }
     }
 
+    /// Whether there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -57,8 +66,10 @@ impl HostData {
         }
     }
 
-    /// Converts f64 values to `dtype` (rounding to nearest for floats, truncating
-    /// toward zero for integers).
+    /// Converts f64 values to `dtype`: floats correctly rounded to nearest even (for f16
+    /// and bf16 through [`f16_from_f64`] / [`bf16_from_f64`], so once, not twice);
+    /// integers truncated toward zero and saturated at the type's range, NaN giving 0
+    /// (Rust's `as`).
     pub fn from_f64(dtype: DType, v: &[f64]) -> Self {
         match dtype {
             DType::F16 => HostData::F16(v.iter().map(|&x| f16_from_f64(x)).collect()),
@@ -70,7 +81,8 @@ impl HostData {
         }
     }
 
-    /// Converts f32 values to `dtype`.
+    /// Converts f32 values to `dtype` (floats rounded to nearest even, integers as in
+    /// [`HostData::from_f64`]).
     pub fn from_f32(dtype: DType, v: &[f32]) -> Self {
         match dtype {
             DType::F32 => HostData::F32(v.to_vec()),
@@ -102,7 +114,7 @@ impl HostData {
         }
     }
 
-    /// Borrows the data as `&[T]` if the dtype is `T`'s.
+    /// Borrows the data as `&[T]` if the dtype is `T`'s; otherwise an [`Error::DType`].
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
         let bytes: &[u8] = self.as_bytes();
         if T::DTYPE != self.dtype() {
@@ -115,17 +127,21 @@ impl HostData {
         Ok(bytemuck::cast_slice(bytes))
     }
 
-    /// Takes ownership of the vector if the dtype is `T`'s.
+    /// The data as a `Vec<T>` if the dtype is `T`'s (a copy of the elements, made by
+    /// [`HostData::as_slice`]); otherwise an [`Error::DType`].
     pub fn into_vec<T: Element>(self) -> Result<Vec<T>> {
         Ok(self.as_slice::<T>()?.to_vec())
     }
 
+    /// Wraps a vector in the variant of `T`'s dtype (the elements are copied into a new
+    /// vector).
     pub fn from_vec<T: Element>(v: Vec<T>) -> Self {
         let bytes: &[u8] = bytemuck::cast_slice(&v);
         HostData::from_bytes(T::DTYPE, bytes).expect("length is a multiple of the element size")
     }
 
-    /// The raw little-endian bytes.
+    /// The raw bytes of the elements, in the machine's byte order (little-endian on every
+    /// target brrr builds for: x86-64, aarch64, wasm32).
     pub fn as_bytes(&self) -> &[u8] {
         match self {
             HostData::F16(v) => bytemuck::cast_slice(v),
@@ -137,7 +153,9 @@ impl HostData {
         }
     }
 
-    /// Builds from little-endian bytes; the length must be a multiple of the element size.
+    /// Builds from raw bytes in the machine's byte order, as [`HostData::as_bytes`]
+    /// gives them (copied, so they need not be aligned); the length must be a multiple
+    /// of the element size, otherwise an [`Error::Invalid`].
     pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Result<Self> {
         let es = dtype.size_in_bytes();
         if !bytes.len().is_multiple_of(es) {

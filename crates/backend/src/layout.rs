@@ -10,14 +10,17 @@ pub const MAX_RANK: usize = 6;
 pub struct Shape(Vec<usize>);
 
 impl Shape {
+    /// A shape with these dimensions, outermost first; `[]` is a scalar.
     pub fn new(dims: impl Into<Vec<usize>>) -> Self {
         Shape(dims.into())
     }
 
+    /// The dimensions, outermost first.
     pub fn dims(&self) -> &[usize] {
         &self.0
     }
 
+    /// Number of dimensions (0 for a scalar).
     pub fn rank(&self) -> usize {
         self.0.len()
     }
@@ -145,12 +148,17 @@ impl<const N: usize> From<[usize; N]> for Shape {
 /// element, which is how broadcasting is expressed without copying.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// The view's logical shape.
     pub shape: Shape,
+    /// Elements (not bytes) to step in the buffer per unit of each dimension; one per
+    /// dimension of `shape`.
     pub strides: Vec<usize>,
+    /// Element index in the buffer of the view's first element.
     pub offset: usize,
 }
 
 impl Layout {
+    /// The dense row-major layout of `shape`, starting at element 0.
     pub fn contiguous(shape: impl Into<Shape>) -> Self {
         let shape = shape.into();
         let strides = shape.contiguous_strides();
@@ -161,6 +169,8 @@ impl Layout {
         }
     }
 
+    /// Whether the strides are row-major for the shape (ignoring the stride of any
+    /// size-1 dimension), so the view is one dense run of elements from `offset`.
     pub fn is_contiguous(&self) -> bool {
         // Dimensions of size 1 may carry any stride.
         let mut acc = 1;

@@ -14,6 +14,38 @@
 //! Work is *enqueued*, as on a GPU. The one call that waits is reading a buffer back
 //! to the host, and it is `async` because in a browser nothing may block. Native
 //! callers use [`block_on`].
+//!
+//! This crate has no kernels of its own: code written against [`Backend`] runs on any
+//! implementation (brrr-cpu, brrr-wgpu, brrr-cuda). What it does compute, it computes
+//! on the host, before a launch: views, broadcasting and checked buffer sizes.
+//!
+//! ```rust
+//! use brrr_backend::{Backend, DType, GemmSpec, HostData, Layout, Result, Shape};
+//!
+//! /// `a · b` for row-major f32 matrices `m × k` and `k × n`, on any backend.
+//! fn matmul<B: Backend>(
+//!     dev: &B, a: Vec<f32>, b: Vec<f32>, m: usize, n: usize, k: usize,
+//! ) -> Result<Vec<f32>> {
+//!     let (a, b) = (dev.upload(&HostData::F32(a))?, dev.upload(&HostData::F32(b))?);
+//!     let mut c = dev.alloc(DType::F32, m * n)?; // overwritten whole: no need to zero it
+//!     dev.gemm(&GemmSpec::new(m, n, k), &a, &b, &mut c)?;
+//!     brrr_backend::block_on(dev.read(&c))?.into_vec()
+//! }
+//!
+//! // A batch of 4 products [2 × 5] · [5 × 3]: how many elements each buffer needs.
+//! let spec = GemmSpec::batched(4, 2, 3, 5);
+//! assert_eq!(spec.required_lens()?, (40, 60, 24));
+//! // A bias of shape [3] added to a [2, 3] tensor: a stride-0 view, no copy.
+//! let out = Shape::broadcast("add", &Shape::new([2, 3]), &Shape::new([3]))?;
+//! let bias = Layout::contiguous([3]).broadcast_to("add", &out)?;
+//! assert_eq!(bias.offsets().collect::<Vec<_>>(), [0, 1, 2, 0, 1, 2]);
+//! // Host data rounds once into bf16 and knows its bytes.
+//! let h = HostData::from_f64(DType::BF16, &[1.0, 0.1]);
+//! assert_eq!((h.len(), h.as_bytes().len()), (2, 4));
+//! assert!((h.to_f64()[1] - 0.1).abs() <= 0.1 * DType::BF16.epsilon());
+//! # Ok::<(), brrr_backend::Error>(())
+//! ```
+#![warn(missing_docs)]
 
 mod backend;
 mod device;
@@ -43,3 +75,7 @@ pub use ops::{
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     pollster::block_on(f)
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -21,19 +21,33 @@ use std::ops::Range;
 /// micro-batches without an extra kernel.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GemmSpec {
+    /// Number of independent products.
     pub batch: usize,
+    /// Rows of `op(A)` and of C.
     pub m: usize,
+    /// Columns of `op(B)` and of C.
     pub n: usize,
+    /// The contracted dimension: columns of `op(A)`, rows of `op(B)`.
     pub k: usize,
+    /// A is stored transposed (`k × m`) and used as `Aᵀ`.
     pub trans_a: bool,
+    /// B is stored transposed (`n × k`) and used as `Bᵀ`.
     pub trans_b: bool,
+    /// Factor on the product.
     pub alpha: f32,
+    /// Factor on C's previous contents: 0 overwrites C, 1 accumulates into it.
     pub beta: f32,
+    /// Elements between consecutive matrices of A (0: one A for the whole batch).
     pub stride_a: usize,
+    /// Elements between consecutive matrices of B (0: one B for the whole batch).
     pub stride_b: usize,
+    /// Elements between consecutive matrices of C.
     pub stride_c: usize,
+    /// Element where A's first matrix starts in its buffer.
     pub offset_a: usize,
+    /// Element where B's first matrix starts in its buffer.
     pub offset_b: usize,
+    /// Element where C's first matrix starts in its buffer.
     pub offset_c: usize,
 }
 
@@ -67,18 +81,22 @@ impl GemmSpec {
         }
     }
 
+    /// Sets [`GemmSpec::trans_a`] (strides are unchanged: `m × k` elements either way).
     pub fn trans_a(mut self, t: bool) -> Self {
         self.trans_a = t;
         self
     }
+    /// Sets [`GemmSpec::trans_b`] (strides are unchanged: `k × n` elements either way).
     pub fn trans_b(mut self, t: bool) -> Self {
         self.trans_b = t;
         self
     }
+    /// Sets the factor on the product.
     pub fn alpha(mut self, a: f32) -> Self {
         self.alpha = a;
         self
     }
+    /// Sets the factor on C's previous contents (1 to accumulate).
     pub fn beta(mut self, b: f32) -> Self {
         self.beta = b;
         self
@@ -170,25 +188,40 @@ impl GemmSpec {
 /// Element-wise functions of one input.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum UnaryOp {
+    /// `-x`.
     Neg,
+    /// `e^x`.
     Exp,
+    /// Natural logarithm `ln x` (`-inf` at 0, NaN below).
     Log,
+    /// `√x`.
     Sqrt,
+    /// `1 / √x`.
     Rsqrt,
+    /// `|x|`.
     Abs,
+    /// `x²`.
     Square,
+    /// `1 / x`.
     Recip,
+    /// `max(x, 0)`.
     Relu,
+    /// `tanh x`.
     Tanh,
+    /// The logistic function `1 / (1 + e^-x)`.
     Sigmoid,
     /// `x * mul + add`.
     Affine {
+        /// Factor on `x`.
         mul: f32,
+        /// Added after the multiplication.
         add: f32,
     },
     /// `min(max(x, lo), hi)`.
     Clamp {
+        /// Lower bound.
         lo: f32,
+        /// Upper bound; should be `>= lo`.
         hi: f32,
     },
 }
@@ -217,15 +250,22 @@ impl UnaryOp {
 /// Element-wise functions of two inputs (broadcast by their layouts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
+    /// `a + b`.
     Add,
+    /// `a - b`.
     Sub,
+    /// `a * b`.
     Mul,
+    /// `a / b`.
     Div,
+    /// The larger of `a` and `b`.
     Max,
+    /// The smaller of `a` and `b`.
     Min,
 }
 
 impl BinaryOp {
+    /// The reference definition, in f64. Every backend must agree with it.
     pub fn apply(self, a: f64, b: f64) -> f64 {
         match self {
             BinaryOp::Add => a + b,
@@ -241,9 +281,13 @@ impl BinaryOp {
 /// Reductions over the middle axis of a contiguous `[outer, n, inner]` view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
+    /// Sum of the `n` elements (0 when `n = 0`).
     Sum,
+    /// Sum divided by `n`.
     Mean,
+    /// Largest element.
     Max,
+    /// Smallest element.
     Min,
 }
 
@@ -256,9 +300,15 @@ pub enum ReduceOp {
 /// mask tensor is ever stored.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SoftmaxSpec {
+    /// Number of rows; with `causal`, normally a multiple of `cols` (whole score
+    /// blocks), since row `r`'s query position is `r % cols`.
     pub rows: usize,
+    /// Row length: the axis the softmax normalises over.
     pub cols: usize,
+    /// Factor applied to `x` before the softmax (`1/sqrt(head_dim)` for attention
+    /// scores); 1 for a plain softmax.
     pub scale: f32,
+    /// Apply the causal mask described above.
     pub causal: bool,
 }
 
@@ -273,11 +323,14 @@ pub struct SoftmaxSpec {
 /// `batch · cols` ids; the `[cols, cols]` mask itself is never stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentMask {
+    /// Attention heads per sequence: consecutive score blocks of one sequence.
     pub heads: usize,
 }
 
 impl SegmentMask {
-    /// Checks the sizes against `spec`; returns the number of sequences.
+    /// Checks the sizes against `spec`; returns the number of sequences (`batch`).
+    /// An [`Error::Invalid`] when `spec` is not causal or its rows are not whole
+    /// `heads × cols × cols` blocks (including `heads` or `cols` of 0).
     pub fn sequences(&self, spec: &SoftmaxSpec) -> crate::Result<usize> {
         let op = "softmax_segmented";
         if !spec.causal {
@@ -310,10 +363,16 @@ impl SegmentMask {
 /// flat buffers are.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LayerNormSpec {
+    /// Number of rows (tokens), each normalised on its own.
     pub rows: usize,
+    /// Row length (the model width): the axis of the mean and variance, and the length
+    /// of `gamma` and `beta`.
     pub cols: usize,
+    /// Added to the variance before the square root, for stability (GPT-2 uses 1e-5).
     pub eps: f32,
+    /// Element where `gamma` (and `dgamma`) starts in its buffer.
     pub gamma_offset: usize,
+    /// Element where `beta` (and `dbeta`) starts in its buffer.
     pub beta_offset: usize,
 }
 
@@ -353,7 +412,9 @@ impl LayerNormSpec {
 /// [`Backend::embedding`]: crate::Backend::embedding
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EmbeddingSpec {
+    /// Elements per row (the embedding width); must be positive.
     pub dim: usize,
+    /// Where the table lies in its buffer: `None` for the whole buffer.
     pub table: Option<ElemRange>,
 }
 
@@ -455,9 +516,13 @@ pub fn axpy_range(
 /// [`Backend::attention`]: crate::Backend::attention
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionSpec {
+    /// Sequences, `B`.
     pub batch: usize,
+    /// Attention heads, `H`.
     pub heads: usize,
+    /// Tokens per sequence, `T`.
     pub seq: usize,
+    /// Elements per head, `D` (the model width is `H · D`).
     pub head_dim: usize,
     /// The factor on `q·kᵀ`, usually `1/sqrt(head_dim)`.
     pub scale: f32,
@@ -506,12 +571,21 @@ impl AttentionSpec {
 /// clipping); a device-side factor (the AMP inverse loss scale) is a separate buffer.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AdamWParams {
+    /// Learning rate for this step (schedules are applied by the caller).
     pub lr: f32,
+    /// Decay of the first-moment average `m`.
     pub beta1: f32,
+    /// Decay of the second-moment average `v`.
     pub beta2: f32,
+    /// Added to `sqrt(v̂)` in the denominator.
     pub eps: f32,
+    /// Decoupled weight decay, multiplied by `lr` (0 for parameters that are not
+    /// decayed, such as biases and LayerNorm gains).
     pub weight_decay: f32,
+    /// The step number for bias correction, counting from 1 (0 would divide by 0, and
+    /// the CPU backend refuses it with an [`Error::Invalid`]).
     pub step: u32,
+    /// Host-known factor on the gradient, such as a clip coefficient; 1 for none.
     pub grad_scale: f32,
     /// Which elements to update. `None` (the default): all of `param`, every other
     /// buffer at least as long. `Some(r)`: elements `r` of every buffer alike (`param`,
@@ -536,11 +610,14 @@ impl AdamWParams {
 /// Elements `offset .. offset + len` of a buffer: one part of a flat buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ElemRange {
+    /// First element.
     pub offset: usize,
+    /// Number of elements.
     pub len: usize,
 }
 
 impl ElemRange {
+    /// Elements `offset .. offset + len`; nothing is checked until [`ElemRange::end`].
     pub fn new(offset: usize, len: usize) -> Self {
         ElemRange { offset, len }
     }
@@ -590,8 +667,11 @@ impl Default for AdamWParams {
 /// then the overflows since the scale last grew.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScaleUpdateParams {
+    /// Factor on the scale after `growth_interval` clean steps in a row (> 1).
     pub growth_factor: f32,
+    /// Factor on the scale when it backs off after an overflow (< 1).
     pub backoff_factor: f32,
+    /// Clean (all-finite) steps in a row before the scale grows.
     pub growth_interval: u32,
     /// Overflows that back the scale off: the `hysteresis`-th since the last growth
     /// (and every one after it). 0 and 1 both mean every overflow.

@@ -37,6 +37,7 @@
 //! cpu.gemm(&GemmSpec::new(2, 2, 2), &a, &b, &mut c).unwrap();
 //! assert_eq!(block_on(cpu.read(&c)).unwrap(), HostData::F32(vec![1.0, 2.0, 3.0, 4.0]));
 //! ```
+#![warn(missing_docs)]
 
 mod amp;
 mod buffer;
@@ -615,3 +616,7 @@ impl Backend for CpuBackend {
         self.install(|| amp::update_loss_scale(params, scale, growth_tracker, found_inf))
     }
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
