@@ -425,7 +425,8 @@ fn parse_schedule(s: &str) -> Result<PipelineSchedule, Box<dyn std::error::Error
 }
 
 /// For `brrr estimate pipeline`: the bytes of one micro-batch's activations per layer
-/// (Korthikanti et al. 2022, no recomputation) and the layer count, when a model is given.
+/// (Korthikanti et al. 2022: 16-bit activations, no recomputation) and the layer count,
+/// when a model is given.
 // Unused where brrr-perf's `cli_check` example includes this file without brrr-pp.
 #[allow(dead_code)]
 pub fn pipeline_per_layer(
@@ -439,6 +440,7 @@ pub fn pipeline_per_layer(
                 1,
                 false,
                 Recompute::None,
+                brrr_perf::memory::Precision::Mixed,
             )?,
             cfg.layers as usize,
         )),

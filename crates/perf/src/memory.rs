@@ -189,6 +189,15 @@ impl Precision {
         }
     }
 
+    /// Bytes of one activation element: 2 under mixed precision (what Korthikanti et al.
+    /// assume), 4 in fp32. Dropout masks are 1 byte and the logits fp32 in both.
+    pub fn activation_bytes(self) -> f64 {
+        match self {
+            Precision::Fp32 => 4.0,
+            Precision::Mixed => 2.0,
+        }
+    }
+
     /// (weight, gradient, master weight) bytes per parameter.
     pub fn bytes_per_param(self) -> (f64, f64, f64) {
         match self {
@@ -393,9 +402,9 @@ impl Default for TrainingSetup {
 }
 
 /// Activation bytes of one transformer layer for micro-batch `b`, per tensor-parallel rank
-/// (Korthikanti et al. 2022, Table 2; 16-bit activations, 1-byte dropout masks):
+/// (Korthikanti et al. 2022, Table 2, for 16-bit activations and 1-byte dropout masks):
 ///
-/// | layout | bytes per layer |
+/// | layout | bytes per layer (16-bit) |
 /// |---|---|
 /// | no parallelism | `sbh (34 + 5as/h)` |
 /// | tensor parallel `t` | `sbh (10 + 24/t + 5as/(ht))` |
@@ -408,12 +417,18 @@ impl Default for TrainingSetup {
 /// attention core (softmax output `2as²b`, its dropout mask `as²b`, dropout output `2as²b`).
 /// Under tensor parallelism without sequence parallelism, `10sbh` stays replicated (the two
 /// LayerNorm inputs, the two dropout masks, the inputs of the QKV and first MLP GEMMs).
+///
+/// `precision` sets the bytes of an activation element
+/// ([`Precision::activation_bytes`]): the table's terms scale with it except the three
+/// 1-byte dropout masks (`2sbh` of the 34, `as²b` of the 5). In fp32 the first row is
+/// `sbh (66 + 9as/h)`.
 pub fn activation_bytes_per_layer(
     cfg: &TransformerConfig,
     micro_batch: u64,
     tp: u64,
     sequence_parallel: bool,
     recompute: Recompute,
+    precision: Precision,
 ) -> Result<f64> {
     cfg.validate()?;
     at_least_one("micro-batch size", micro_batch)?;
@@ -426,13 +441,17 @@ pub fn activation_bytes_per_layer(
         tp as f64,
     );
     let sbh = s * b * h;
-    let attn = 5.0 * a * s / h;
+    // q: an activation element's bytes in units of 16 bits; masks stay 1 byte.
+    let q = precision.activation_bytes() / 2.0;
+    let replicated = 8.0 * q + 2.0; // 10sbh at 16 bits: 8 of tensors, 2 of masks
+    let split = 24.0 * q; // the tensor-parallel 24sbh
+    let attn = (4.0 * q + 1.0) * a * s / h; // 5as/h at 16 bits: 4 of tensors, 1 of mask
     Ok(match (recompute, sequence_parallel) {
-        (Recompute::Full, _) => 2.0 * sbh,
-        (Recompute::None, false) => sbh * (10.0 + 24.0 / t + attn / t),
-        (Recompute::None, true) => sbh / t * (34.0 + attn),
-        (Recompute::Selective, false) => sbh * (10.0 + 24.0 / t),
-        (Recompute::Selective, true) => sbh * 34.0 / t,
+        (Recompute::Full, _) => 2.0 * q * sbh,
+        (Recompute::None, false) => sbh * (replicated + split / t + attn / t),
+        (Recompute::None, true) => sbh / t * (replicated + split + attn),
+        (Recompute::Selective, false) => sbh * (replicated + split / t),
+        (Recompute::Selective, true) => sbh * (replicated + split) / t,
     })
 }
 
@@ -552,6 +571,7 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
         tp,
         setup.sequence_parallel,
         setup.recompute,
+        setup.precision,
     )?;
     let (p, m) = (pp as f64, grad_accum as f64);
     let in_flight = if pp == 1 {
@@ -569,8 +589,8 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
 
     // Korthikanti et al. 2022, Section 4.3. Embedding dropout mask: sbh bytes per in-flight
     // micro-batch, split by t under sequence parallelism. Output (only on the single stage
-    // when p = 1): final LayerNorm input 2sbh and projection input 2sbh (split by t under SP),
-    // fp32 logits 4sbV/t (always vocabulary-parallel).
+    // when p = 1): final LayerNorm input 2sbh and projection input 2sbh at 16 bits (twice
+    // that in fp32; split by t under SP), fp32 logits 4sbV/t (always vocabulary-parallel).
     let (s, b, h, v, t) = (
         cfg.seq_len as f64,
         micro_batch as f64,
@@ -581,7 +601,8 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
     let sp_div = if setup.sequence_parallel { t } else { 1.0 };
     let mut activations_other = s * b * h / sp_div * in_flight;
     if pp == 1 {
-        activations_other += 4.0 * s * b * h / sp_div + 4.0 * s * b * v / t;
+        let e = setup.precision.activation_bytes();
+        activations_other += 2.0 * e * s * b * h / sp_div + 4.0 * s * b * v / t;
     }
 
     let gather_buffer = if setup.zero_stage == 3 && dp > 1 {
@@ -657,25 +678,61 @@ mod tests {
     #[test]
     fn activation_formulas_agree_with_each_other() {
         let c = TransformerConfig::preset("gpt3-175b").unwrap();
-        let none = activation_bytes_per_layer(&c, 1, 1, false, Recompute::None).unwrap();
+        let none =
+            activation_bytes_per_layer(&c, 1, 1, false, Recompute::None, Precision::Mixed).unwrap();
         let sbh = 2048.0 * 12288.0;
         // 5as/h = 5 × 96 × 2048 / 12288 = 80.
         assert_eq!(none, sbh * (34.0 + 80.0));
         // At t = 1, SP changes nothing.
         assert_eq!(
             none,
-            activation_bytes_per_layer(&c, 1, 1, true, Recompute::None).unwrap()
+            activation_bytes_per_layer(&c, 1, 1, true, Recompute::None, Precision::Mixed).unwrap()
         );
-        let tp8 = activation_bytes_per_layer(&c, 1, 8, false, Recompute::None).unwrap();
+        let tp8 =
+            activation_bytes_per_layer(&c, 1, 8, false, Recompute::None, Precision::Mixed).unwrap();
         assert_eq!(tp8, sbh * (10.0 + 24.0 / 8.0 + 80.0 / 8.0));
-        let tp8sp = activation_bytes_per_layer(&c, 1, 8, true, Recompute::None).unwrap();
+        let tp8sp =
+            activation_bytes_per_layer(&c, 1, 8, true, Recompute::None, Precision::Mixed).unwrap();
         assert_eq!(tp8sp, none / 8.0);
-        let sel = activation_bytes_per_layer(&c, 1, 8, true, Recompute::Selective).unwrap();
+        let sel =
+            activation_bytes_per_layer(&c, 1, 8, true, Recompute::Selective, Precision::Mixed)
+                .unwrap();
         assert_eq!(sel, 34.0 * sbh / 8.0);
         assert_eq!(
-            activation_bytes_per_layer(&c, 1, 8, true, Recompute::Full).unwrap(),
+            activation_bytes_per_layer(&c, 1, 8, true, Recompute::Full, Precision::Mixed).unwrap(),
             2.0 * sbh
         );
+    }
+
+    /// fp32 activations: every tensor term doubles, the three 1-byte dropout masks stay.
+    #[test]
+    fn fp32_activations_are_four_bytes_and_masks_one() {
+        let c = TransformerConfig::preset("gpt3-175b").unwrap();
+        let sbh = 2048.0 * 12288.0;
+        let fp32 = |t, sp, r| activation_bytes_per_layer(&c, 1, t, sp, r, Precision::Fp32);
+        // 9as/h = 9 × 96 × 2048 / 12288 = 144.
+        assert_eq!(
+            fp32(1, false, Recompute::None).unwrap(),
+            sbh * (66.0 + 144.0)
+        );
+        assert_eq!(
+            fp32(8, false, Recompute::None).unwrap(),
+            sbh * (18.0 + 48.0 / 8.0 + 144.0 / 8.0)
+        );
+        assert_eq!(
+            fp32(8, true, Recompute::Selective).unwrap(),
+            sbh * 66.0 / 8.0
+        );
+        assert_eq!(fp32(8, true, Recompute::Full).unwrap(), 4.0 * sbh);
+        // The whole estimate (before this, fp32 counted 16-bit activations too): each
+        // layer's bytes as above, and the output's LayerNorm and projection inputs
+        // doubled beside the masks and fp32 logits, which stay.
+        let mut setup = TrainingSetup::default();
+        let mixed = estimate_memory(&c, &setup).unwrap();
+        setup.precision = Precision::Fp32;
+        let full = estimate_memory(&c, &setup).unwrap();
+        assert_eq!(full.activations_layers, 96.0 * sbh * (66.0 + 144.0));
+        assert_eq!(full.activations_other - mixed.activations_other, 4.0 * sbh);
     }
 
     #[test]

@@ -200,7 +200,8 @@ fn korthikanti_activations_per_layer() {
     let attention = 11.0 * sf * bf * hf + 5.0 * af * sf * sf * bf;
     let mlp = 19.0 * sf * bf * hf;
     let layernorm = 4.0 * sf * bf * hf;
-    let none = activation_bytes_per_layer(&cfg, b, 1, false, Recompute::None).unwrap();
+    let none =
+        activation_bytes_per_layer(&cfg, b, 1, false, Recompute::None, Precision::Mixed).unwrap();
     assert_eq!(none, attention + mlp + layernorm);
     let sbh = sf * bf * hf;
     let t = 8.0;
@@ -217,7 +218,7 @@ fn korthikanti_activations_per_layer() {
     ];
     for (sp, rc, want) in table2 {
         assert_eq!(
-            activation_bytes_per_layer(&cfg, b, 8, sp, rc).unwrap(),
+            activation_bytes_per_layer(&cfg, b, 8, sp, rc, Precision::Mixed).unwrap(),
             want,
             "sp={sp} {rc:?}"
         );
@@ -231,8 +232,11 @@ fn korthikanti_activations_per_layer() {
 fn korthikanti_selective_savings() {
     for (name, attn_term, saving) in [("gpt3-175b", 80.0, 0.70), ("mt-nlg-530b", 64.0, 0.65)] {
         let cfg = TransformerConfig::preset(name).unwrap();
-        let none = activation_bytes_per_layer(&cfg, 1, 8, true, Recompute::None).unwrap();
-        let sel = activation_bytes_per_layer(&cfg, 1, 8, true, Recompute::Selective).unwrap();
+        let none = activation_bytes_per_layer(&cfg, 1, 8, true, Recompute::None, Precision::Mixed)
+            .unwrap();
+        let sel =
+            activation_bytes_per_layer(&cfg, 1, 8, true, Recompute::Selective, Precision::Mixed)
+                .unwrap();
         let sbh_t = (cfg.seq_len * cfg.hidden) as f64 / 8.0;
         assert_eq!(none / sbh_t - 34.0, attn_term, "{name}");
         assert_eq!(
@@ -248,7 +252,9 @@ fn korthikanti_selective_savings() {
 #[test]
 fn korthikanti_pipeline_activations() {
     let cfg = TransformerConfig::preset("mt-nlg-530b").unwrap(); // 105 layers
-    let per_layer = activation_bytes_per_layer(&cfg, 1, 8, true, Recompute::Selective).unwrap();
+    let per_layer =
+        activation_bytes_per_layer(&cfg, 1, 8, true, Recompute::Selective, Precision::Mixed)
+            .unwrap();
     let setup = memory::TrainingSetup {
         tp: 8,
         pp: 35,

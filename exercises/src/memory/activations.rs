@@ -17,7 +17,7 @@
 //! Checked against `brrr_perf::memory::activation_bytes_per_layer`.
 
 use crate::check::{Outcome, close, rng, with_seed};
-use brrr_perf::memory::{Recompute, TransformerConfig, activation_bytes_per_layer};
+use brrr_perf::memory::{Precision, Recompute, TransformerConfig, activation_bytes_per_layer};
 use rand::Rng;
 
 /// YOUR CODE: activation bytes one layer keeps for its backward.
@@ -60,8 +60,8 @@ fn compare(rng: &mut impl Rng) -> Outcome {
         let b = rng.random_range(1..32u64);
         let cfg = TransformerConfig::gpt(12, h, heads, s, 50304);
         for r in [Recompute::None, Recompute::Selective, Recompute::Full] {
-            let want =
-                activation_bytes_per_layer(&cfg, b, 1, false, r).map_err(|e| e.to_string())?;
+            let want = activation_bytes_per_layer(&cfg, b, 1, false, r, Precision::Mixed)
+                .map_err(|e| e.to_string())?;
             let got = layer_activation_bytes(s, b, h, heads, r);
             close(
                 &format!("s={s} b={b} h={h} a={heads} {r:?}"),
