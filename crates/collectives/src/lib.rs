@@ -28,6 +28,8 @@
 //! }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod algorithms;
 mod communicator;
 pub mod env;

@@ -48,6 +48,8 @@
 //!
 //! In a browser, `.await` [`Trainer::step`] instead (see `tests/web.rs`).
 
+#![warn(missing_docs)]
+
 #[cfg(not(target_arch = "wasm32"))]
 pub mod atomic;
 pub mod ckpt;
