@@ -122,3 +122,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -448,3 +448,7 @@ fn drive<E: Engine, B: Backend>(
         world: engine.config().layout.world(),
     })
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

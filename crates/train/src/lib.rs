@@ -81,3 +81,7 @@ pub use run_dir::RunDir;
 pub use schedule::{Action, MicroBatchSchedule};
 pub use state::{LossScalerState, ParamState, TrainState};
 pub use trainer::{Trainer, load_params, load_state, save_state, upload, upload_mask};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
