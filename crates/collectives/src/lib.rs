@@ -28,6 +28,8 @@
 //! }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod algorithms;
 mod communicator;
 pub mod env;
@@ -120,3 +122,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -42,6 +42,8 @@
 //! (`Vec<f32>` is an [`Observer`] collecting the training losses; the `brrr` command
 //! line passes its progress bar.)
 
+#![warn(missing_docs)]
+
 use brrr_backend::{Backend, Error, Result};
 use brrr_collectives::env::{LaunchEnv, Launcher};
 use brrr_collectives::{Communicator, ParallelGroups, ParallelLayout, run_in_process};
@@ -446,3 +448,7 @@ fn drive<E: Engine, B: Backend>(
         world: engine.config().layout.world(),
     })
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -33,3 +33,7 @@ pub mod trace;
 
 pub use error::{PerfError, Result};
 pub use specs::{DType, GpuSpec, Unit};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

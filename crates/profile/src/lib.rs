@@ -48,3 +48,7 @@ mod table;
 pub use cost::OpCall;
 pub use profiled::ProfiledBackend;
 pub use table::{OpRow, OpStats, Profile};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -34,6 +34,9 @@ pub type NamedTensor = (String, HostData, Vec<usize>);
 pub struct Checkpoint {
     /// Sorted by name (safetensors files do not keep insertion order).
     pub tensors: Vec<NamedTensor>,
+    /// The header's `__metadata__`: string keys to string values (for a training
+    /// checkpoint, the step, the batch RNG state, the config as TOML, ...; see
+    /// [`crate::state`]).
     pub metadata: BTreeMap<String, String>,
 }
 

@@ -56,6 +56,7 @@ pub struct ByteTokenizer;
 impl ByteTokenizer {
     /// What a checkpoint records under its tokenizer key.
     pub const NAME: &'static str = "bytes";
+    /// Token ids are `0..256`, one per byte value.
     pub const VOCAB_SIZE: usize = 256;
 
     /// The UTF-8 bytes of `text`, as token ids.
@@ -146,10 +147,12 @@ impl Corpus {
         })
     }
 
+    /// Where the text came from (for [`Corpus::from_text`], the name given).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The whole text, training and validation parts together.
     pub fn text(&self) -> &str {
         &self.text
     }
@@ -176,10 +179,12 @@ impl Corpus {
         self.split
     }
 
+    /// The training tokens: `tokens()[..split_index()]`.
     pub fn train(&self) -> &[u8] {
         &self.tokens()[..self.split]
     }
 
+    /// The held-out validation tokens: `tokens()[split_index()..]`, the last tenth.
     pub fn val(&self) -> &[u8] {
         &self.tokens()[self.split..]
     }
@@ -223,9 +228,13 @@ pub fn unigram_entropy_nats(tokens: &[u8]) -> f64 {
 /// `targets[r][t] = inputs[r][t + 1]`: each position predicts the next token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Batch {
+    /// Token ids, `batch * seq` of them, row-major.
     pub inputs: Vec<u32>,
+    /// The token after each input, same layout as `inputs`.
     pub targets: Vec<u32>,
+    /// Rows (sequences) in the batch.
     pub batch: usize,
+    /// Tokens per row.
     pub seq: usize,
     /// Where documents start inside the rows, when attention must not cross them.
     pub mask: Option<DocumentMask>,
@@ -323,7 +332,11 @@ impl Batch {
 /// (Grattafiori et al. 2024, §3.2): nothing is padded, only attention changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DocumentMask {
+    /// Each token's position inside its document, restarting at 0 at every boundary;
+    /// `batch * seq` values, row-major like [`Batch::inputs`].
     pub positions: Vec<u32>,
+    /// Each token's document index inside its row (0, 1, ...), same layout; a token
+    /// attends only to earlier tokens with the same value.
     pub segments: Vec<u32>,
 }
 
@@ -365,9 +378,11 @@ impl DocumentMask {
 /// consumed, and is a `u128`, which TOML and JSON numbers cannot hold; a string can.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RngState {
+    /// The seed the ChaCha8 generator was created from.
     pub seed: u64,
     /// Independent streams for the same seed, e.g. one per data-parallel rank.
     pub stream: u64,
+    /// How far the generator has advanced, in 32-bit words of ChaCha output.
     pub word_pos: u128,
 }
 
@@ -538,10 +553,12 @@ impl Batcher {
         Ok(b)
     }
 
+    /// Rows per batch.
     pub fn batch_size(&self) -> usize {
         self.batch
     }
 
+    /// Tokens per row.
     pub fn seq_len(&self) -> usize {
         self.seq
     }
@@ -556,6 +573,9 @@ impl Batcher {
         }
     }
 
+    /// Moves the generator to `state` (forwards or back): the next batch is the one
+    /// drawn after [`Batcher::state`] returned `state`. The tokens are not changed, so
+    /// the caller must check the corpus is the same (compare fingerprints).
     pub fn set_state(&mut self, state: RngState) {
         self.seed = state.seed;
         self.rng = state.rng();

@@ -48,6 +48,8 @@
 //!
 //! In a browser, `.await` [`Trainer::step`] instead (see `tests/web.rs`).
 
+#![warn(missing_docs)]
+
 #[cfg(not(target_arch = "wasm32"))]
 pub mod atomic;
 pub mod ckpt;
@@ -79,3 +81,7 @@ pub use run_dir::RunDir;
 pub use schedule::{Action, MicroBatchSchedule};
 pub use state::{LossScalerState, ParamState, TrainState, refuse_non_finite};
 pub use trainer::{Trainer, load_params, load_state, save_state, upload, upload_mask};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

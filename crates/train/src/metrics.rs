@@ -30,6 +30,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// The CSV header line (without newline) that every file written now starts with.
 pub const HEADER: &str =
     "step,loss,val_loss,lr,grad_norm,tokens_per_s,loss_scale,skipped,peak_bytes,activation_bytes";
 
@@ -39,11 +40,13 @@ const HEADER_V1: &str = "step,loss,val_loss,lr,grad_norm,tokens_per_s";
 /// One step's metrics.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
+    /// The optimizer step, counting from 1.
     pub step: u64,
     /// Training loss (mean cross-entropy, nats per token).
     pub loss: f32,
     /// Validation loss, when this step evaluated.
     pub val_loss: Option<f32>,
+    /// The learning rate the step's update used (the warmup-then-cosine schedule's value).
     pub lr: f32,
     /// Global gradient L2 norm (before clipping).
     pub grad_norm: f32,
@@ -203,6 +206,7 @@ impl MetricsWriter {
         })
     }
 
+    /// The CSV file being appended to.
     pub fn path(&self) -> &Path {
         &self.path
     }
