@@ -168,6 +168,11 @@ pub struct MemoryArgs {
     /// The model.
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Parameters N instead of a model (e.g. 7e9, 7G; 7B also means 7 billion): the
+    /// model states only (weights, gradients, master weights, optimizer states), as no
+    /// shape gives the activations.
+    #[arg(long, value_parser = count)]
+    pub params: Option<f64>,
     /// Micro-batch size in sequences.
     #[arg(long, default_value_t = 1)]
     pub micro_batch: u64,
@@ -449,10 +454,16 @@ pub fn pipeline_per_layer(
 }
 
 fn run_memory(a: &MemoryArgs) -> CmdResult {
-    let cfg = a
-        .model
-        .resolve()?
-        .ok_or("estimate memory needs a model: --model PRESET or --layers/--hidden/--heads")?;
+    let cfg = match (a.model.resolve()?, a.params) {
+        (Some(cfg), None) => cfg,
+        (Some(_), Some(_)) => return Err("give --params or a model, not both".into()),
+        (None, Some(params)) => return run_model_states(a, params),
+        (None, None) => {
+            return Err("estimate memory needs a model (--model PRESET or \
+                        --layers/--hidden/--heads) or --params N"
+                .into());
+        }
+    };
     let setup = TrainingSetup {
         dp: a.dp,
         tp: a.tp,
@@ -472,6 +483,45 @@ fn run_memory(a: &MemoryArgs) -> CmdResult {
     if let Some(path) = &a.plot {
         write_plot(path, &report::memory_svg(&m, gpu.as_ref())?, a.json)?;
     }
+    Ok(())
+}
+
+/// `estimate memory --params N`: the model states alone. The flags that only shape
+/// activations or split layers need the model's shape, and are refused rather than
+/// ignored.
+fn run_model_states(a: &MemoryArgs, params: f64) -> CmdResult {
+    let needs_shape = [
+        ("--tp", a.tp != 1),
+        ("--pp", a.pp != 1),
+        ("--sp", a.sp),
+        ("--micro-batch", a.micro_batch != 1),
+        ("--grad-accum", a.grad_accum != 1),
+        (
+            "--recompute",
+            Recompute::parse(&a.recompute)? != Recompute::None,
+        ),
+        ("--schedule", a.schedule != "1f1b"),
+        ("--plot", a.plot.is_some()),
+    ];
+    let given: Vec<&str> = needs_shape.iter().filter(|f| f.1).map(|f| f.0).collect();
+    if !given.is_empty() {
+        return Err(format!(
+            "{} need the model's shape (--model PRESET or --layers/--hidden/--heads); \
+             --params gives the model states only",
+            given.join(", ")
+        )
+        .into());
+    }
+    let gpu = a.gpu.as_deref().map(specs::gpu).transpose()?;
+    let r = report::model_states_report(
+        params,
+        Precision::parse(&a.precision)?,
+        Optimizer::parse(&a.optimizer)?,
+        a.zero,
+        a.dp,
+        gpu.as_ref(),
+    )?;
+    print(&r, a.json)?;
     Ok(())
 }
 

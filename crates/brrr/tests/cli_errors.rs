@@ -615,3 +615,30 @@ fn loss_scaler_flags_are_used_or_refused() {
         assert!(config.contains(line), "{line} not in:\n{config}");
     }
 }
+
+/// `estimate memory --params N`: the model states of N parameters (16 bytes each for
+/// mixed-precision Adam, ZeRO's K = 12 plus 2 + 2), and the flags that need a shape
+/// refused by name rather than ignored.
+#[test]
+fn memory_from_a_parameter_count() {
+    let out = succeeds_finite(&["estimate", "memory", "--params", "7G", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["total_bytes"], 16.0 * 7e9, "{out}");
+    assert!(j["activations_bytes"].is_null(), "{out}");
+    let text = succeeds_finite(&[
+        "estimate", "memory", "--params", "7G", "--zero", "3", "--dp", "8",
+    ]);
+    assert!(
+        text.contains("13.0 GiB") && text.contains("not counted"),
+        "{text}"
+    );
+    fails_with(
+        &["estimate", "memory", "--params", "7G", "--tp", "2", "--sp"],
+        "--tp, --sp need the model's shape",
+    );
+    fails_with(
+        &["estimate", "memory", "--params", "7G", "--model", "gpt2"],
+        "not both",
+    );
+    fails_with(&["estimate", "memory"], "or --params N");
+}

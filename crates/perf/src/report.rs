@@ -7,7 +7,9 @@
 use crate::comms::{self, Algorithm, Collective, Link};
 use crate::error::{PerfError, Result, at_least_one, positive};
 use crate::flops;
-use crate::memory::{MemoryBreakdown, Recompute, TransformerConfig};
+use crate::memory::{
+    MemoryBreakdown, Optimizer, Precision, Recompute, TransformerConfig, model_state_bytes,
+};
 use crate::plot;
 use crate::roofline::{self, Classification, OpCost, Prediction, Roofline};
 use crate::specs::{DType, GpuSpec, Unit};
@@ -115,7 +117,7 @@ pub fn gpu_list(gpus: &[GpuSpec]) -> Report {
             .ok();
         t.row([
             g.id.clone(),
-            tc.map(|(p, _)| table::flops_per_s(p))
+            tc.map(|(p, _)| table::peak_flops_per_s(p))
                 .unwrap_or_else(|| "-".into()),
             g.peak(DType::F32, Unit::Vector)
                 .map(table::flops_per_s)
@@ -158,7 +160,7 @@ pub fn gpu_detail(g: &GpuSpec) -> Report {
             } else {
                 p.unit.to_string()
             },
-            table::flops_per_s(p.flops),
+            table::peak_flops_per_s(p.flops),
             format!("{} FLOP/B", table::sig3(p.flops / g.memory_bandwidth)),
         ]);
     }
@@ -280,7 +282,7 @@ impl RooflineAnalysis {
         for rl in &self.rooflines {
             roofs.row([
                 rl.label.clone(),
-                table::flops_per_s(rl.peak_flops),
+                table::peak_flops_per_s(rl.peak_flops),
                 table::bandwidth(rl.bandwidth),
                 format!("{} FLOP/B", table::sig3(rl.ridge())),
             ]);
@@ -487,6 +489,66 @@ pub fn memory_report(m: &MemoryBreakdown, gpu: Option<&GpuSpec>) -> Report {
     r
 }
 
+/// Model-state memory per GPU of `params` parameters with no shape known: weights,
+/// gradients, master weights and optimizer states under ZeRO `zero_stage` over `dp`
+/// ranks ([`crate::memory::model_state_bytes`]). Activations need the model's shape and
+/// are left out, which the report says.
+pub fn model_states_report(
+    params: f64,
+    precision: Precision,
+    optimizer: Optimizer,
+    zero_stage: u8,
+    dp: u64,
+    gpu: Option<&GpuSpec>,
+) -> Result<Report> {
+    let m = model_state_bytes(params, precision, optimizer, zero_stage, dp)?;
+    let total = m.total();
+    let mut r = Report::new(
+        "Model-state memory per GPU",
+        json!({"params": params, "states": to_json(&m), "total_bytes": total,
+               "gpu": gpu.map(|g| g.id.clone()), "capacity_bytes": gpu.map(|g| g.memory_bytes),
+               "fits": gpu.map(|g| total <= g.memory_bytes), "activations_bytes": Value::Null}),
+    );
+    r.note(format!(
+        "{} params; DP {dp}, ZeRO-{zero_stage}; {precision:?} precision, {optimizer:?}",
+        table::count(params)
+    ));
+    let mut t = Table::new([
+        "component",
+        "memory (binary: MiB = 2^20, GiB = 2^30 bytes)",
+        "share",
+    ]);
+    for (label, b) in [
+        ("weights", m.weights),
+        ("gradients", m.gradients),
+        ("master weights", m.master_weights),
+        ("optimizer states", m.optimizer_states),
+        ("total", total),
+    ] {
+        t.row([
+            label.to_string(),
+            table::bytes_binary(b),
+            table::percent(b / total),
+        ]);
+    }
+    r.table("", t);
+    r.note(
+        "Activations are not counted: --params gives no shape. Give the model (--model \
+         PRESET, or --layers/--hidden/--heads) for them and for tensor and pipeline \
+         parallelism.",
+    );
+    if let Some(g) = gpu {
+        r.note(format!(
+            "{}: the model states alone take {} of {} ({}).",
+            g.id,
+            table::bytes_binary(total),
+            table::bytes_binary(g.memory_bytes),
+            table::percent(total / g.memory_bytes),
+        ));
+    }
+    Ok(r)
+}
+
 /// The SVG memory bar.
 pub fn memory_svg(m: &MemoryBreakdown, gpu: Option<&GpuSpec>) -> Result<String> {
     let title = format!(
@@ -569,15 +631,22 @@ pub fn time_report(inp: &TimeInputs) -> Result<Report> {
         format!(
             "{} × {} ({} {})",
             inp.gpus,
-            table::flops_per_s(peak),
+            table::peak_flops_per_s(peak),
             inp.dtype,
             unit
         ),
     ]);
+    // The time counts the attention term whenever the shape is known, as the MFU below
+    // does (PaLM's convention); with --params alone it cannot, and says so rather than
+    // giving the same model two different times silently.
+    let counted = match est.flops_with_attention {
+        Some(_) => "(6·N·D + attention)",
+        None => "6·N·D",
+    };
     t.row([
         format!("time at {} MFU", table::percent(inp.mfu)),
         table::duration(est.seconds),
-        "FLOPs / (GPUs × peak × MFU)".into(),
+        format!("{counted} / (GPUs × peak × MFU)"),
     ]);
     t.row([
         "throughput".to_string(),
@@ -592,6 +661,15 @@ pub fn time_report(inp: &TimeInputs) -> Result<Report> {
         Value::Null,
     );
     r.table("", t);
+    j["flops_counted"] = json!(counted);
+    if est.flops_with_attention.is_none() {
+        r.note(
+            "Attention's FLOPs are not counted: --params gives no shape. A model (--model \
+             PRESET, or --layers/--hidden/--seq-len) adds PaLM's 12·l·s·h per token, as MFU \
+             counts it: about s/(6h) more time for a GPT (N ≈ 12·l·h²), 3% for GPT-3 175B, \
+             22% for GPT-2 small.",
+        );
+    }
 
     let flops_per_token = match &inp.model {
         Some(c) => flops::model_flops_per_token(c)?,
@@ -953,21 +1031,27 @@ mod tests {
         let text = memory_report(&m, Some(&a100)).to_string();
         assert!(text.contains("fits"), "{text}");
 
-        let t = time_report(&TimeInputs {
-            params: 175e9,
-            tokens: 300e9,
-            model: None,
-            gpu: a100.clone(),
-            dtype: DType::Bf16,
-            gpus: 1024,
-            mfu: 0.5,
-            step_time_s: None,
-            tokens_per_step: None,
-            tokens_per_s: None,
-            recompute: Recompute::None,
+        let t = time_report(&t_inputs_for_test(&a100)).unwrap();
+        assert!(t.to_string().contains("3.150e23"), "{t}");
+        // --params alone: 6ND, and the report says attention is missing; with the
+        // model's shape the time counts attention and says so.
+        let text = t.to_string();
+        assert!(
+            text.contains("6·N·D / (GPUs") && text.contains("not counted"),
+            "{text}"
+        );
+        let gpt3 = TransformerConfig::preset("gpt3-175b").unwrap();
+        let with = time_report(&TimeInputs {
+            model: Some(gpt3),
+            ..t_inputs_for_test(&a100)
         })
         .unwrap();
-        assert!(t.to_string().contains("3.150e23"), "{t}");
+        let text = with.to_string();
+        assert!(
+            text.contains("(6·N·D + attention) / (GPUs") && !text.contains("not counted"),
+            "{text}"
+        );
+        assert_eq!(with.json["flops_counted"], "(6·N·D + attention)");
 
         let c = comms_report(&CommsInputs {
             gpu: gpu("h100").unwrap(),
@@ -983,5 +1067,22 @@ mod tests {
         .unwrap();
         let s = c.to_string();
         assert!(s.contains("inter-node") && s.contains("2474"), "{s}");
+    }
+
+    /// GPT-3's run (175B params, 300B tokens) on 1024 A100s at 50% MFU, no model shape.
+    fn t_inputs_for_test(gpu: &GpuSpec) -> TimeInputs {
+        TimeInputs {
+            params: 175e9,
+            tokens: 300e9,
+            model: None,
+            gpu: gpu.clone(),
+            dtype: DType::Bf16,
+            gpus: 1024,
+            mfu: 0.5,
+            step_time_s: None,
+            tokens_per_step: None,
+            tokens_per_s: None,
+            recompute: Recompute::None,
+        }
     }
 }

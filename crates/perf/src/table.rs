@@ -100,16 +100,38 @@ impl fmt::Display for Table {
 }
 
 fn si(value: f64, unit: &str, prefixes: &[(f64, &str)]) -> String {
+    si_with(value, unit, prefixes, sig3)
+}
+
+fn si_with(value: f64, unit: &str, prefixes: &[(f64, &str)], digits: fn(f64) -> String) -> String {
     if !value.is_finite() {
         return format!("{value} {unit}");
     }
     let abs = value.abs();
     for &(scale, prefix) in prefixes {
         if abs >= scale {
-            return format!("{} {prefix}{unit}", sig3(value / scale));
+            return format!("{} {prefix}{unit}", digits(value / scale));
         }
     }
-    format!("{} {unit}", sig3(value))
+    format!("{} {unit}", digits(value))
+}
+
+/// A datasheet figure as the datasheet gives it: four significant figures (every peak
+/// in [`crate::specs`] has at most four) with trailing zeros dropped (`989.5`, `312`,
+/// `1.979`). [`sig3`] would print H100's 989.5 TFLOP/s peak as `990` beside estimates
+/// computed with 989.5.
+pub fn sig_exact(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let digits = x.abs().log10().floor() as i32;
+    let decimals = (3 - digits).max(0) as usize;
+    let s = format!("{x:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
 }
 
 /// Three significant figures without trailing zeros beyond them (`312`, `2.04`, `0.125`);
@@ -159,6 +181,11 @@ pub fn bytes_binary(b: f64) -> String {
 /// FLOP/s (`312 TFLOP/s`).
 pub fn flops_per_s(f: f64) -> String {
     si(f, "FLOP/s", DECIMAL)
+}
+
+/// A peak FLOP/s from a datasheet, unrounded ([`sig_exact`]): `989.5 TFLOP/s`.
+pub fn peak_flops_per_s(f: f64) -> String {
+    si_with(f, "FLOP/s", DECIMAL, sig_exact)
 }
 
 /// A FLOP count (`3.15e23 FLOP` style for huge counts, SI below 1e18).
@@ -317,6 +344,16 @@ pub fn parse_bytes(s: &str) -> crate::Result<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn datasheet_peaks_print_as_given() {
+        assert_eq!(peak_flops_per_s(989.5e12), "989.5 TFLOP/s");
+        assert_eq!(peak_flops_per_s(312e12), "312 TFLOP/s");
+        assert_eq!(peak_flops_per_s(1979e12), "1.979 PFLOP/s");
+        assert_eq!(peak_flops_per_s(19.5e12), "19.5 TFLOP/s");
+        // The rounded form, for everything computed.
+        assert_eq!(flops_per_s(989.5e12), "990 TFLOP/s");
+    }
 
     #[test]
     fn formats_units() {
