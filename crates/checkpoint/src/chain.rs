@@ -167,13 +167,17 @@ impl GptShape {
             selective_cost: (b * 2 * t * t * c) as f64,
             // Temporaries at the forward's peak: the fused q/k/v projection while q, k, v
             // are copied out of it (its 3·N·C, less the N·C of ln_1's output already
-            // counted). In the backward, the larger of two moments: the scores'
-            // gradient beside one `N·C` gradient, or the scores' gradient and the
+            // counted). In the backward, the largest of three moments: the scores'
+            // gradient beside one `N·C` gradient; the scores' gradient and the
             // softmax's once three `N·C` stashed tensors and LayerNorm's statistics are
-            // freed. Both fitted to and checked (to `2·N` elements) against the device
-            // (`gpt_chain_measured`, three shapes, in `tests/executor.rs`).
+            // freed; or the fused q/k/v gradient `3·N·C` going into the projection's
+            // backward, which is the peak when the scores are small (heads × sequence ≤
+            // width). All three fitted to and checked (to `2·N` elements) against the
+            // device (`gpt_chain_measured`, seven shapes, in `tests/executor.rs`).
             forward_extra: 2 * n * c * e,
-            backward_extra: (scores + n * c).max((2 * scores).saturating_sub(3 * n * c + 2 * n))
+            backward_extra: (scores + n * c)
+                .max((2 * scores).saturating_sub(3 * n * c + 2 * n))
+                .max(3 * n * c)
                 * e,
         };
         let mut segments: Vec<Segment> = (0..self.n_layer).map(block).collect();
@@ -188,8 +192,10 @@ impl GptShape {
             selective_cost: 0.0,
             forward_extra: 0,
             // The logits' gradient beside the logits (whose `N·C`-sized input gradient
-            // is already counted as δ), and the per-position loss gradient.
-            backward_extra: (n * v).saturating_sub(n * c) * e + n * 4,
+            // is already counted as δ), and the per-position loss gradient; or, when the
+            // vocabulary is no wider than the model, one more `N·C` gradient (ln_f's,
+            // beside δ). Fitted to and checked against the device like the blocks'.
+            backward_extra: ((n * v).saturating_sub(n * c) * e + n * 4).max(n * c * e),
         });
         Chain {
             segments,
