@@ -31,12 +31,15 @@ pub struct CudaBuffer {
 }
 
 impl CudaBuffer {
+    /// The element type the buffer holds.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+    /// Number of elements (not bytes; see [`CudaBuffer::size_in_bytes`]).
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether the buffer holds no elements.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -193,6 +196,9 @@ impl CudaBackend {
         self.inner.tf32.load(Ordering::Relaxed)
     }
 
+    /// Allows or forbids TF32 for f32 GEMMs in cuBLAS/cuBLASLt (see
+    /// [`CudaBackend::allow_tf32`]); shared by all clones of this backend. brrr's own
+    /// kernels ignore it.
     pub fn set_allow_tf32(&self, on: bool) {
         self.inner.tf32.store(on, Ordering::Relaxed);
     }

@@ -36,11 +36,13 @@ pub enum Rate {
 }
 
 impl Rate {
+    /// The number, in the unit of [`Rate::unit`].
     pub fn value(self) -> f64 {
         match self {
             Rate::TflopS(v) | Rate::GbS(v) => v,
         }
     }
+    /// The unit as printed: `TFLOP/s` or `GB/s`.
     pub fn unit(self) -> &'static str {
         match self {
             Rate::TflopS(_) => "TFLOP/s",
@@ -60,6 +62,8 @@ pub struct BenchRow {
     pub size: String,
     /// Median seconds per repetition.
     pub seconds: f64,
+    /// Throughput from `seconds`: TFLOP/s for GEMM rows, GB/s of minimum traffic for
+    /// the memory-bound rows.
     pub rate: Rate,
     /// The rate divided by the baseline row's (the copy for bandwidth rows, cuBLAS of the
     /// same dtype for GEMM rows), when there is one.
@@ -77,7 +81,9 @@ pub struct GemmBench {
     pub impls: Vec<GemmImpl>,
     /// (dtype, tf32): f32 without and with TF32, bf16, ...
     pub dtypes: Vec<(DType, bool)>,
+    /// Untimed repetitions per row before timing (kernel loading, clocks, caches).
     pub warmup: usize,
+    /// Timed repetitions per row, of which the median is reported; 0 counts as 1.
     pub reps: usize,
     /// Stop repeating a row after this much device time (the naive kernel is slow).
     pub max_seconds_per_row: f64,
@@ -227,7 +233,10 @@ pub struct BandwidthBench {
     /// f32, far beyond any cache).
     pub elems: usize,
     /// Row length of the row-wise kernels (softmax, LayerNorm): the GPT-2 small shapes.
+    /// The softmax row runs over `elems / softmax_cols` causal rows of this length.
     pub softmax_cols: usize,
+    /// Row length of the LayerNorm rows and of the bias-broadcast add (`elems /
+    /// layernorm_cols` rows); GPT-2 small's width, 768.
     pub layernorm_cols: usize,
     /// Vocabulary of the cross-entropy row (GPT-2's padded 50304).
     pub vocab: usize,
@@ -235,8 +244,11 @@ pub struct BandwidthBench {
     /// `[batch, seq, heads, head_dim]` into `[batch, heads, seq, head_dim]` (GPT-2
     /// small's 8 x 1024 x 12 x 64).
     pub head_split: [usize; 4],
+    /// Data types to measure, one set of rows each.
     pub dtypes: Vec<DType>,
+    /// Untimed repetitions per row before timing.
     pub warmup: usize,
+    /// Timed repetitions per row, of which the median is reported.
     pub reps: usize,
 }
 
@@ -479,11 +491,15 @@ pub struct ReduceBench {
     /// A bias gradient: the sum over `bias_rows` rows (batch x sequence, 8 x 1024) of
     /// `bias_cols` columns (GPT-2 small's width).
     pub bias_rows: usize,
+    /// Columns of the bias gradient: the number of outputs of that reduction.
     pub bias_cols: usize,
     /// One whole gradient summed: GPT-2 small's token embedding, 50304 x 768.
     pub long_row: usize,
+    /// Data types to measure, one set of rows each.
     pub dtypes: Vec<DType>,
+    /// Untimed repetitions per row before timing.
     pub warmup: usize,
+    /// Timed repetitions per row, of which the median is reported.
     pub reps: usize,
 }
 
@@ -582,8 +598,11 @@ pub struct EmbeddingBench {
     pub rows: usize,
     /// Seed of the random ids (uniform over the table).
     pub seed: u64,
+    /// Data types of the table and gradient, one set of rows each.
     pub dtypes: Vec<DType>,
+    /// Untimed repetitions per row before timing.
     pub warmup: usize,
+    /// Timed repetitions per row, of which the median is reported.
     pub reps: usize,
 }
 
@@ -788,7 +807,9 @@ pub struct OverlapBench {
     pub gemms: usize,
     /// Bytes uploaded per repetition (a batch, or a shard's worth of one).
     pub upload_bytes: usize,
+    /// Untimed repetitions before timing.
     pub warmup: usize,
+    /// Timed repetitions, of which the median is reported.
     pub reps: usize,
 }
 

@@ -57,6 +57,8 @@ pub enum GemmImpl {
 }
 
 impl GemmImpl {
+    /// Every implementation, the production paths (cuBLAS, cuBLASLt) first, then brrr's
+    /// own kernels in lesson order.
     pub const ALL: [GemmImpl; 6] = [
         GemmImpl::Cublas,
         GemmImpl::CublasLt,

@@ -10,17 +10,33 @@
 /// One kernel family: a file of `kernels/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
+    /// `elementwise.cu`: unary and binary math, axpy, GELU and its backward, dtype casts,
+    /// strided gathers (transposes, broadcasts made real) and fills.
     Elementwise,
+    /// `reduce.cu`: sum, mean, max and min over the middle axis of `[outer, n, inner]`,
+    /// with split forms for few outputs, and the fused sum of squares.
     Reduce,
+    /// `softmax.cu`: row-wise (optionally causal, scaled) softmax, one-pass online
+    /// statistics (Milakov & Gimelshein 2018), and its backward.
     Softmax,
+    /// `layernorm.cu`: LayerNorm over the last axis (Ba et al. 2016) and its backward,
+    /// including the gamma/beta column sums.
     LayerNorm,
+    /// `embedding.cu`: token-embedding lookup and its deterministic, atomic-free
+    /// scatter-add backward.
     Embedding,
+    /// `cross_entropy.cu`: per-row cross-entropy of logits against targets and its
+    /// gradient; a negative target marks an ignored row.
     CrossEntropy,
+    /// `optim.cu`: the fused AdamW step and the mixed-precision pair (unscale with a
+    /// finite check, loss-scale update on the device).
     Optim,
+    /// `gemm.cu`: brrr's own matrix multiplications v1-v4 (cuBLAS is the default path).
     Gemm,
 }
 
 impl Family {
+    /// Every family, one per `.cu` file of `kernels/`.
     pub const ALL: [Family; 8] = [
         Family::Elementwise,
         Family::Reduce,
@@ -243,8 +259,12 @@ mod native {
     /// `verbose` ptxas' register and spill report).
     #[derive(Clone, Debug)]
     pub struct Compiled {
+        /// The bytes to load as a module: PTX text without its trailing NUL, or the
+        /// CUBIN's ELF image.
         pub image: Vec<u8>,
+        /// Whether `image` is a CUBIN (the architecture was `sm_XY`) rather than PTX.
         pub is_cubin: bool,
+        /// NVRTC's log; empty when it had nothing to say.
         pub log: String,
     }
 

@@ -23,6 +23,36 @@
 //!   bandwidth of the memory-bound kernels against a device-to-device copy.
 //!
 //! On `wasm32` the crate is empty apart from [`kernels`] (the sources, for display).
+//!
+//! # Example
+//!
+//! A GEMM on GPU 0 through cuBLAS, read back and checked. Where there is no GPU (or no
+//! driver, or no NVRTC) [`CudaBackend::new`] returns an error and the example says so
+//! instead of failing:
+//!
+//! ```rust
+//! use brrr_backend::{Backend, DType, GemmSpec, HostData, block_on};
+//! use brrr_cuda::{CudaBackend, GemmImpl};
+//!
+//! fn main() -> brrr_backend::Result<()> {
+//!     let cuda = match CudaBackend::new(0) {
+//!         Ok(cuda) => cuda,
+//!         Err(e) => {
+//!             println!("SKIPPED: {e}");
+//!             return Ok(());
+//!         }
+//!     };
+//!     // Row-major C (2×4) = A (2×3) · B (3×4); with all ones every entry of C is 3.
+//!     let a = cuda.upload(&HostData::F32(vec![1.0; 6]))?;
+//!     let b = cuda.upload(&HostData::F32(vec![1.0; 12]))?;
+//!     let mut c = cuda.zeros(DType::F32, 8)?;
+//!     assert_eq!(cuda.gemm_impl(), GemmImpl::Cublas);
+//!     cuda.gemm(&GemmSpec::new(2, 4, 3), &a, &b, &mut c)?;
+//!     assert_eq!(block_on(cuda.read(&c))?, HostData::F32(vec![3.0; 8]));
+//!     Ok(())
+//! }
+//! ```
+#![warn(missing_docs)]
 
 pub mod kernels;
 
@@ -53,3 +83,7 @@ pub use backend::{CudaBackend, CudaBuffer};
 pub use driver::{device_count, driver_present};
 #[cfg(not(target_arch = "wasm32"))]
 pub use gemm::GemmImpl;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

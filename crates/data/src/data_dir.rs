@@ -25,6 +25,8 @@ pub const META_FILE: &str = "data.json";
 /// What a data directory holds: its tokenizer and the name its shards start with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DataMeta {
+    /// The tokenizer the shards were written with; fixes the vocabulary size and the
+    /// end-of-text id.
     pub tokenizer: TokenizerKind,
     /// Shards are `{name}_val_NNNNNN.bin` and `{name}_train_NNNNNN.bin`.
     pub name: String,
@@ -35,9 +37,14 @@ pub struct DataMeta {
 /// A prepared data directory: its tokenizer and its validation and training shards.
 #[derive(Debug)]
 pub struct DataDir {
+    /// The tokenizer the shards were written with.
     pub tokenizer: TokenizerKind,
+    /// The tokenizer's vocabulary size: the model's vocabulary must be at least this.
     pub vocab_size: usize,
+    /// The `{name}_val_*.bin` shards, in name order (possibly none).
     pub val: Vec<Shard>,
+    /// The `{name}_train_*.bin` shards, in name order (at least one), shared so that a
+    /// [`ShardLoader`](crate::ShardLoader) per rank can hold them without a copy.
     pub train: std::sync::Arc<Vec<Shard>>,
 }
 

@@ -13,6 +13,36 @@
 //!   GPT-2's BPE, streamed (memory bounded by a shard, whatever the input's size).
 //! - [`data_dir`] (native): a directory of shards and its `data.json`, checked; llm.c's
 //!   shards read as they are.
+//!
+//! # Example
+//!
+//! A shard built in memory, a loader over it, and a resume from a saved position:
+//!
+//! ```rust
+//! use brrr_data::{Shard, ShardLoader, TokenWidth, shard::shard_bytes};
+//! use brrr_train::BatchSource;
+//! use std::sync::Arc;
+//!
+//! // The tokens 0, 1, ..., 100 as an llm.c shard of u16 tokens, kept in memory.
+//! let tokens: Vec<u32> = (0..=100).collect();
+//! let shard = Shard::from_bytes("toy.bin", shard_bytes(&tokens, TokenWidth::U16)?)?;
+//! // Rank 0 of 1: batches of 2 windows of 4 tokens, vocabulary 128, seed 42.
+//! let mut loader = ShardLoader::new(Arc::new(vec![shard]), 2, 4, 42, 128, 0, 1)?;
+//! assert_eq!(loader.batches_per_epoch(), 12); // (101 - 1) / 4 = 25 windows, 2 a batch
+//! let saved = loader.position();
+//! assert_eq!(saved, "epoch=0 batch=0 rank=0 world=1");
+//! let batch = loader.next_batch()?;
+//! assert_eq!((batch.batch, batch.seq, batch.inputs.len()), (2, 4, 8));
+//! // The targets are the inputs shifted by one token.
+//! for (x, y) in batch.inputs.iter().zip(&batch.targets) {
+//!     assert_eq!(x + 1, *y);
+//! }
+//! // Resuming from the saved position gives the same batch again.
+//! loader.set_position(&saved)?;
+//! assert_eq!(loader.next_batch()?.inputs, batch.inputs);
+//! # Ok::<(), brrr_backend::Error>(())
+//! ```
+#![warn(missing_docs)]
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod data_dir;
@@ -33,3 +63,7 @@ pub use prefetch::Prefetcher;
 pub use shard::{Shard, ShardHeader, TokenWidth};
 #[cfg(not(target_arch = "wasm32"))]
 pub use spec::DataSpec;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -34,10 +34,14 @@ use std::sync::Arc;
 /// Where a [`ShardLoader`] stands; its text form goes into checkpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoaderPosition {
+    /// Epochs completed: the epoch the next batch comes from, counting from 0.
     pub epoch: u64,
     /// Batches this rank already took in `epoch`.
     pub batch: u64,
+    /// This loader's data-parallel rank, in `0..world`.
     pub rank: usize,
+    /// Number of data-parallel ranks the epoch is dealt to; a saved position only
+    /// resumes a loader with the same `rank` and `world`.
     pub world: usize,
 }
 
@@ -215,6 +219,7 @@ impl ShardLoader {
         self.batches_per_epoch
     }
 
+    /// Where the loader stands, as a struct ([`BatchSource::position`] gives its text).
     pub fn loader_position(&self) -> LoaderPosition {
         self.pos
     }

@@ -30,8 +30,11 @@ pub const IGNORE: i32 = -1;
 /// `rows` packed rows of `seq` slots, row-major.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackedBatch {
+    /// Number of rows: as many as first-fit decreasing needed for the documents.
     pub rows: usize,
+    /// Slots per row (the window length given to [`pack_documents`]).
     pub seq: usize,
+    /// Input token of each slot, `rows × seq` row-major; 0 on padding.
     pub inputs: Vec<u32>,
     /// The next token, or [`IGNORE`] on padding.
     pub targets: Vec<i32>,

@@ -43,6 +43,9 @@ pub struct Prefetcher {
 }
 
 impl Prefetcher {
+    /// Wraps `source`, to be run `depth` batches ahead. The thread starts on the first
+    /// [`BatchSource::next_batch`], not here; the fingerprint and the starting position
+    /// are the source's.
     pub fn new(source: SendSource, depth: usize) -> Self {
         Prefetcher {
             depth,
@@ -59,6 +62,7 @@ impl Prefetcher {
         self.waited
     }
 
+    /// Batches the producer may run ahead (0: synchronous, no thread).
     pub fn depth(&self) -> usize {
         self.depth
     }

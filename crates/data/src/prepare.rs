@@ -26,6 +26,7 @@ pub enum TokenizerKind {
 }
 
 impl TokenizerKind {
+    /// The name in `data.json` and on the command line: `bytes` or `gpt2`.
     pub fn name(self) -> &'static str {
         match self {
             TokenizerKind::Bytes => "bytes",
@@ -33,6 +34,7 @@ impl TokenizerKind {
         }
     }
 
+    /// Number of token ids: 256 for bytes, 50,257 for GPT-2.
     pub fn vocab_size(self) -> usize {
         match self {
             TokenizerKind::Bytes => 256,
@@ -40,6 +42,7 @@ impl TokenizerKind {
         }
     }
 
+    /// The end-of-text id that precedes every document: 0 for bytes, 50256 for GPT-2.
     pub fn eot(self) -> u32 {
         match self {
             TokenizerKind::Bytes => 0,
@@ -47,6 +50,8 @@ impl TokenizerKind {
         }
     }
 
+    /// The kind named `name` ([`TokenizerKind::name`]'s inverse); any other name is an
+    /// [`Error::Parse`].
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "bytes" => Ok(TokenizerKind::Bytes),
@@ -60,11 +65,15 @@ impl TokenizerKind {
 
 /// A ready tokenizer.
 pub enum Tokenizer {
+    /// Each UTF-8 byte is a token.
     Bytes,
+    /// GPT-2's BPE, the process-wide `r50k_base` tables (built once, on first use).
     Gpt2(&'static tiktoken_rs::CoreBPE),
 }
 
 impl Tokenizer {
+    /// The tokenizer of `kind`; the first GPT-2 one builds its tables, later ones share
+    /// them.
     pub fn new(kind: TokenizerKind) -> Self {
         match kind {
             TokenizerKind::Bytes => Tokenizer::Bytes,
@@ -84,10 +93,14 @@ impl Tokenizer {
 /// What to prepare.
 #[derive(Clone, Debug)]
 pub struct PrepareOptions {
+    /// Input files, read in this order: `.jsonl` files are one document per line, any
+    /// other file is one document of plain UTF-8 text. At least one.
     pub inputs: Vec<PathBuf>,
+    /// Where the shards and `data.json` go (created if missing).
     pub out_dir: PathBuf,
+    /// The tokenizer to write with; it also picks the token width of the shards.
     pub tokenizer: TokenizerKind,
-    /// Tokens per shard (llm.c: 10⁸).
+    /// Tokens per shard (llm.c: 10⁸), in `2..=2^31 - 1` (the header's count is an `i32`).
     pub shard_tokens: usize,
     /// The JSON field holding a document's text in `.jsonl` inputs.
     pub text_field: String,
@@ -101,14 +114,19 @@ pub struct PrepareOptions {
 /// What `prepare` did.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PrepareSummary {
+    /// Documents written (files, or non-blank JSON lines).
     pub documents: u64,
+    /// Tokens written, the end-of-text token before each document included.
     pub tokens: u64,
+    /// The shards' final paths in `out_dir`, validation shard first.
     pub shards: Vec<PathBuf>,
     /// Time spent in the tokenizer only.
     pub tokenize_time: Duration,
 }
 
 impl PrepareSummary {
+    /// Tokenizer throughput: `tokens / tokenize_time`, in tokens per second (file I/O not
+    /// counted).
     pub fn tokens_per_s(&self) -> f64 {
         self.tokens as f64 / self.tokenize_time.as_secs_f64().max(1e-9)
     }

@@ -69,6 +69,7 @@ impl TokenWidth {
 /// What a valid header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShardHeader {
+    /// Bytes per token, from the magic and version words.
     pub width: TokenWidth,
     /// Number of tokens after the header.
     pub tokens: usize,
@@ -267,10 +268,12 @@ impl Shard {
         })
     }
 
+    /// The file the shard was opened from (or the name given to [`Shard::from_bytes`]).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The checked header: token width and count.
     pub fn header(&self) -> ShardHeader {
         self.header
     }
@@ -280,6 +283,7 @@ impl Shard {
         self.header.tokens
     }
 
+    /// Whether the shard holds no tokens.
     pub fn is_empty(&self) -> bool {
         self.header.tokens == 0
     }

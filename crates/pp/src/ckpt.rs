@@ -26,7 +26,10 @@ pub struct StageHeader {
     pub adamw_step: u32,
     /// The stage that wrote it, of `stages`, each with `chunks` model chunks.
     pub stage: usize,
+    /// Stages of the pipeline that wrote it; resuming needs the same.
     pub stages: usize,
+    /// Model chunks per stage (`v`) of the pipeline that wrote it; resuming needs the
+    /// same.
     pub chunks: usize,
     /// Each parameter's name and element count, in file order.
     pub params: Vec<(String, usize)>,
@@ -38,6 +41,7 @@ pub struct StageHeader {
     /// parallelism, and in files written before it existed).
     #[serde(default)]
     pub tp_rank: usize,
+    /// Tensor ranks per stage when it was written (1 when absent from the header).
     #[serde(default = "one")]
     pub tp: usize,
 }

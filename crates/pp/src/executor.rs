@@ -66,6 +66,7 @@ pub struct PipelineStage<B: Backend> {
     pub p: usize,
     /// Chunks per stage.
     pub v: usize,
+    /// The whole model's configuration (not only this stage's layers).
     pub config: GptConfig,
     /// The token and position embeddings (stage 0 only).
     pub embedding: Option<StageEmbedding<B>>,
@@ -73,6 +74,7 @@ pub struct PipelineStage<B: Backend> {
     pub chunks: Vec<StageBlocks<B>>,
     /// The final LayerNorm and tied head (the last stage only).
     pub head: Option<StageHead<B>>,
+    /// AdamW over this stage's parameters only; each stage steps its own.
     pub opt: AdamW<B>,
     backend: B,
     /// The tensor-parallel group of this stage and whether sequence parallelism is on

@@ -14,21 +14,69 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Action {
     /// Forward of micro-batch `mb` through chunk `chunk` (stashes its activations).
-    F { mb: u32, chunk: u32 },
+    F {
+        /// Micro-batch, in `0..m`.
+        mb: u32,
+        /// Chunk on this stage, in `0..v` (model piece `chunk · p + stage`).
+        chunk: u32,
+    },
     /// Backward for the input gradient only (the zero-bubble "B").
-    B { mb: u32, chunk: u32 },
+    B {
+        /// Micro-batch, in `0..m`.
+        mb: u32,
+        /// Chunk on this stage, in `0..v` (model piece `chunk · p + stage`).
+        chunk: u32,
+    },
     /// Backward for the weight gradient only (the zero-bubble "W"), after `B`.
-    W { mb: u32, chunk: u32 },
+    W {
+        /// Micro-batch, in `0..m`.
+        mb: u32,
+        /// Chunk on this stage, in `0..v` (model piece `chunk · p + stage`).
+        chunk: u32,
+    },
     /// The whole backward, `B` and `W` fused (GPipe, 1F1B, interleaved).
-    BW { mb: u32, chunk: u32 },
+    BW {
+        /// Micro-batch, in `0..m`.
+        mb: u32,
+        /// Chunk on this stage, in `0..v` (model piece `chunk · p + stage`).
+        chunk: u32,
+    },
     /// Sends the activation `chunk` produced for `mb` to the stage `to`.
-    SendAct { mb: u32, chunk: u32, to: usize },
+    SendAct {
+        /// Micro-batch, in `0..m`.
+        mb: u32,
+        /// Chunk on this stage that produced the data, in `0..v`.
+        chunk: u32,
+        /// Receiving stage (the next piece's stage).
+        to: usize,
+    },
     /// Receives the input activation of `chunk` for `mb` from the stage `from`.
-    RecvAct { mb: u32, chunk: u32, from: usize },
+    RecvAct {
+        /// Micro-batch, in `0..m`.
+        mb: u32,
+        /// Chunk on this stage that will consume the data, in `0..v`.
+        chunk: u32,
+        /// Sending stage (the previous piece's stage).
+        from: usize,
+    },
     /// Sends the gradient of `chunk`'s input for `mb` to the stage `to`.
-    SendGrad { mb: u32, chunk: u32, to: usize },
+    SendGrad {
+        /// Micro-batch, in `0..m`.
+        mb: u32,
+        /// Chunk on this stage that produced the data, in `0..v`.
+        chunk: u32,
+        /// Receiving stage (the previous piece's stage).
+        to: usize,
+    },
     /// Receives the gradient of `chunk`'s output for `mb` from the stage `from`.
-    RecvGrad { mb: u32, chunk: u32, from: usize },
+    RecvGrad {
+        /// Micro-batch, in `0..m`.
+        mb: u32,
+        /// Chunk on this stage that will consume the data, in `0..v`.
+        chunk: u32,
+        /// Sending stage (the next piece's stage).
+        from: usize,
+    },
 }
 
 impl Action {
@@ -120,7 +168,10 @@ pub enum ScheduleKind {
     /// Pipeline-Parallel DNN Training", ICML 2021).
     OneFOneB,
     /// 1F1B over `v` model chunks per stage (Narayanan et al. 2021, SC).
-    Interleaved { v: usize },
+    Interleaved {
+        /// Model chunks per stage, at least 1.
+        v: usize,
+    },
     /// Zero bubble, 1F1B's memory (Qi et al., "Zero Bubble Pipeline Parallelism",
     /// ICLR 2024, §3.1).
     ZbH1,
@@ -190,6 +241,7 @@ impl fmt::Display for ScheduleKind {
 /// stage's actions in order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Schedule {
+    /// The generator that made it, or [`ScheduleKind::Custom`].
     pub kind: ScheduleKind,
     /// Stages (ranks).
     pub p: usize,

@@ -57,9 +57,13 @@ impl Costs {
 /// One compute action placed in time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Span {
+    /// The stage that ran it.
     pub stage: usize,
+    /// The compute action (F, B, W or BW).
     pub action: Action,
+    /// Start time, in the unit of the [`Costs`] (seconds for a measured run).
     pub start: f64,
+    /// End time, same unit; `end - start` is the action's cost.
     pub end: f64,
 }
 
@@ -200,6 +204,8 @@ impl InFlight {
 /// the action.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Deadlock {
+    /// `(stage, index into the stage's actions, action)` for every stage that had not
+    /// finished, each blocked on a receive whose message never comes.
     pub stuck: Vec<(usize, usize, Action)>,
 }
 

@@ -35,12 +35,16 @@ impl WgpuBuffer {
     pub fn raw(&self) -> &wgpu::Buffer {
         &self.buf
     }
+    /// The element type the buffer holds.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+    /// Number of elements (not bytes, not 32-bit words: a 16-bit buffer of `len`
+    /// elements occupies `len / 2` words, rounded up).
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether the buffer holds no elements.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -70,16 +74,27 @@ pub struct DeviceReport {
     pub api: String,
     /// `DiscreteGpu`, `IntegratedGpu`, `Cpu`, ...
     pub device_type: String,
+    /// Driver name and version info joined by a space; empty where the platform gives
+    /// none (browsers).
     pub driver: String,
     /// Whether the adapter has the `shader-f16` feature. brrr does not need it: f16 and
     /// bf16 are packed in u32 words and converted bit-exactly in WGSL, so every adapter
     /// supports both as storage with f32 arithmetic.
     pub shader_f16: bool,
+    /// Largest buffer the device may create; a larger allocation (after rounding up to
+    /// 16 bytes) is [`Error::LimitExceeded`].
     pub max_buffer_size: u64,
+    /// Largest range of a buffer one storage binding may cover; a larger operand is
+    /// [`Error::LimitExceeded`].
     pub max_storage_buffer_binding_size: u64,
+    /// Storage buffers one kernel may bind; brrr's kernels need at least 6.
     pub max_storage_buffers_per_shader_stage: u32,
+    /// Workgroups per grid dimension; larger grids are split into 2-D grids, and one
+    /// still too large is [`Error::LimitExceeded`].
     pub max_compute_workgroups_per_dimension: u32,
+    /// Invocations in one workgroup; brrr's kernels need at least 256.
     pub max_compute_invocations_per_workgroup: u32,
+    /// Workgroup (shared) memory per workgroup; brrr's kernels need at least 8192.
     pub max_compute_workgroup_storage_size: u32,
 }
 

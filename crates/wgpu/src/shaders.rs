@@ -14,19 +14,36 @@ pub const COMMON: &str = include_str!("../shaders/common.wgsl");
 /// The kernel families, one WGSL file each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
+    /// `elementwise.wgsl`: unary and binary math, axpy, GELU and its backward, fill and
+    /// strided copy.
     Elementwise,
+    /// `cast.wgsl`: dtype conversions, round to nearest even.
     Cast,
+    /// `matmul.wgsl`: batched GEMM in four versions (see [`MatmulKernel`](crate::MatmulKernel)).
     Matmul,
+    /// `reduce.wgsl`: sum, mean, max and min over the middle axis of `[outer, n, inner]`,
+    /// with split forms for few outputs.
     Reduce,
+    /// `softmax.wgsl`: row-wise, optionally causal softmax and its backward.
     Softmax,
+    /// `layernorm.wgsl`: LayerNorm over the last axis (Ba et al. 2016), forward and
+    /// backward.
     LayerNorm,
+    /// `embed.wgsl`: token-embedding lookup and its gradient.
     Embed,
+    /// `loss.wgsl`: cross-entropy of logits against integer targets, and its gradient.
     Loss,
+    /// `optimizer.wgsl`: the fused AdamW step (Loshchilov & Hutter 2019) and gradient
+    /// clipping's coefficient.
     Optimizer,
+    /// `amp.wgsl`: dynamic loss scaling on the device (unscale with a finite check, scale
+    /// update).
     Amp,
 }
 
 impl Family {
+    /// Every family, one per WGSL file (`common.wgsl` is not one: it is prepended to
+    /// every kernel).
     pub const ALL: [Family; 10] = [
         Family::Elementwise,
         Family::Cast,
