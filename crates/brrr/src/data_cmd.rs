@@ -20,7 +20,8 @@ pub struct PrepareArgs {
     /// `bytes` (vocabulary 256, end-of-text = byte 0) or `gpt2` (GPT-2's BPE, 50,257).
     #[arg(long, default_value = "bytes")]
     pub tokenizer: String,
-    /// Tokens per shard (llm.c writes 10^8).
+    /// Tokens per shard (llm.c writes 10^8). The first shard validates, the rest train;
+    /// an input smaller than one shard is split 1:9 instead.
     #[arg(long, default_value_t = 100_000_000)]
     pub shard_tokens: usize,
     /// The JSON field that holds a document's text in `.jsonl` inputs.

@@ -3,7 +3,9 @@
 //! Every document is preceded by the end-of-text token, so the model learns where
 //! documents start and a window that crosses a boundary says so; tokens fill shards of
 //! `shard_tokens` in order (a document may continue in the next shard), the first shard
-//! is the validation split and the rest train. Inputs are plain text files (one document
+//! is the validation split and the rest train; an input smaller than one shard is split
+//! instead, its first tenth validation and the rest one training shard, so that it
+//! trains. Inputs are plain text files (one document
 //! each) or JSON lines (`.jsonl`, one document per line, its text under a field).
 //! A `data.json` beside the shards records the tokenizer, its vocabulary size and
 //! end-of-text id, which `brrr train --data` reads.
@@ -410,6 +412,13 @@ impl<'a> ShardWriter<'a> {
     }
 
     fn finish(mut self) -> Result<Vec<PathBuf>> {
+        if self.written.is_empty() && self.buf.len() >= 2 {
+            // Everything fits in the first shard, which would all be validation and
+            // leave nothing to train on: the first tenth validates, the rest trains.
+            let rest = self.buf.split_off((self.buf.len() / 10).max(1));
+            self.flush()?;
+            self.buf = rest;
+        }
         if !self.buf.is_empty() {
             self.flush()?;
         }

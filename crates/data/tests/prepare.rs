@@ -208,3 +208,31 @@ fn streamed_pieces_tokenize_like_the_whole_text() {
         "the streamed tokens differ from the whole text's"
     );
 }
+
+/// An input smaller than one shard still trains: its first tenth validates and the
+/// rest is one training shard (before, it became a validation shard alone, and
+/// `train --data` found no training shards).
+#[test]
+fn an_input_smaller_than_a_shard_is_split_to_train() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "x".repeat(99)).unwrap();
+    let opts = PrepareOptions {
+        inputs: vec![dir.path().join("a.txt")],
+        out_dir: dir.path().join("out"),
+        tokenizer: TokenizerKind::Bytes,
+        shard_tokens: 1000,
+        text_field: "text".into(),
+        name: "small".into(),
+        replace: false,
+    };
+    let s = prepare(&opts, &mut |_, _| {}).unwrap();
+    assert_eq!((s.tokens, s.shards.len()), (100, 2));
+    let d = open_data_dir(&opts.out_dir).unwrap();
+    assert_eq!((d.val.len(), d.train.len()), (1, 1));
+    assert_eq!(d.val[0].to_vec().len(), 10);
+    assert_eq!(d.train[0].to_vec().len(), 90);
+    let mut all = d.val[0].to_vec();
+    all.extend(d.train[0].to_vec());
+    assert_eq!(all[0], 0, "the end-of-text token first");
+    assert!(all[1..].iter().all(|&t| t == u32::from(b'x')));
+}
