@@ -7,11 +7,15 @@
 //! length, the header as JSON ([`StageHeader`]), then for each parameter in
 //! [`PipelineStage::params`] order its values as little-endian f32, and, when the
 //! optimizer has stepped, each parameter's first and then second moments the same way.
-//! f32 only: the executor trains in f32.
+//! f32 only: the executor trains in f32. The header records a checksum of the floats
+//! (FNV-1a, 64 bits), checked on every read; a parameter or moment that is not finite
+//! (a run that had diverged) is refused on load, by name.
 
 use crate::executor::PipelineStage;
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
+use brrr_train::data::fingerprint;
+use brrr_train::refuse_non_finite;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -44,6 +48,10 @@ pub struct StageHeader {
     /// Tensor ranks per stage when it was written (1 when absent from the header).
     #[serde(default = "one")]
     pub tp: usize,
+    /// [`brrr_train::data::fingerprint`] of the floats after the header, checked on
+    /// every read (absent only in files written before it was kept, read unchecked).
+    #[serde(default)]
+    pub checksum: Option<String>,
 }
 
 fn one() -> usize {
@@ -126,6 +134,15 @@ pub fn read_stage_file(path: &Path) -> Result<(StageHeader, Vec<f32>)> {
             body.len()
         )));
     }
+    if let Some(recorded) = &header.checksum {
+        let read = fingerprint(body);
+        if read != *recorded {
+            return Err(bad(format!(
+                "checksum mismatch: the header records {recorded}, the data reads {read}; \
+                 the file changed after it was written (a flipped bit, a bad copy)"
+            )));
+        }
+    }
     let floats = body
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
@@ -165,21 +182,28 @@ impl<B: Backend> PipelineStage<B> {
             data_position: data_position.to_string(),
             tp_rank: self.tp_rank(),
             tp: self.tp_size(),
+            checksum: None,
+        };
+        let mut data = Vec::new();
+        for p in &params {
+            bytes_of(&p.value.to_vec_f32()?, &mut data);
+        }
+        for (m, _) in &self.opt.moments {
+            bytes_of(&m.to_vec_f32()?, &mut data);
+        }
+        for (_, v) in &self.opt.moments {
+            bytes_of(&v.to_vec_f32()?, &mut data);
+        }
+        let header = StageHeader {
+            checksum: Some(fingerprint(&data)),
+            ..header
         };
         let json = serde_json::to_vec(&header)
             .map_err(|e| Error::invalid("PipelineStage::save_checkpoint", e.to_string()))?;
         let mut out = MAGIC.to_vec();
         out.extend_from_slice(&(json.len() as u64).to_le_bytes());
         out.extend_from_slice(&json);
-        for p in &params {
-            bytes_of(&p.value.to_vec_f32()?, &mut out);
-        }
-        for (m, _) in &self.opt.moments {
-            bytes_of(&m.to_vec_f32()?, &mut out);
-        }
-        for (_, v) in &self.opt.moments {
-            bytes_of(&v.to_vec_f32()?, &mut out);
-        }
+        out.extend_from_slice(&data);
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("{}: creating the directory", dir.display()), e))?;
         let path = self.checkpoint_path(dir);
@@ -230,6 +254,15 @@ impl<B: Backend> PipelineStage<B> {
         let mut moments = Vec::new();
         for p in self.params_mut() {
             let n = p.numel();
+            let f64s = |r: std::ops::Range<usize>| floats[r].iter().map(|&x| f64::from(x));
+            let in_file = |e: Error| Error::file(&path, e.to_string());
+            refuse_non_finite(&p.name, "value", f64s(at..at + n)).map_err(in_file)?;
+            if header.has_moments {
+                refuse_non_finite(&p.name, "first moment", f64s(total + at..total + at + n))
+                    .map_err(in_file)?;
+                let v = 2 * total + at..2 * total + at + n;
+                refuse_non_finite(&p.name, "second moment", f64s(v)).map_err(in_file)?;
+            }
             let shape = p.value.shape().clone();
             p.value = Tensor::from_f32(&backend, &floats[at..at + n], shape.clone(), DType::F32)?;
             if header.has_moments {

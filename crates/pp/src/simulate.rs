@@ -209,6 +209,19 @@ pub struct Deadlock {
     pub stuck: Vec<(usize, usize, Action)>,
 }
 
+impl std::fmt::Display for Deadlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the schedule deadlocks:")?;
+        for (stage, i, action) in &self.stuck {
+            write!(f, " stage {stage} waits at action {i} ({action})")?;
+            f.write_str(";")?;
+        }
+        write!(f, " a message each waits for is never sent")
+    }
+}
+
+impl std::error::Error for Deadlock {}
+
 /// A message's identity: sender, receiver, whether it is a gradient, micro-batch, and
 /// the receiving chunk.
 type MsgKey = (usize, usize, bool, u32, u32);

@@ -370,6 +370,45 @@ fn resume_from_stage_checkpoints_gives_bitwise_the_same_losses() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("pp-stage0-of4.bin"), "{e}");
+    let load_stage_1 = || {
+        run_in_process(1, |_| {
+            let b = CpuBackend::new();
+            let mut stage = PipelineStage::new(model(&b), 1, p, 1, AdamWConfig::default())?;
+            Ok(stage.load_checkpoint(&dir).map(|_| ())?)
+        })
+        .remove(0)
+        .unwrap_err()
+        .to_string()
+    };
+    // One flipped bit in the floats: the checksum catches it.
+    let path1 = brrr_pp::stage_path(&dir, 1, p);
+    let good = std::fs::read(&path1).unwrap();
+    let mut flipped = good.clone();
+    *flipped.last_mut().unwrap() ^= 0x04;
+    std::fs::write(&path1, &flipped).unwrap();
+    let e = load_stage_1();
+    assert!(
+        e.contains("pp-stage1-of2.bin") && e.contains("checksum mismatch"),
+        "{e}"
+    );
+    // A NaN written by a run that had diverged (its checksum valid): refused by name.
+    let hlen = u64::from_le_bytes(good[8..16].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&good[16..16 + hlen]).unwrap();
+    let first = header["params"][0][0].as_str().unwrap().to_string();
+    let mut data = good[16 + hlen..].to_vec();
+    data[4..8].copy_from_slice(&f32::NAN.to_le_bytes());
+    header["checksum"] = brrr_train::data::fingerprint(&data).into();
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut nan = good[..8].to_vec();
+    nan.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    nan.extend_from_slice(&header);
+    nan.extend_from_slice(&data);
+    std::fs::write(&path1, &nan).unwrap();
+    let e = load_stage_1();
+    assert!(
+        e.contains(&format!("value of {first:?} holds NaN at element 1")) && e.contains("diverged"),
+        "{e}"
+    );
     std::fs::write(brrr_pp::stage_path(&dir, 0, p), b"garbage").unwrap();
     let e = run_in_process(1, |_| {
         let b = CpuBackend::new();

@@ -218,6 +218,14 @@ fn a_deadlock_is_named() {
         msg.contains("stage 1, action #2 RecvAct(mb 1, chunk 0, from stage 0): waits forever"),
         "{msg}"
     );
+    // The simulator's error is a std error saying the same, so `?` can pass it on.
+    let e: Box<dyn std::error::Error> =
+        Box::new(brrr_pp::simulate(&s, brrr_pp::Costs::unit()).unwrap_err());
+    let text = e.to_string();
+    assert!(
+        text.contains("deadlocks") && text.contains("stage 0 waits at action 2 (RecvGrad"),
+        "{text}"
+    );
 }
 
 #[test]
