@@ -126,6 +126,11 @@ links() {
     book_gen links book/book
 }
 
+# The README's headline figures, each against the section of bench/ its link names.
+readme_figures() {
+    book_gen readme README.md
+}
+
 # Snippets say `extern crate brrr_perf;`; only the crates they use are built, into their
 # own target dir, so that mdbook's -L sees one rlib per crate.
 mdbook_test() {
@@ -205,6 +210,7 @@ step "lavapipe (Vulkan on the CPU)" lavapipe
 step "generated tables and figures up to date" generated
 step "mdbook build" build_book
 step "link check (book/book)" links
+step "README figures match their sources" readme_figures
 step "mdbook test" mdbook_test
 step "clippy brrr-exercises --features solutions" clippy_solutions
 step "exercises: solutions pass" solutions

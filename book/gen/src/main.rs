@@ -4,6 +4,7 @@
 //! cargo run -p brrr-book-gen -- generate book/src/generated   # (re)write the generated files
 //! cargo run -p brrr-book-gen -- check book/src/generated      # fail if they are stale
 //! cargo run -p brrr-book-gen -- links book/book               # link check of the built HTML
+//! cargo run -p brrr-book-gen -- readme README.md              # its figures against their sources
 //! ```
 //!
 //! Every number and figure in the book's chapters comes from here, computed by the
@@ -21,6 +22,7 @@ mod links;
 mod md;
 mod memory;
 mod pipeline;
+mod readme;
 mod regimes;
 mod training;
 
@@ -118,7 +120,19 @@ fn run(args: &[String]) -> Result<(), String> {
                 Err(format!("broken links:\n  {}", r.broken.join("\n  ")))
             }
         }
-        _ => Err("usage: brrr-book-gen generate|check DIR | links HTML_DIR".into()),
+        [cmd, path] if cmd == "readme" => {
+            let (rows, problems) = readme::check(Path::new(path))?;
+            if problems.is_empty() {
+                println!("{path}: {rows} headline figures found in their sources");
+                Ok(())
+            } else {
+                Err(format!(
+                    "{path}: quoted figures that their sources do not hold:\n  {}",
+                    problems.join("\n  ")
+                ))
+            }
+        }
+        _ => Err("usage: brrr-book-gen generate|check DIR | links HTML_DIR | readme README".into()),
     }
 }
 
