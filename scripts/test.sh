@@ -25,6 +25,7 @@
 #                           run here inside the tests and web steps).
 #   scripts/test-book.sh    installs mdbook; the book and the exercises (stubs fail,
 #                           solutions pass).
+#   scripts/test-crates.sh  API docs, `cargo package` of every library crate, tests/outside.
 #   scripts/test-web.sh     installs wasm-bindgen and puppeteer-core; the wasm32 tests, the
 #                           app's build (scripts/build-web.sh), end to end in Chromium.
 set -euo pipefail
@@ -190,6 +191,9 @@ step "tests" tests
 step "mpi (scripts/test-mpi.sh)" bash scripts/test-mpi.sh
 # nextest does not run doctests.
 step "doctests" cargo test --workspace --doc --features "$BRRR_FEATURES"
+# The crates as others get them: API docs without warnings, `cargo package` for each,
+# and tests/outside (a project of its own) built against them and run.
+step "crates alone (scripts/test-crates.sh)" bash scripts/test-crates.sh
 # The book (mdbook build, test, links, generated pages) and the exercises both ways.
 export BRRR_WEB_BUILDS_WASM32=1
 step "book (scripts/test-book.sh)" bash scripts/test-book.sh

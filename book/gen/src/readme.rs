@@ -132,9 +132,7 @@ fn numbers(text: &str) -> Vec<String> {
         while i < chars.len() {
             let c = chars[i];
             let next_digit = chars.get(i + 1).is_some_and(char::is_ascii_digit);
-            if c.is_ascii_digit() {
-                n.push(c);
-            } else if c == '.' && next_digit {
+            if c.is_ascii_digit() || (c == '.' && next_digit) {
                 n.push(c);
             } else if !(c == ',' && thousands(&chars[i + 1..])) {
                 break;
