@@ -216,11 +216,17 @@ impl Log2Histogram {
 /// How a set of values fares in a format, as counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct FateCounts {
+    /// Values that were exactly zero ([`Fate::Zero`]).
     pub zero: u64,
+    /// Values that round to a normal number ([`Fate::Normal`]).
     pub normal: u64,
+    /// Values kept as subnormals, with fewer significant bits ([`Fate::Subnormal`]).
     pub subnormal: u64,
+    /// Non-zero values that round to zero ([`Fate::Underflow`]): lost gradient.
     pub underflow: u64,
+    /// Finite values that round to infinity ([`Fate::Overflow`]).
     pub overflow: u64,
+    /// Values already infinite or NaN ([`Fate::NonFinite`]).
     pub non_finite: u64,
 }
 

@@ -23,6 +23,45 @@
 //! ([`segment_seed`]) that depends only on the step's seed, the micro-batch and the
 //! segment, never on how many times the forward ran: a layer that draws random numbers
 //! must draw them from that seed so that a recomputation replays the same mask.
+//!
+//! ## Example
+//!
+//! Plan √n checkpointing for a 4-block GPT (5 segments: 4 blocks and the head), compare
+//! its memory with keeping everything, then run it: the gradients are the plain step's.
+//!
+//! ```
+//! use brrr_checkpoint::{GptShape, Recompute, Strategy};
+//! use brrr_cpu::CpuBackend;
+//! use brrr_nn::{DType, Gpt, GptConfig, MicroBatch, Module, Tensor};
+//! use rand::SeedableRng;
+//!
+//! let shape = GptShape {
+//!     n_layer: 4, n_head: 2, n_embd: 16, vocab_size: 16, batch: 1, seq_len: 8, dtype_bytes: 4,
+//! };
+//! let chain = shape.chain();
+//! let sqrt = Strategy::Sqrt.plan(&chain)?;
+//! assert_eq!(sqrt.to_text(), "Fck0 F∅1 Fck2 F∅3 Fall4 B4 Fall2 Fall3 B3 B2 Fall0 Fall1 B1 B0");
+//! let keep_all = Strategy::None.plan(&chain)?.simulate(&chain)?;
+//! let curve = sqrt.simulate(&chain)?;
+//! assert!(curve.peak < keep_all.peak); // less memory (bytes) ...
+//! assert!(curve.extra_cost > 0.0 && curve.extra_cost < chain.forward_cost()); // < 1 forward
+//!
+//! let cpu = CpuBackend::new();
+//! let config = GptConfig { vocab_size: 16, block_size: 8, n_layer: 4, n_head: 2, n_embd: 16 };
+//! let mut gpt = Gpt::new(&cpu, config, DType::F32, &mut rand_chacha::ChaCha8Rng::seed_from_u64(0))?;
+//! let ids = Tensor::from_u32(&cpu, &[1, 2, 3, 4, 5, 6, 7, 8], [1, 8])?;
+//! let targets = Tensor::from_i32(&cpu, &[2, 3, 4, 5, 6, 7, 8, 9], [1, 8])?;
+//! let mut exec = Recompute::new(sqrt, &chain)?;
+//! exec.forward_loss(&mut gpt, MicroBatch(0), &ids, &targets)?;
+//! exec.backward(&mut gpt, MicroBatch(0), 1.0 / 8.0)?;
+//! let recomputed = gpt.wte.weight.grad.to_vec_f32()?; // every block's backward reaches it
+//! gpt.zero_grad()?;
+//! gpt.forward_loss(&ids, &targets)?;
+//! gpt.backward(1.0 / 8.0)?;
+//! assert_eq!(recomputed, gpt.wte.weight.grad.to_vec_f32()?); // bit for bit
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![warn(missing_docs)]
 
 mod chain;
 #[cfg(feature = "executor")]
@@ -101,3 +140,7 @@ impl fmt::Display for PlanError {
 }
 
 impl std::error::Error for PlanError {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

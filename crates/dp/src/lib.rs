@@ -33,6 +33,39 @@
 //!   ([`write_consolidated`] writes it, atomically), which `brrr sample` and a one-device
 //!   `brrr train --resume` read.
 //! - [`estimate_model_states`]: what `brrr-perf` predicts each rank holds.
+//!
+//! ## Example
+//!
+//! Two ranks (threads here; processes under `brrr launch`) train with ZeRO stage 2, each
+//! on half of every global batch, and their losses follow one device's.
+//!
+//! ```
+//! use brrr_collectives::run_in_process;
+//! use brrr_cpu::CpuBackend;
+//! use brrr_dp::{DataParallel, DpConfig};
+//! use brrr_nn::GptConfig;
+//! use brrr_train::{Batcher, TrainConfig, Trainer};
+//!
+//! let mut config = TrainConfig { batch_size: 4, seq_len: 16, lr: 1e-2, ..TrainConfig::default() };
+//! config.model = GptConfig { vocab_size: 256, block_size: 16, n_layer: 1, n_head: 2, n_embd: 16 };
+//! let text = b"It is a truth universally acknowledged, that a single man in possession".repeat(4);
+//! let data = || Batcher::new(&text, config.batch_size, config.seq_len, config.seed).map(Box::new);
+//!
+//! let mut one = Trainer::new(&CpuBackend::new(), config.clone(), data()?, Vec::new())?;
+//! let one_device = [one.step_blocking()?.loss, one.step_blocking()?.loss];
+//! let ranks = run_in_process(2, |comm| {
+//!     let zero2 = DpConfig::new(2, 2); // 2 ranks, moments and gradients sharded
+//!     let mut dp = DataParallel::new(&CpuBackend::new(), config.clone(), zero2, comm, data()?)?;
+//!     Ok([dp.step()?.loss, dp.step()?.loss])
+//! });
+//! for losses in ranks {
+//!     for (a, b) in losses?.iter().zip(&one_device) {
+//!         assert!((a - b).abs() < 1e-5, "rank {a} vs one device {b}");
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![warn(missing_docs)]
 
 #[cfg(not(target_arch = "wasm32"))]
 mod amp;
@@ -72,3 +105,7 @@ pub use engine::{DataParallel, StepReport};
 pub use layout::{FlatLayout, ParamSlot, Pieces, Segment, segments};
 pub use memory::{estimate_model_states, padded_elems};
 pub use overlap::hidden_fraction;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

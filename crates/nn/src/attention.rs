@@ -54,7 +54,9 @@ pub enum AttentionSaved<B: Backend> {
     Composite(CompositeSaved<B>),
     /// The fused kernel: `c_attn`'s output `[B, T, 3·H·D]` and the kernel's outputs.
     Fused {
+        /// `c_attn`'s output `[B, T, 3·H·D]`, which the kernel read q, k and v from.
         qkv: Tensor<B>,
+        /// The kernel's output `y` and its per-row log-sum-exp.
         out: AttentionOut<B>,
     },
 }
@@ -62,9 +64,15 @@ pub enum AttentionSaved<B: Backend> {
 /// q, k, v as `[B·H, T, D]` and the softmax output `[B·H, T, T]` (`None` under
 /// selective recomputation, see [`CausalSelfAttention::recompute_scores`]).
 pub struct CompositeSaved<B: Backend> {
+    /// Queries `[B·H, T, D]`, in the core's dtype.
     pub q: Tensor<B>,
+    /// Keys `[B·H, T, D]`, in the core's dtype.
     pub k: Tensor<B>,
+    /// Values `[B·H, T, D]`, in the core's dtype.
     pub v: Tensor<B>,
+    /// The attention probabilities `[B·H, T, T]`; `None` when
+    /// [`CausalSelfAttention::recompute_scores`] was set, and the backward recomputes
+    /// them from `q` and `k`.
     pub att: Option<Tensor<B>>,
     /// The segment ids the forward masked with, so a recomputation masks the same.
     pub segments: Option<Tensor<B>>,

@@ -10,13 +10,21 @@ pub struct Block<B: Backend> {
     /// The block's name (`h.3`): its parameters' prefix, and the name of its regions
     /// in a profile ([`Backend::begin_region`]).
     pub name: String,
+    /// The LayerNorm before attention.
     pub ln_1: LayerNorm<B>,
+    /// The attention branch.
     pub attn: CausalSelfAttention<B>,
+    /// The LayerNorm before the MLP.
     pub ln_2: LayerNorm<B>,
+    /// The feed-forward branch.
     pub mlp: Mlp<B>,
 }
 
 impl<B: Backend> Block<B> {
+    /// A block of width `n_embd` with `n_head` heads (`n_embd` must divide by it, or
+    /// the attention's construction fails), parameters named `{name}.ln_1.weight`,
+    /// `{name}.attn.c_attn.weight`, ...; `proj_std` is the init std of the two residual
+    /// projections (`attn.c_proj`, `mlp.c_proj`), the other weights get 0.02.
     pub fn new(
         backend: &B,
         name: &str,

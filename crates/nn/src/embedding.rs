@@ -6,12 +6,14 @@ use rand::Rng;
 /// A lookup table `[rows, dim]`: token embeddings (ids are tokens) and learned
 /// positional embeddings (ids are positions) are the same layer.
 pub struct Embedding<B: Backend> {
+    /// The table `[rows, dim]`, named `{name}.weight`.
     pub weight: Param<B>,
     /// The ids of each micro-batch in flight, for the scatter-add.
     pub saved_ids: Stash<Tensor<B>>,
 }
 
 impl<B: Backend> Embedding<B> {
+    /// A `[rows, dim]` table drawn from `N(0, std²)` with `rng`.
     pub fn new(
         backend: &B,
         name: &str,

@@ -9,18 +9,22 @@ pub struct Gelu<B: Backend> {
 }
 
 impl<B: Backend> Gelu<B> {
+    /// A GELU with nothing saved.
     pub fn new() -> Self {
         Gelu {
             saved_input: Stash::new(),
         }
     }
 
+    /// `gelu(x)` element by element, any shape; saves `x` (a view, no copy) under `mb`.
     pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
         let y = x.gelu()?;
         self.saved_input.put(mb, x.clone());
         Ok(y)
     }
 
+    /// `dx = dy · gelu'(x)` from the input saved under `mb`, which it frees; an error if
+    /// `mb` has nothing saved.
     pub fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
         let x = self.saved_input.take(mb, "Gelu")?;
         x.gelu_backward(dy)

@@ -8,11 +8,15 @@ use serde::{Deserialize, Serialize};
 /// The shape of a GPT.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GptConfig {
+    /// Rows of the token embedding, and width of the logits.
     pub vocab_size: usize,
     /// Context length: the longest sequence the positional table covers.
     pub block_size: usize,
+    /// Number of transformer blocks.
     pub n_layer: usize,
+    /// Attention heads per block; must divide `n_embd`.
     pub n_head: usize,
+    /// Width `C` of the residual stream (the embeddings).
     pub n_embd: usize,
 }
 
@@ -71,10 +75,15 @@ impl GptConfig {
 /// [`MicroBatch`] id and [`Gpt::backward_mb`] of the same id uses those activations.
 /// [`Gpt::forward_loss`] and [`Gpt::backward`] are micro-batch 0.
 pub struct Gpt<B: Backend> {
+    /// The shape it was built with.
     pub config: GptConfig,
+    /// Token embedding `[vocab_size, n_embd]`, also the output head (tied).
     pub wte: Embedding<B>,
+    /// Learned positional embedding `[block_size, n_embd]`.
     pub wpe: Embedding<B>,
+    /// The blocks, `h.0` to `h.{n_layer-1}`, input first.
     pub h: Vec<Block<B>>,
+    /// The final LayerNorm before the head.
     pub ln_f: LayerNorm<B>,
     saved: Stash<HeadSaved<B>>,
 }

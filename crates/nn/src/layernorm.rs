@@ -4,8 +4,11 @@ use brrr_tensor::{LayerNormStats, Tensor};
 
 /// LayerNorm over the last dimension (Ba et al. 2016), `gamma = 1`, `beta = 0` at init.
 pub struct LayerNorm<B: Backend> {
+    /// The scale `γ`, `[dim]`, named `{name}.weight` (PyTorch's and GPT-2's name).
     pub gamma: Param<B>,
+    /// The shift `β`, `[dim]`, named `{name}.bias`.
     pub beta: Param<B>,
+    /// Added to the variance before the square root: `1e-5`, PyTorch's default.
     pub eps: f32,
     /// The input and its per-row mean and 1/std of each micro-batch in flight, saved
     /// for the backward.
@@ -13,6 +16,7 @@ pub struct LayerNorm<B: Backend> {
 }
 
 impl<B: Backend> LayerNorm<B> {
+    /// A LayerNorm over `dim` features with `γ = 1`, `β = 0`, `eps = 1e-5`.
     pub fn new(backend: &B, name: &str, dim: usize, dtype: DType) -> Result<Self> {
         Ok(LayerNorm {
             gamma: Param::new(
@@ -28,12 +32,17 @@ impl<B: Backend> LayerNorm<B> {
         })
     }
 
+    /// `[.., dim] -> [.., dim]`: `(x - mean) / sqrt(var + eps) · γ + β` per row (biased
+    /// variance); saves `x` and each row's mean and `1/std` under `mb`.
     pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
         let (y, stats) = x.layernorm(&self.gamma.value, &self.beta.value, self.eps)?;
         self.saved.put(mb, (x.clone(), stats));
         Ok(y)
     }
 
+    /// Returns `dx` and accumulates into `γ`'s and `β`'s gradients (in f32 when those
+    /// are f32 beside 16-bit activations); frees what `mb` saved, and is an error if it
+    /// saved nothing.
     pub fn backward(&mut self, mb: MicroBatch, dy: &Tensor<B>) -> Result<Tensor<B>> {
         let (x, stats) = self.saved.take(mb, "LayerNorm")?;
         if self.gamma.grad.dtype() != x.dtype() {

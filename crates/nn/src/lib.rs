@@ -29,6 +29,36 @@
 //!   [`CosineSchedule`]; gradient accumulation is a loss scale of `1/k` on each of `k`
 //!   micro-batches, because every backward accumulates;
 //! - [`gradcheck`]: finite-difference checks in f64 used by every layer's tests.
+//!
+//! ## Example
+//!
+//! A tiny GPT learns to repeat a token sequence: forward to per-position losses, backward
+//! from their mean (`dloss = 1/n`), one AdamW step, and the loss falls.
+//!
+//! ```
+//! use brrr_cpu::CpuBackend;
+//! use brrr_nn::{AdamW, AdamWConfig, DType, Gpt, GptConfig, Module, Tensor};
+//! use rand::SeedableRng;
+//!
+//! let cpu = CpuBackend::new();
+//! let config = GptConfig { vocab_size: 16, block_size: 8, n_layer: 1, n_head: 2, n_embd: 16 };
+//! let mut gpt = Gpt::new(&cpu, config, DType::F32, &mut rand_chacha::ChaCha8Rng::seed_from_u64(0))?;
+//! let ids = Tensor::from_u32(&cpu, &[1, 2, 3, 4, 5, 6, 7, 8], [1, 8])?; // [B, T]
+//! let targets = Tensor::from_i32(&cpu, &[2, 3, 4, 5, 6, 7, 8, 9], [1, 8])?; // the next token
+//! let mut opt = AdamW::new(AdamWConfig::default());
+//! let mut losses = Vec::new();
+//! for _ in 0..20 {
+//!     gpt.zero_grad()?; // backwards accumulate
+//!     let loss = gpt.forward_loss(&ids, &targets)?.mean_all()?.to_scalar_f64()?;
+//!     gpt.backward(1.0 / 8.0)?; // the mean over 8 positions
+//!     opt.step(gpt.params_mut(), 1e-2, 1.0)?;
+//!     losses.push(loss);
+//! }
+//! assert!((losses[0] - brrr_nn::loss::uniform_loss(16)).abs() < 0.1); // ln(V) at init
+//! assert!(losses[19] < 0.5 * losses[0], "{losses:?}");
+//! # Ok::<(), brrr_nn::Error>(())
+//! ```
+#![warn(missing_docs)]
 
 mod attention;
 mod block;
@@ -72,3 +102,7 @@ pub use stash::{MicroBatch, Stash};
 
 pub use brrr_backend::{Backend, DType, Error, Result};
 pub use brrr_tensor::Tensor;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -40,7 +40,9 @@ pub trait LinearLayer<B: Backend>: Module<B> {
 
 /// `y = x Wᵀ + b` with `W: [out, in]` (PyTorch's layout) over the last dimension of x.
 pub struct Linear<B: Backend> {
+    /// `W: [out, in]`, named `{name}.weight`.
     pub weight: Param<B>,
+    /// `b: [out]`, named `{name}.bias`; `None` for a layer built without one.
     pub bias: Option<Param<B>>,
     /// The input `[rows, in]` of each micro-batch in flight, saved by `forward` for the
     /// weight gradient.

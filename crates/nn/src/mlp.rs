@@ -11,12 +11,16 @@ use rand::Rng;
 pub struct Mlp<B: Backend> {
     /// `[.., C] -> [.., inner]`.
     pub c_fc: Box<dyn LinearLayer<B>>,
+    /// The activation between the projections (tanh approximation).
     pub gelu: Gelu<B>,
     /// `[.., inner] -> [.., C]`.
     pub c_proj: Box<dyn LinearLayer<B>>,
 }
 
 impl<B: Backend> Mlp<B> {
+    /// An MLP of width `n_embd` and inner width `4·n_embd` (GPT-2), parameters named
+    /// `{name}.c_fc.*` and `{name}.c_proj.*`; `c_fc`'s weights from `N(0, 0.02²)`,
+    /// `c_proj`'s (a residual projection) from `N(0, proj_std²)`, biases zero.
     pub fn new(
         backend: &B,
         name: &str,

@@ -6,9 +6,14 @@ use brrr_tensor::Tensor;
 /// β = (0.9, 0.95), ε = 1e-8, weight decay 0.1.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AdamWConfig {
+    /// Decay rate of the first moment (the gradient's running mean).
     pub beta1: f32,
+    /// Decay rate of the second moment (the squared gradient's running mean).
     pub beta2: f32,
+    /// Added to `sqrt(v̂)` in the denominator, against division by zero.
     pub eps: f32,
+    /// Decoupled decay: each step subtracts `lr · weight_decay · p` from a matrix
+    /// parameter (never from a bias or LayerNorm parameter, see [`AdamW`]).
     pub weight_decay: f32,
 }
 
@@ -29,6 +34,7 @@ impl Default for AdamWConfig {
 /// biases or LayerNorm parameters, as in GPT-2/3 training code: decaying a gain towards
 /// zero fights the normalisation it is there to undo.
 pub struct AdamW<B: Backend> {
+    /// The hyper-parameters every step uses.
     pub config: AdamWConfig,
     /// Updates taken so far (the `t` of the bias correction).
     pub step: u32,
@@ -37,6 +43,9 @@ pub struct AdamW<B: Backend> {
 }
 
 impl<B: Backend> AdamW<B> {
+    /// An optimizer with no state yet: the moments are allocated (zeros, f32, one pair
+    /// per parameter) by the first step, which fixes the number and order of parameters
+    /// every later step must pass.
     pub fn new(config: AdamWConfig) -> Self {
         AdamW {
             config,

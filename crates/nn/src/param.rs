@@ -9,6 +9,7 @@ use brrr_tensor::Tensor;
 /// and rewrites `value` from it (rounded once), so updates smaller than `value`'s
 /// precision still add up (Micikevicius et al. 2018, "Mixed Precision Training", §3.1).
 pub struct Param<B: Backend> {
+    /// Dotted path such as `h.0.attn.c_attn.weight` (GPT-2's checkpoint names).
     pub name: String,
     /// The values layers compute with (the compute dtype).
     pub value: Tensor<B>,
@@ -86,10 +87,12 @@ impl<B: Backend> Param<B> {
         }
     }
 
+    /// Sets the gradient to zero, in place (its buffer must not be shared).
     pub fn zero_grad(&mut self) -> Result<()> {
         self.grad.fill_(0.0)
     }
 
+    /// Number of elements of the parameter.
     pub fn numel(&self) -> usize {
         self.value.elem_count()
     }
@@ -98,7 +101,9 @@ impl<B: Backend> Param<B> {
 /// Anything with parameters. Names are dotted paths (`h.0.attn.c_attn.weight`), the
 /// same as GPT-2's checkpoints use.
 pub trait Module<B: Backend> {
+    /// Every parameter, in a fixed order (the order optimizers and checkpoints rely on).
     fn params(&self) -> Vec<&Param<B>>;
+    /// Every parameter, writable, in the same order as [`Module::params`].
     fn params_mut(&mut self) -> Vec<&mut Param<B>>;
 
     /// Drops everything `forward` saved for the backward (its activations), for a
@@ -119,6 +124,8 @@ pub trait Module<B: Backend> {
         ))
     }
 
+    /// Zeroes every parameter's gradient (before a step's first backward: backwards
+    /// accumulate).
     fn zero_grad(&mut self) -> Result<()> {
         for p in self.params_mut() {
             p.zero_grad()?;
@@ -126,6 +133,7 @@ pub trait Module<B: Backend> {
         Ok(())
     }
 
+    /// Total number of parameter elements.
     fn num_params(&self) -> usize {
         self.params().iter().map(|p| p.numel()).sum()
     }

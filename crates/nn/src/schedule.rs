@@ -2,9 +2,13 @@
 /// restarts; the schedule of GPT-3, Brown et al. 2020, App. B).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CosineSchedule {
+    /// The peak learning rate, reached at the end of warmup.
     pub max_lr: f64,
+    /// The floor the decay ends at, and the rate after `total_steps`.
     pub min_lr: f64,
+    /// Steps of linear warmup (0: none).
     pub warmup_steps: u64,
+    /// The step at which the decay reaches `min_lr` (warmup included).
     pub total_steps: u64,
 }
 

@@ -19,7 +19,9 @@ use std::ops::Range;
 
 /// The first stage: token plus position embeddings, ids `[B, T]` to `[B, T, C]`.
 pub struct EmbeddingStage<B: Backend> {
+    /// Token embedding `[V, C]`: the original; the head stage holds a copy.
     pub wte: Embedding<B>,
+    /// Positional embedding `[block_size, C]`.
     pub wpe: Embedding<B>,
     /// The longest sequence `wpe` covers.
     pub block_size: usize,
@@ -62,6 +64,7 @@ impl<B: Backend> Module<B> for EmbeddingStage<B> {
 pub struct BlocksStage<B: Backend> {
     /// Index of `h[0]` in the whole model (its parameters are named `h.{first_layer}.…`).
     pub first_layer: usize,
+    /// The blocks, in order (possibly none).
     pub h: Vec<Block<B>>,
 }
 
@@ -129,6 +132,7 @@ impl<B: Backend> Module<B> for BlocksStage<B> {
 /// cross-entropy. `wte` is this stage's copy of the embedding matrix (see
 /// [`sum_tied_grads`]).
 pub struct HeadStage<B: Backend> {
+    /// The final LayerNorm.
     pub ln_f: LayerNorm<B>,
     /// The tied weight `[V, C]`, named `wte.weight` like the embedding stage's.
     pub wte: Param<B>,
@@ -219,10 +223,13 @@ impl<B: Backend> Module<B> for HeadStage<B> {
 
 /// A [`Gpt`] cut into stages by [`Gpt::into_stages`].
 pub struct GptStages<B: Backend> {
+    /// The whole model's shape.
     pub config: GptConfig,
+    /// The first stage.
     pub embedding: EmbeddingStage<B>,
     /// One entry per requested range of blocks, in order.
     pub blocks: Vec<BlocksStage<B>>,
+    /// The last stage.
     pub head: HeadStage<B>,
 }
 

@@ -1,31 +1,5 @@
 //! [`FlatBuffer`]: many tensors in one device buffer, each written in place through a
 //! view.
-//!
-//! llm.c keeps every parameter in one `params_memory` and every gradient in one
-//! `grads_memory`: one allocation, and a bucket of gradients is all-reduced where it
-//! lies, without gathering it first (PyTorch's DDP does the same with
-//! `gradient_as_bucket_view`). A [`Tensor`] writes in place only while it holds its
-//! buffer alone, so that a view never changes behind another's back, and the views of
-//! one flat buffer all share it. `FlatBuffer` is the owner that reconciles the two: it
-//! keeps the buffer and lends one part at a time ([`FlatBuffer::with_part`]) as a view
-//! that holds the buffer alone while it is lent. The kernels write into that view at its
-//! offset (the backend's ops on part of a buffer: `GemmSpec`'s offsets,
-//! `EmbeddingSpec::table_at`, `axpy`'s `y_offset`, ...), so nothing is copied.
-//!
-//! ```
-//! use brrr_cpu::CpuBackend;
-//! use brrr_tensor::{DType, FlatBuffer, Tensor};
-//!
-//! let cpu = CpuBackend::new();
-//! let mut grads = FlatBuffer::zeros(&cpu, DType::F32, [("w", vec![2, 3]), ("b", vec![3])])?;
-//! let x = Tensor::from_f32(&cpu, &[1.0, 2.0], [2, 1], DType::F32)?;
-//! let dy = Tensor::from_f32(&cpu, &[1.0, 0.0, -1.0], [1, 3], DType::F32)?;
-//! // dW += x · dy, written where "w" lives in the flat buffer.
-//! grads.with_part(0, |w| Tensor::matmul_into(w, &x, &dy, 1.0, 1.0))?;
-//! grads.with_part(1, |b| b.add_(&dy.reshape([3])?))?;
-//! assert_eq!(grads.whole()?.to_vec_f32()?, [1.0, 0.0, -1.0, 2.0, 0.0, -2.0, 1.0, 0.0, -1.0]);
-//! # Ok::<(), brrr_tensor::Error>(())
-//! ```
 
 use crate::Tensor;
 use brrr_backend::{Backend, DType, ElemRange, Error, Result, Shape};
@@ -33,12 +7,42 @@ use brrr_backend::{Backend, DType, ElemRange, Error, Result, Shape};
 /// One named part of a [`FlatBuffer`]: where it starts and its shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlatPart {
+    /// The name it was given in [`FlatBuffer::zeros`] (looked up by
+    /// [`FlatBuffer::index_of`]).
     pub name: String,
+    /// Where the part starts in the buffer, in elements (not bytes).
     pub offset: usize,
+    /// The part's shape; it occupies `shape.elem_count()` elements from `offset`.
     pub shape: Shape,
 }
 
-/// Tensors laid end to end in one buffer (see the [module docs](self)).
+/// Tensors laid end to end in one buffer.
+///
+/// llm.c keeps every parameter in one `params_memory` and every gradient in one
+/// `grads_memory`: one allocation, and a bucket of gradients is all-reduced where it
+/// lies, without gathering it first (PyTorch's DDP does the same with
+/// `gradient_as_bucket_view`). A [`Tensor`] writes in place only while it holds its
+/// buffer alone, so that a view never changes behind another's back, and the views of
+/// one flat buffer all share it. `FlatBuffer` is the owner that reconciles the two: it
+/// keeps the buffer and lends one part at a time ([`FlatBuffer::with_part`]) as a view
+/// that holds the buffer alone while it is lent. The kernels write into that view at its
+/// offset (the backend's ops on part of a buffer: `GemmSpec`'s offsets,
+/// `EmbeddingSpec::table_at`, `axpy`'s `y_offset`, ...), so nothing is copied.
+///
+/// ```
+/// use brrr_cpu::CpuBackend;
+/// use brrr_tensor::{DType, FlatBuffer, Tensor};
+///
+/// let cpu = CpuBackend::new();
+/// let mut grads = FlatBuffer::zeros(&cpu, DType::F32, [("w", vec![2, 3]), ("b", vec![3])])?;
+/// let x = Tensor::from_f32(&cpu, &[1.0, 2.0], [2, 1], DType::F32)?;
+/// let dy = Tensor::from_f32(&cpu, &[1.0, 0.0, -1.0], [1, 3], DType::F32)?;
+/// // dW += x · dy, written where "w" lives in the flat buffer.
+/// grads.with_part(0, |w| Tensor::matmul_into(w, &x, &dy, 1.0, 1.0))?;
+/// grads.with_part(1, |b| b.add_(&dy.reshape([3])?))?;
+/// assert_eq!(grads.whole()?.to_vec_f32()?, [1.0, 0.0, -1.0, 2.0, 0.0, -2.0, 1.0, 0.0, -1.0]);
+/// # Ok::<(), brrr_tensor::Error>(())
+/// ```
 pub struct FlatBuffer<B: Backend> {
     /// `None` only while a part is lent, or after a lending closure panicked.
     whole: Option<Tensor<B>>,

@@ -23,7 +23,9 @@ fn same_shape<B: Backend>(op: &'static str, a: &Tensor<B>, b: &Tensor<B>) -> Res
 
 /// Saved LayerNorm statistics (f32, one per row) for the backward pass.
 pub struct LayerNormStats<B: Backend> {
+    /// Each row's mean, f32 `[rows]` (rows = every dimension but the last, flattened).
     pub mean: Tensor<B>,
+    /// Each row's reciprocal standard deviation `1 / sqrt(var + eps)`, f32 `[rows]`.
     pub rstd: Tensor<B>,
 }
 

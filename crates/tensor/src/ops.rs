@@ -18,18 +18,23 @@ impl<B: Backend> Tensor<B> {
         Ok(out)
     }
 
+    /// `e^x` element by element.
     pub fn exp(&self) -> Result<Self> {
         self.unary(UnaryOp::Exp)
     }
+    /// Natural logarithm element by element (`ln 0 = -inf`, negatives give NaN).
     pub fn log(&self) -> Result<Self> {
         self.unary(UnaryOp::Log)
     }
+    /// Square root element by element (negatives give NaN).
     pub fn sqrt(&self) -> Result<Self> {
         self.unary(UnaryOp::Sqrt)
     }
+    /// `x²` element by element.
     pub fn square(&self) -> Result<Self> {
         self.unary(UnaryOp::Square)
     }
+    /// `-x` element by element.
     pub fn neg(&self) -> Result<Self> {
         self.unary(UnaryOp::Neg)
     }
@@ -37,6 +42,7 @@ impl<B: Backend> Tensor<B> {
     pub fn affine(&self, mul: f32, add: f32) -> Result<Self> {
         self.unary(UnaryOp::Affine { mul, add })
     }
+    /// `self * s` element by element.
     pub fn scale(&self, s: f32) -> Result<Self> {
         self.affine(s, 0.0)
     }
@@ -55,21 +61,27 @@ impl<B: Backend> Tensor<B> {
         Ok(out)
     }
 
+    /// `self + o` element by element, with NumPy broadcasting.
     pub fn add(&self, o: &Tensor<B>) -> Result<Self> {
         self.binary(BinaryOp::Add, o)
     }
+    /// `self - o` element by element, with NumPy broadcasting.
     pub fn sub(&self, o: &Tensor<B>) -> Result<Self> {
         self.binary(BinaryOp::Sub, o)
     }
+    /// `self * o` element by element (not a matrix product: see [`Tensor::matmul`]), with NumPy broadcasting.
     pub fn mul(&self, o: &Tensor<B>) -> Result<Self> {
         self.binary(BinaryOp::Mul, o)
     }
+    /// `self / o` element by element, with NumPy broadcasting.
     pub fn div(&self, o: &Tensor<B>) -> Result<Self> {
         self.binary(BinaryOp::Div, o)
     }
+    /// The larger of `self` and `o` element by element, with NumPy broadcasting.
     pub fn maximum(&self, o: &Tensor<B>) -> Result<Self> {
         self.binary(BinaryOp::Max, o)
     }
+    /// The smaller of `self` and `o` element by element, with NumPy broadcasting.
     pub fn minimum(&self, o: &Tensor<B>) -> Result<Self> {
         self.binary(BinaryOp::Min, o)
     }
@@ -161,15 +173,20 @@ impl<B: Backend> Tensor<B> {
         Ok(out)
     }
 
+    /// Sum over dimension `dim` (negative counts from the end); `keepdim` keeps it
+    /// with size 1, otherwise it is removed. An empty dimension is an error.
     pub fn sum_dim(&self, dim: isize, keepdim: bool) -> Result<Self> {
         self.reduce_dim(ReduceOp::Sum, dim, keepdim)
     }
+    /// Mean over dimension `dim`, shaped as in [`Tensor::sum_dim`].
     pub fn mean_dim(&self, dim: isize, keepdim: bool) -> Result<Self> {
         self.reduce_dim(ReduceOp::Mean, dim, keepdim)
     }
+    /// Maximum over dimension `dim`, shaped as in [`Tensor::sum_dim`].
     pub fn max_dim(&self, dim: isize, keepdim: bool) -> Result<Self> {
         self.reduce_dim(ReduceOp::Max, dim, keepdim)
     }
+    /// Minimum over dimension `dim`, shaped as in [`Tensor::sum_dim`].
     pub fn min_dim(&self, dim: isize, keepdim: bool) -> Result<Self> {
         self.reduce_dim(ReduceOp::Min, dim, keepdim)
     }

@@ -132,15 +132,19 @@ impl<B: Backend> Tensor<B> {
 
     // ---- accessors ------------------------------------------------------------------
 
+    /// The backend that owns the buffer (a cheap handle: clone it to make tensors on it).
     pub fn backend(&self) -> &B {
         &self.backend
     }
+    /// The view's shape.
     pub fn shape(&self) -> &Shape {
         &self.layout.shape
     }
+    /// The view's dimension sizes, outermost first.
     pub fn dims(&self) -> &[usize] {
         self.layout.shape.dims()
     }
+    /// Number of dimensions (0 for a scalar).
     pub fn rank(&self) -> usize {
         self.layout.shape.rank()
     }
@@ -148,12 +152,16 @@ impl<B: Backend> Tensor<B> {
     pub fn dim(&self, d: isize) -> Result<usize> {
         self.layout.shape.dim(d)
     }
+    /// Element type of the buffer.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+    /// Number of elements the view shows (the product of its dimensions; 1 for a
+    /// scalar), which may be fewer than its buffer holds.
     pub fn elem_count(&self) -> usize {
         self.layout.shape.elem_count()
     }
+    /// Shape, strides and offset (in elements) of this view into its buffer.
     pub fn layout(&self) -> &Layout {
         &self.layout
     }

@@ -26,6 +26,44 @@
 //!
 //! Collectives go through a [`brrr_collectives::Communicator`] on host buffers (the
 //! tensors make a round trip through the host): simple and the same on every backend.
+//!
+//! ## Example
+//!
+//! Two ranks (threads here; processes under `brrr launch`) each slice their half of every
+//! matrix from the same seeded GPT, with sequence parallelism, and compute the same loss
+//! as one device holding the whole model.
+//!
+//! ```
+//! use brrr_collectives::{ParallelGroups, ParallelLayout, run_in_process};
+//! use brrr_cpu::CpuBackend;
+//! use brrr_nn::{DType, Gpt, GptConfig, MicroBatch, Tensor};
+//! use rand::SeedableRng;
+//! use std::sync::Arc;
+//!
+//! let config = GptConfig { vocab_size: 16, block_size: 8, n_layer: 1, n_head: 2, n_embd: 16 };
+//! let seed = || rand_chacha::ChaCha8Rng::seed_from_u64(0);
+//! let (ids, targets) = ([1u32, 2, 3, 4, 5, 6, 7, 8], [2u32, 3, 4, 5, 6, 7, 8, 9]);
+//! let cpu = CpuBackend::new();
+//! let mut gpt = Gpt::new(&cpu, config.clone(), DType::F32, &mut seed())?;
+//! let ids_t = Tensor::from_u32(&cpu, &ids, [1, 8])?;
+//! let targets_t = Tensor::from_i32(&cpu, &targets.map(|t| t as i32), [1, 8])?;
+//! let one_device = gpt.forward_loss(&ids_t, &targets_t)?.mean_all()?.to_scalar_f64()?;
+//!
+//! let per_rank = run_in_process(2, |world| {
+//!     let tp = ParallelGroups::new(world, ParallelLayout { dp: 1, tp: 2, pp: 1 })?.tp;
+//!     let cpu = CpuBackend::new();
+//!     let gpt = Gpt::new(&cpu, config.clone(), DType::F32, &mut seed())?;
+//!     let mut shard = brrr_tp::TpGpt::from_gpt(&gpt, Arc::new(tp), true)?; // sp = true
+//!     assert_eq!(shard.wte.weight.value.dims(), [8, 16]); // half of the vocabulary rows
+//!     let losses = shard.forward_loss_mb(MicroBatch(0), &ids, &targets, (1, 8))?;
+//!     Ok(losses.mean_all()?.to_scalar_f64()?)
+//! });
+//! for loss in per_rank {
+//!     assert!((loss? - one_device).abs() < 1e-5);
+//! }
+//! # Ok::<(), brrr_nn::Error>(())
+//! ```
+#![warn(missing_docs)]
 
 pub mod comm;
 mod config;
@@ -46,3 +84,7 @@ pub use model::{TpBlock, TpGpt};
 pub use stage::{TpBlocksStage, TpEmbeddingStage, TpHeadStage};
 pub use trainer::{TpStep, TpTrainer};
 pub use vocab::{VocabParallelEmbedding, VocabParallelLoss, vocab_parallel_cross_entropy};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

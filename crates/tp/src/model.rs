@@ -44,12 +44,14 @@ fn weight_bias<B: Backend>(layer: &dyn Module<B>) -> Result<(&Param<B>, &Param<B
 /// sequence parallelism LayerNorms and residuals run on the full `[B, T, C]` on every
 /// rank; with it on this rank's `[B, T/n, C]` sequence shard.
 pub struct TpBlock<B: Backend> {
+    /// The LayerNorm before attention, replicated: a full copy on every rank.
     pub ln_1: LayerNorm<B>,
     /// Begins attention's region: brrr-nn's attention reads `B` and `T` from its input,
     /// so the block gathers the sequence before it, not `c_attn`.
     pub attn_entry: RegionEntry,
     /// `c_attn` column-parallel (this rank's heads), `c_proj` row-parallel.
     pub attn: CausalSelfAttention<B>,
+    /// The LayerNorm before the MLP, replicated.
     pub ln_2: LayerNorm<B>,
     /// `c_fc` column-parallel (with the region's entry), `c_proj` row-parallel.
     pub mlp: Mlp<B>,
@@ -209,12 +211,17 @@ struct HeadSaved<B: Backend> {
 /// Parameters keep the single-device names (`h.0.attn.c_attn.weight`): a shard of
 /// a sharded parameter, a full copy of a replicated one ([`TpGpt::is_replicated`]).
 pub struct TpGpt<B: Backend> {
+    /// The whole (unsharded) model's shape.
     pub config: GptConfig,
     /// Sequence parallelism on.
     pub sp: bool,
+    /// This rank's rows `[V/n, C]` of the token embedding, also the tied head.
     pub wte: VocabParallelEmbedding<B>,
+    /// The positional embedding `[block_size, C]`, replicated.
     pub wpe: Embedding<B>,
+    /// This rank's shard of every block, input first.
     pub h: Vec<TpBlock<B>>,
+    /// The final LayerNorm, replicated.
     pub ln_f: LayerNorm<B>,
     replicated: BTreeSet<String>,
     comm: Arc<Communicator>,

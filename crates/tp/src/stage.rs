@@ -147,6 +147,7 @@ impl<B: Backend> Module<B> for TpEmbeddingStage<B> {
 pub struct TpBlocksStage<B: Backend> {
     /// Index of `h[0]` in the whole model.
     pub first_layer: usize,
+    /// This rank's shard of each block of the range, in order.
     pub h: Vec<TpBlock<B>>,
 }
 
@@ -232,6 +233,7 @@ struct TpHeadSaved<B: Backend> {
 /// tied embedding, and the vocabulary-parallel cross-entropy: the full `[N, V]` logits
 /// never exist on one rank.
 pub struct TpHeadStage<B: Backend> {
+    /// The final LayerNorm, replicated on every rank.
     pub ln_f: LayerNorm<B>,
     /// This rank's rows `[V/n, C]` of the tied weight, named `wte.weight`.
     pub wte: Param<B>,
