@@ -41,6 +41,7 @@ pub struct AmpBenchArgs {
 /// One mode's measurements.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AmpBenchRow {
+    /// The precision mode measured (off: f32 throughout).
     pub mode: AmpMode,
     /// Median seconds per step.
     pub step_s: f64,

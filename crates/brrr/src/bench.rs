@@ -12,8 +12,11 @@ use std::time::Instant;
 /// One GEMM measurement.
 #[derive(Clone, Debug)]
 pub struct GemmRow {
+    /// The square GEMM's size: `n × n` times `n × n`.
     pub n: usize,
+    /// Seconds per GEMM (the best of the repetitions).
     pub seconds: f64,
+    /// `2n³ / seconds`, in GFLOP/s.
     pub gflops: f64,
 }
 

@@ -12,6 +12,24 @@
 //! The modules below are the training program's parts: the corpus and batches
 //! ([`data`]), metrics and the loss picture ([`metrics`]), checkpoints ([`ckpt`]) written
 //! atomically ([`atomic`]), and the training loop ([`train`]).
+//!
+//! ```
+//! // One dependency, every layer: a tensor on the CPU backend and brrr-perf's estimate
+//! // of what training a model of its size would hold.
+//! use brrr::perf::memory::{Optimizer, Precision, model_state_bytes};
+//! use brrr::tensor::Tensor;
+//! use brrr::{backend::DType, cpu::CpuBackend};
+//!
+//! let cpu = CpuBackend::new();
+//! let w = Tensor::from_f32(&cpu, &[1.0, 2.0, 3.0, 4.0], [2, 2], DType::F32)?;
+//! assert_eq!(w.elem_count(), 4);
+//! let states = model_state_bytes(4.0, Precision::Fp32, Optimizer::Adam, 0, 1)?;
+//! // fp32 AdamW: weights, gradients and two moments, 4 bytes each.
+//! assert_eq!(states.total(), 4.0 * 16.0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
 
 pub use brrr_backend as backend;
 pub use brrr_collectives as collectives;

@@ -140,8 +140,11 @@ pub struct CompareArgs {
 /// One schedule's row of `brrr pipeline compare`.
 #[derive(Clone, Debug)]
 pub struct CompareRow {
+    /// The schedule.
     pub kind: ScheduleKind,
+    /// The fraction of the step the stages sat idle, measured on the executor.
     pub measured_bubble: f64,
+    /// The simulator's idle fraction with unit costs (F = 1, B = 1, W = 1 per chunk).
     pub simulated_bubble: f64,
     /// The simulator on the executor's own mean F, B, W (and fused BW) durations of the
     /// timed steps, per chunk: the prediction for this machine, beside the measurement.
@@ -149,10 +152,15 @@ pub struct CompareRow {
     /// Those mean durations in ms: `(F, B, W)`, B being the fused BW where the schedule
     /// has no W.
     pub measured_costs_ms: (f64, f64, f64),
+    /// The closed-form bubble, where the schedule has one (`None` otherwise).
     pub theory_bubble: Option<f64>,
+    /// Per stage, the most micro-batches whose activations it held at once (measured).
     pub peak_in_flight: Vec<usize>,
+    /// Per stage, that count as the schedule plans it.
     pub planned_in_flight: Vec<usize>,
+    /// Per stage, the peak bytes of activations held, from the backend's counters.
     pub activation_bytes: Vec<u64>,
+    /// Mean wall seconds of a timed step.
     pub seconds_per_step: f64,
 }
 

@@ -59,6 +59,7 @@ impl ShapeArgs {
 /// Flags of `brrr recompute plan`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct PlanArgs {
+    /// The model and batch whose activations are planned.
     #[command(flatten)]
     pub shape: ShapeArgs,
     /// none, every:K, sqrt, selective or budget:BYTES.

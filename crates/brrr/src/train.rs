@@ -228,7 +228,9 @@ fn parse_checkpoint(s: &str) -> std::result::Result<Strategy, String> {
 /// `--attention`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum AttentionArg {
+    /// The backend's fused attention kernel where it has one.
     Fused,
+    /// Attention composed of GEMMs and a softmax, its `[T, T]` scores in memory.
     Composite,
 }
 
@@ -269,8 +271,11 @@ pub fn resume_attention(args: &TrainArgs, cfg: &mut TrainConfig, notes: &mut Vec
 /// `--amp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum AmpArg {
+    /// f32 throughout.
     Off,
+    /// bf16 compute, f32 master weights; no loss scaling needed.
     Bf16,
+    /// f16 compute, f32 master weights, a dynamic loss scale.
     Fp16,
 }
 
@@ -287,8 +292,11 @@ impl AmpArg {
 /// `--loss-scaling`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LossScalingArg {
+    /// Dynamic under `--amp fp16`, none otherwise.
     Auto,
+    /// A dynamic loss scale (needs `--amp`).
     Dynamic,
+    /// No loss scale.
     None,
 }
 
@@ -543,14 +551,19 @@ pub fn load_weights<B: Backend>(ck: &crate::ckpt::Checkpoint, model: &mut Gpt<B>
 /// What a finished (or stopped) run reports; its `Display` is what `brrr train` prints.
 #[derive(Clone, Debug)]
 pub struct Summary {
+    /// The run directory.
     pub out_dir: PathBuf,
+    /// Optimizer steps completed, over every session of the run.
     pub steps_done: u64,
     /// The run had already done all its steps: nothing was trained or written.
     pub already_finished: bool,
     /// The last step's training loss (`None` if no step ran).
     pub final_loss: Option<f32>,
+    /// The last evaluation's validation loss (`None` if none ran).
     pub final_val_loss: Option<f32>,
+    /// The corpus's unigram entropy in nats: the loss of a model that ignores context.
     pub unigram_entropy: f64,
+    /// Training tokens per second over this session's timed steps.
     pub tokens_per_s: f64,
     /// Model FLOPs utilisation: `tokens/s × flops_per_token / peak.flops` (PaLM,
     /// Chowdhery et al. 2022, appendix B), when the device's peak is known.
@@ -626,6 +639,7 @@ impl fmt::Display for Summary {
 /// The peak FLOP/s that MFU divides by, and where it comes from.
 #[derive(Clone, Debug)]
 pub struct MfuPeak {
+    /// The peak, in FLOP/s.
     pub flops: f64,
     /// E.g. "fp32 vector peak of NVIDIA H200 (brrr_perf::specs)".
     pub what: String,
