@@ -86,7 +86,7 @@ impl Drop for MpiLink {
     /// stopped answering never receives them and never reaches `MPI_Finalize`: waiting
     /// for it (`MPI_Wait`, or `MPI_Finalize`, which waits for every rank) would turn its
     /// fault into this rank's hang. So after a timed-out receive, or after
-    /// [`DRAIN_TIMEOUT`] with sends still pending, MPI is left unfinalised (and the sends
+    /// `DRAIN_TIMEOUT` (5 s) with sends still pending, MPI is left unfinalised (and the sends
     /// and their buffers leaked): the process exits with its error, and the launcher ends
     /// the job.
     fn drop(&mut self) {

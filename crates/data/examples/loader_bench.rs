@@ -1,4 +1,5 @@
-//! The loader against the trainer: what the README's data-loading tables come from.
+//! The loader against the trainer: what the data-loading tables in `bench/RESULTS.md` come
+//! from.
 //!
 //! ```sh
 //! cargo run -p brrr-data --example loader_bench

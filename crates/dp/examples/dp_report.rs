@@ -1,6 +1,6 @@
-//! Measures `--dp 4` at ZeRO stages 0-3 on `brrr train`'s default model (in-process
-//! ranks on the CPU backend) and prints the README's table: per-rank model-state bytes
-//! against `brrr-perf`'s estimate, bytes sent per step against the ring's theory, and
+//! Measures `--dp 4` at ZeRO stages 0-3 on `brrr train`'s default model (in-process ranks
+//! on the CPU backend) and prints the table in `bench/RESULTS.md`: per-rank model-state
+//! bytes against `brrr-perf`'s estimate, bytes sent per step against the ring's theory, and
 //! the share of the bucket collectives hidden behind the backward.
 //!
 //!     cargo run --release -p brrr-dp --example dp_report [-- STEPS [TRACE.json]]

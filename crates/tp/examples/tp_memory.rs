@@ -1,6 +1,6 @@
-//! Prints the README's table: per-rank parameter and activation memory of `brrr train`'s
-//! default model (4 layers, 4 heads, 128 wide, vocabulary 256, context 128) for one
-//! micro-batch of 16 × 128 tokens, measured on each rank's own CPU device against
+//! Prints the table in `bench/RESULTS.md`: per-rank parameter and activation memory of
+//! `brrr train`'s default model (4 layers, 4 heads, 128 wide, vocabulary 256, context 128)
+//! for one micro-batch of 16 × 128 tokens, measured on each rank's own CPU device against
 //! brrr-perf's estimate, and the step time of in-process ranks.
 //!
 //! `cargo run --release -p brrr-tp --example tp_memory`
