@@ -77,9 +77,14 @@ outside() {
         cargo run --locked --manifest-path "$dir/Cargo.toml"
 }
 
-echo "--- API docs (cargo doc, warnings are errors)"
-api_docs
-echo "--- cargo package, then each packaged crate checked alone"
-package
-echo "--- tests/outside: a project of its own using the crates by path"
-outside
+# phase TITLE FUNCTION: runs FUNCTION under a header and says how long it took.
+phase() {
+    echo "--- $1"
+    local t0=$SECONDS
+    "$2"
+    echo "--- $1: $((SECONDS - t0)) s"
+}
+
+phase "API docs (cargo doc, warnings are errors)" api_docs
+phase "cargo package, then each packaged crate checked alone" package
+phase "tests/outside: a project of its own using the crates by path" outside
