@@ -14,13 +14,16 @@ pub fn report_skipped(what: &str, reason: &str) {
     #[cfg(not(target_arch = "wasm32"))]
     if let Some(path) = std::env::var_os(SKIP_LOG_ENV) {
         use std::io::Write;
-        // One short append per skip; a failure to record it must not fail the test.
+        // One short append per skip, in one write: tests in parallel processes append to
+        // the same file, and `writeln!` on a `File` may split the line and its newline
+        // into two writes that another process's line can fall between. A failure to
+        // record it must not fail the test.
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path);
         if let Ok(mut f) = file {
-            let _ = writeln!(f, "{line}");
+            let _ = f.write_all(format!("{line}\n").as_bytes());
         }
     }
 }

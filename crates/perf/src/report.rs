@@ -448,26 +448,12 @@ pub fn memory_report(m: &MemoryBreakdown, gpu: Option<&GpuSpec>) -> Report {
         m.global_batch,
         table::count(m.tokens_per_step as f64)
     ));
-    let mut t = Table::new([
-        "component",
-        "memory (binary: MiB = 2^20, GiB = 2^30 bytes)",
-        "share",
-    ]);
-    for (label, b) in m.rows() {
-        if b > 0.0 || !label.starts_with("ZeRO") {
-            t.row([
-                label.to_string(),
-                table::bytes_binary(b),
-                table::percent(if total > 0.0 { b / total } else { 0.0 }),
-            ]);
-        }
-    }
-    t.row([
-        "total".to_string(),
-        table::bytes_binary(total),
-        "100.0%".into(),
-    ]);
-    r.table("", t);
+    let rows: Vec<_> = m
+        .rows()
+        .into_iter()
+        .filter(|(label, b)| *b > 0.0 || !label.starts_with("ZeRO"))
+        .collect();
+    r.table("", memory_table(&rows, total));
     r.note(format!(
         "activations: {} per layer per micro-batch × {} layers × {} micro-batches in flight + {} outside the layers \
          (Korthikanti et al. 2022, Table 2 and Section 4.3)",
@@ -487,6 +473,26 @@ pub fn memory_report(m: &MemoryBreakdown, gpu: Option<&GpuSpec>) -> Report {
         ));
     }
     r
+}
+
+/// The memory breakdown's table: `(component, bytes)` rows, their shares of `total`,
+/// and a total row.
+fn memory_table(rows: &[(&str, f64)], total: f64) -> Table {
+    let mut t = Table::new([
+        "component",
+        "memory (binary: MiB = 2^20, GiB = 2^30 bytes)",
+        "share",
+    ]);
+    let share = |b: f64| table::percent(if total > 0.0 { b / total } else { 0.0 });
+    for &(label, b) in rows {
+        t.row([label.to_string(), table::bytes_binary(b), share(b)]);
+    }
+    t.row([
+        "total".to_string(),
+        table::bytes_binary(total),
+        "100.0%".into(),
+    ]);
+    t
 }
 
 /// Model-state memory per GPU of `params` parameters with no shape known: weights,
@@ -513,25 +519,13 @@ pub fn model_states_report(
         "{} params; DP {dp}, ZeRO-{zero_stage}; {precision:?} precision, {optimizer:?}",
         table::count(params)
     ));
-    let mut t = Table::new([
-        "component",
-        "memory (binary: MiB = 2^20, GiB = 2^30 bytes)",
-        "share",
-    ]);
-    for (label, b) in [
+    let rows = [
         ("weights", m.weights),
         ("gradients", m.gradients),
         ("master weights", m.master_weights),
         ("optimizer states", m.optimizer_states),
-        ("total", total),
-    ] {
-        t.row([
-            label.to_string(),
-            table::bytes_binary(b),
-            table::percent(b / total),
-        ]);
-    }
-    r.table("", t);
+    ];
+    r.table("", memory_table(&rows, total));
     r.note(
         "Activations are not counted: --params gives no shape. Give the model (--model \
          PRESET, or --layers/--hidden/--heads) for them and for tensor and pipeline \
