@@ -27,7 +27,9 @@ ensure_wasm_target
 ensure_wasm_bindgen
 ensure_node_web
 
-cargo build --release --target wasm32-unknown-unknown -p brrr-web --bin brrr-web < /dev/null
+# No debug line tables: wasm-opt drops them anyway, and emitting them costs build time.
+CARGO_PROFILE_RELEASE_DEBUG=false \
+    cargo build --release --target wasm32-unknown-unknown -p brrr-web --bin brrr-web < /dev/null
 
 STAGE="$(mktemp -d "${DIST%/}.partial.XXXXXX")"
 trap 'rm -rf "$STAGE"' EXIT

@@ -141,6 +141,7 @@ impl<B: Backend> Gpt<B> {
             block_size,
             mb,
             ids,
+            None,
             "Gpt::forward",
         )?;
         for block in &mut self.h {
@@ -210,20 +211,16 @@ impl<B: Backend> Gpt<B> {
         targets: &Tensor<B>,
         positions: &Tensor<B>,
     ) -> Result<Tensor<B>> {
-        if positions.dims() != ids.dims() {
-            return Err(Error::shape(
-                "Gpt::forward_loss_packed_mb",
-                format!(
-                    "positions {} differ from ids {}",
-                    positions.shape(),
-                    ids.shape()
-                ),
-            ));
-        }
-        let mut x = self
-            .wte
-            .forward(mb, ids)?
-            .add(&self.wpe.forward(mb, positions)?)?;
+        let block_size = self.config.block_size;
+        let mut x = embed(
+            &mut self.wte,
+            &mut self.wpe,
+            block_size,
+            mb,
+            ids,
+            Some(positions),
+            "Gpt::forward_loss_packed_mb",
+        )?;
         for block in &mut self.h {
             x = block.forward(mb, &x)?;
         }
@@ -306,6 +303,7 @@ impl<B: Backend> Gpt<B> {
             block_size,
             mb,
             ids,
+            None,
             "Gpt::embed_mb",
         )
     }
@@ -375,6 +373,7 @@ pub(crate) fn embed<B: Backend>(
     block_size: usize,
     mb: MicroBatch,
     ids: &Tensor<B>,
+    positions: Option<&Tensor<B>>,
     op: &'static str,
 ) -> Result<Tensor<B>> {
     if ids.rank() != 2 {
@@ -391,8 +390,20 @@ pub(crate) fn embed<B: Backend>(
         ));
     }
     let _region = Region::open(ids.backend(), || "embedding forward".into());
-    let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
-    let pos = Tensor::from_u32(ids.backend(), &positions, [b, t])?;
+    let pos = match positions {
+        // Packed documents: each token's position inside its own document.
+        Some(p) if p.dims() == ids.dims() => p.clone(),
+        Some(p) => {
+            return Err(Error::shape(
+                op,
+                format!("positions {} differ from ids {}", p.shape(), ids.shape()),
+            ));
+        }
+        None => {
+            let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
+            Tensor::from_u32(ids.backend(), &positions, [b, t])?
+        }
+    };
     wte.forward(mb, ids)?.add(&wpe.forward(mb, &pos)?)
 }
 

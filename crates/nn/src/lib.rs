@@ -97,7 +97,7 @@ pub use schedule::CosineSchedule;
 pub use stage::{BlocksStage, EmbeddingStage, GptStages, HeadStage};
 /// Native only: they read tensors back to the host, which blocks.
 #[cfg(not(target_arch = "wasm32"))]
-pub use stage::{copy_to_backend, move_to_backend, sum_tied_grads};
+pub use stage::{copy_to_backend, move_to_backend, sum_tied_grads, with_segments};
 pub use stash::{MicroBatch, Stash};
 
 pub use brrr_backend::{Backend, DType, Error, Result};

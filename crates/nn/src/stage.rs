@@ -12,7 +12,10 @@ use crate::gpt::{
     HeadSaved, embed, embed_backward, head_backward, head_backward_input, head_backward_weight,
     head_forward, head_loss,
 };
-use crate::{Block, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Module, Param, Stash};
+use crate::{
+    Block, CausalSelfAttention, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Module, Param,
+    Stash,
+};
 use brrr_backend::{Backend, Error, Result};
 use brrr_tensor::Tensor;
 use std::ops::Range;
@@ -30,12 +33,24 @@ pub struct EmbeddingStage<B: Backend> {
 impl<B: Backend> EmbeddingStage<B> {
     /// Token ids `[B, T]` (u32) to the residual stream `[B, T, C]`, saving under `mb`.
     pub fn forward(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
+        self.forward_packed(mb, ids, None)
+    }
+
+    /// [`EmbeddingStage::forward`] on packed rows: `positions` (u32 `[B, T]`) restart
+    /// at each document, as in [`Gpt::forward_loss_packed_mb`]; `None` is `0..T`.
+    pub fn forward_packed(
+        &mut self,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        positions: Option<&Tensor<B>>,
+    ) -> Result<Tensor<B>> {
         embed(
             &mut self.wte,
             &mut self.wpe,
             self.block_size,
             mb,
             ids,
+            positions,
             "EmbeddingStage::forward",
         )
     }
@@ -76,11 +91,31 @@ impl<B: Backend> BlocksStage<B> {
 
     /// Runs the blocks in order, saving under `mb`.
     pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let mut x = x.clone();
-        for block in &mut self.h {
-            x = block.forward(mb, &x)?;
-        }
-        Ok(x)
+        self.forward_packed(mb, x, None)
+    }
+
+    /// [`BlocksStage::forward`] on packed rows: attention stays inside each document
+    /// of `segments` (u32 `[B, T]`), as in [`Gpt::forward_loss_packed_mb`]. Each block
+    /// saves the ids with its activations, so the backward (fused or split) masks the
+    /// same; `None` is plain causal attention.
+    pub fn forward_packed(
+        &mut self,
+        mb: MicroBatch,
+        x: &Tensor<B>,
+        segments: Option<&Tensor<B>>,
+    ) -> Result<Tensor<B>> {
+        with_segments(
+            &mut self.h,
+            |b| &mut b.attn,
+            segments,
+            |h| {
+                let mut x = x.clone();
+                for block in h.iter_mut() {
+                    x = block.forward(mb, &x)?;
+                }
+                Ok(x)
+            },
+        )
     }
 
     /// The blocks' backward in reverse order; returns the gradient of the stage's input.
@@ -354,4 +389,23 @@ pub fn sum_tied_grads<B1: Backend, B2: Backend>(
     let e_on_h = copy_to_backend(e, h.backend())?;
     e.add_(&h_on_e)?;
     h.add_(&e_on_h)
+}
+
+/// Runs `f` with the attention of every item of `layers` (blocks, or a tensor-parallel
+/// crate's shards of them; `attn` finds each one's) masked by `segments`, and unmasked
+/// again afterwards, also when `f` fails, so a later forward without a mask is causal.
+pub fn with_segments<B: Backend, L, T>(
+    layers: &mut [L],
+    attn: fn(&mut L) -> &mut CausalSelfAttention<B>,
+    segments: Option<&Tensor<B>>,
+    f: impl FnOnce(&mut [L]) -> Result<T>,
+) -> Result<T> {
+    for layer in layers.iter_mut() {
+        attn(layer).segments = segments.cloned();
+    }
+    let out = f(layers);
+    for layer in layers.iter_mut() {
+        attn(layer).segments = None;
+    }
+    out
 }

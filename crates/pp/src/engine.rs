@@ -119,7 +119,7 @@ impl<B: Backend> PipelineEngine<B> {
         let stage = build_stage(backend, &config, stage_idx, &schedule, tp)?;
         let val = val
             .iter()
-            .map(|b| brrr_train::upload(backend, b))
+            .map(|b| MicroBatchData::upload(backend, b))
             .collect::<Result<Vec<_>>>()?;
         Ok(PipelineEngine {
             backend: backend.clone(),
@@ -181,7 +181,7 @@ impl<B: Backend> PipelineEngine<B> {
         (0..self.schedule.m)
             .map(|_| {
                 let batch = self.data.next_rows(self.rows.clone())?;
-                brrr_train::upload(&self.backend, &batch)
+                MicroBatchData::upload(&self.backend, &batch)
             })
             .collect()
     }

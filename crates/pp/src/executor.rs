@@ -32,8 +32,37 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// One micro-batch's token ids (u32 `[b, T]`) and targets (i32 `[b, T]`).
-pub type MicroBatchData<B> = (Tensor<B>, Tensor<B>);
+/// One micro-batch on the device: token ids and targets, and the document mask of
+/// packed rows (`--doc-mask`).
+pub struct MicroBatchData<B: Backend> {
+    /// Token ids, u32 `[b, T]` (read by the first stage).
+    pub ids: Tensor<B>,
+    /// Next-token targets, i32 `[b, T]` (read by the last stage).
+    pub targets: Tensor<B>,
+    /// Each token's position inside its document and its document's segment id, u32
+    /// `[b, T]` each (`brrr_train::upload_mask`); `None`: plain causal rows.
+    pub mask: Option<(Tensor<B>, Tensor<B>)>,
+}
+
+impl<B: Backend> MicroBatchData<B> {
+    /// Uploads a batch (its ids, targets and document mask).
+    pub fn upload(backend: &B, batch: &brrr_train::Batch) -> Result<Self> {
+        let (ids, targets) = brrr_train::upload(backend, batch)?;
+        let mask = brrr_train::upload_mask(backend, batch)?;
+        Ok(MicroBatchData { ids, targets, mask })
+    }
+}
+
+impl<B: Backend> From<(Tensor<B>, Tensor<B>)> for MicroBatchData<B> {
+    /// Ids and targets of plain rows.
+    fn from((ids, targets): (Tensor<B>, Tensor<B>)) -> Self {
+        MicroBatchData {
+            ids,
+            targets,
+            mask: None,
+        }
+    }
+}
 
 /// What one rank ran in one step.
 #[derive(Clone, Debug, Default)]
@@ -408,14 +437,18 @@ impl<B: Backend> PipelineStage<B> {
         chunk: usize,
         piece: usize,
         pieces: usize,
-        (ids, targets): &MicroBatchData<B>,
+        data: &MicroBatchData<B>,
     ) -> Result<Option<f64>> {
         let id = MicroBatch(mb);
+        let (positions, segments) = match &data.mask {
+            Some((p, s)) => (Some(p), Some(s)),
+            None => (None, None),
+        };
         let x = match (&mut self.embedding, piece) {
-            (Some(e), 0) => e.forward(id, ids)?,
+            (Some(e), 0) => e.forward(id, &data.ids, positions)?,
             _ => self.take(false, mb, piece)?,
         };
-        let y = self.chunks[chunk].forward(id, &x)?;
+        let y = self.chunks[chunk].forward(id, &x, segments)?;
         if piece + 1 < pieces {
             self.outbox.insert((false, mb, piece + 1), y);
             return Ok(None);
@@ -424,7 +457,7 @@ impl<B: Backend> PipelineStage<B> {
             .head
             .as_mut()
             .ok_or_else(|| Error::invalid("pipeline", "the last piece has no head"))?;
-        let losses = head.forward_loss(id, &y, targets)?;
+        let losses = head.forward_loss(id, &y, &data.targets)?;
         let mean = losses.mean_all()?.to_vec_f32()?;
         Ok(Some(f64::from(mean[0])))
     }
@@ -513,7 +546,7 @@ impl<B: Backend> PipelineStage<B> {
         chunk: u32,
         data: &[MicroBatchData<B>],
     ) -> Result<Tensor<B>> {
-        let dims = data[mb as usize].0.dims();
+        let dims = data[mb as usize].ids.dims();
         let (b, t, c) = (dims[0], dims[1], self.config.n_embd);
         // Under sequence parallelism each tensor rank passes its sequence shard.
         let t = if self.sequence_parallel() {

@@ -33,11 +33,17 @@ pub enum StageHead<B: Backend> {
 }
 
 impl<B: Backend> StageEmbedding<B> {
-    /// Ids `[B, T]` to this rank's part of the residual stream.
-    pub fn forward(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
+    /// Ids `[B, T]` to this rank's part of the residual stream; `positions` (u32
+    /// `[B, T]`) restart at each packed document, `None` is `0..T`.
+    pub fn forward(
+        &mut self,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        positions: Option<&Tensor<B>>,
+    ) -> Result<Tensor<B>> {
         match self {
-            StageEmbedding::Plain(e) => e.forward(mb, ids),
-            StageEmbedding::Tensor(e) => e.forward(mb, ids),
+            StageEmbedding::Plain(e) => e.forward_packed(mb, ids, positions),
+            StageEmbedding::Tensor(e) => e.forward_packed(mb, ids, positions),
         }
     }
 
@@ -59,11 +65,17 @@ impl<B: Backend> StageEmbedding<B> {
 }
 
 impl<B: Backend> StageBlocks<B> {
-    /// Runs the blocks in order, saving under `mb`.
-    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
+    /// Runs the blocks in order, saving under `mb`; attention stays inside each
+    /// document of `segments` (u32 `[B, T]`) when given.
+    pub fn forward(
+        &mut self,
+        mb: MicroBatch,
+        x: &Tensor<B>,
+        segments: Option<&Tensor<B>>,
+    ) -> Result<Tensor<B>> {
         match self {
-            StageBlocks::Plain(s) => s.forward(mb, x),
-            StageBlocks::Tensor(s) => s.forward(mb, x),
+            StageBlocks::Plain(s) => s.forward_packed(mb, x, segments),
+            StageBlocks::Tensor(s) => s.forward_packed(mb, x, segments),
         }
     }
 

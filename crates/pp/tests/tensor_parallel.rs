@@ -16,7 +16,7 @@
 use brrr_collectives::{ParallelGroups, ParallelLayout, run_in_process};
 use brrr_cpu::CpuBackend;
 use brrr_nn::{AdamW, AdamWConfig, DType, Gpt, GptConfig, MicroBatch, Module, Tensor, grad_norm};
-use brrr_pp::{PipelineStage, ScheduleKind, generate, step_loss};
+use brrr_pp::{MicroBatchData, PipelineStage, ScheduleKind, generate, step_loss};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -55,7 +55,7 @@ fn batches(step: usize, m: usize) -> Vec<Host> {
         .collect()
 }
 
-fn upload(b: &CpuBackend, h: &[Host]) -> Vec<(Tensor<CpuBackend>, Tensor<CpuBackend>)> {
+fn upload(b: &CpuBackend, h: &[Host]) -> Vec<MicroBatchData<CpuBackend>> {
     let t = config().block_size;
     h.iter()
         .map(|(i, g)| {
@@ -63,6 +63,7 @@ fn upload(b: &CpuBackend, h: &[Host]) -> Vec<(Tensor<CpuBackend>, Tensor<CpuBack
                 Tensor::from_u32(b, i, [ROWS, t]).unwrap(),
                 Tensor::from_i32(b, g, [ROWS, t]).unwrap(),
             )
+                .into()
         })
         .collect()
 }
@@ -99,7 +100,13 @@ fn reference(m: usize) -> Outcome {
         gpt.zero_grad().unwrap();
         let data = upload(&b, &batches(step, m));
         let mut loss = 0.0;
-        for (i, (ids, tg)) in data.iter().enumerate() {
+        for (
+            i,
+            MicroBatchData {
+                ids, targets: tg, ..
+            },
+        ) in data.iter().enumerate()
+        {
             let l = gpt.forward_loss_mb(MicroBatch(i as u32), ids, tg).unwrap();
             loss += f64::from(l.mean_all().unwrap().to_vec_f32().unwrap()[0]);
             gpt.backward_mb(MicroBatch(i as u32), dloss).unwrap();

@@ -9,7 +9,7 @@ use brrr_backend::{Backend, Error, Result};
 use brrr_collectives::Communicator;
 use brrr_nn::{
     Block, CausalSelfAttention, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Mlp, Module,
-    Param, Stash,
+    Param, Stash, with_segments,
 };
 use brrr_tensor::Tensor;
 use std::collections::BTreeSet;
@@ -291,6 +291,21 @@ impl<B: Backend> TpGpt<B> {
         targets: &[u32],
         bt: (usize, usize),
     ) -> Result<Tensor<B>> {
+        self.forward_loss_packed_mb(mb, ids, targets, bt, None)
+    }
+
+    /// [`TpGpt::forward_loss_mb`] on packed rows, as brrr-nn's
+    /// `Gpt::forward_loss_packed_mb`: `packed` gives each token's position inside its
+    /// document (host, `[B, T]`) and the documents' segment ids (u32 `[B, T]`, on the
+    /// device), so attention never crosses a document. `None`: plain rows.
+    pub fn forward_loss_packed_mb(
+        &mut self,
+        mb: MicroBatch,
+        ids: &[u32],
+        targets: &[u32],
+        bt: (usize, usize),
+        packed: Option<(&[u32], &Tensor<B>)>,
+    ) -> Result<Tensor<B>> {
         let (b, t) = bt;
         if ids.len() != b * t || targets.len() != b * t {
             return Err(Error::shape(
@@ -311,10 +326,21 @@ impl<B: Backend> TpGpt<B> {
                 ),
             ));
         }
-        let mut x = self.embed(mb, ids, b, t)?;
-        for block in &mut self.h {
-            x = block.forward(mb, &x)?;
-        }
+        let positions = packed.map(|(p, _)| p);
+        let x0 = self.embed(mb, ids, (b, t), positions)?;
+        let segments = packed.map(|(_, s)| s);
+        let x = with_segments(
+            &mut self.h,
+            |b| &mut b.attn,
+            segments,
+            |h| {
+                let mut x = x0;
+                for block in h.iter_mut() {
+                    x = block.forward(mb, &x)?;
+                }
+                Ok(x)
+            },
+        )?;
         let c = self.config.n_embd;
         let entry = RegionEntry::for_sequence_parallel(self.sp);
         let x_final = entry
@@ -327,17 +353,19 @@ impl<B: Backend> TpGpt<B> {
         Ok(losses)
     }
 
-    /// Token embeddings (partial per rank, reduced by the region's exit) plus positions.
-    fn embed(&mut self, mb: MicroBatch, ids: &[u32], b: usize, t: usize) -> Result<Tensor<B>> {
+    /// Token embeddings (partial per rank, reduced by the region's exit) plus positions
+    /// (`0..T` of each row, or packed documents' own).
+    fn embed(
+        &mut self,
+        mb: MicroBatch,
+        ids: &[u32],
+        (b, t): (usize, usize),
+        positions: Option<&[u32]>,
+    ) -> Result<Tensor<B>> {
         let exit = RegionExit::for_sequence_parallel(self.sp);
         let tok = exit.forward(&self.comm, &self.wte.forward(mb, ids, [b, t])?)?;
-        let (r, n) = (self.comm.rank(), self.comm.world_size());
-        // This rank's positions: all of them, or its sequence shard's.
-        let (first, len) = if self.sp { (r * t / n, t / n) } else { (0, t) };
-        let pos: Vec<u32> = (0..b)
-            .flat_map(|_| (first..first + len).map(|p| p as u32))
-            .collect();
-        let pos = Tensor::from_u32(tok.backend(), &pos, [b, len])?;
+        let pos = rank_positions(&self.comm, self.sp, (b, t), positions)?;
+        let pos = Tensor::from_u32(tok.backend(), &pos, [b, pos.len() / b.max(1)])?;
         tok.add(&self.wpe.forward(mb, &pos)?)
     }
 
@@ -467,4 +495,33 @@ impl<B: Backend> Module<B> for TpGpt<B> {
         v.extend(self.ln_f.params_mut());
         v
     }
+}
+
+/// This rank's positions of a `[B, T]` batch, row-major: every position (`0..T`, or
+/// the packed documents' own `positions`), or only this rank's sequence shard of each
+/// row with sequence parallelism (`sp`), whose residual stream is `[B, T/n, C]`.
+pub(crate) fn rank_positions(
+    comm: &Communicator,
+    sp: bool,
+    (b, t): (usize, usize),
+    positions: Option<&[u32]>,
+) -> Result<Vec<u32>> {
+    if let Some(p) = positions
+        && p.len() != b * t
+    {
+        return Err(Error::shape(
+            "TpGpt::embed",
+            format!("{} positions for a [{b}, {t}] batch", p.len()),
+        ));
+    }
+    let (r, n) = (comm.rank(), comm.world_size());
+    let cols = if sp { r * t / n..(r + 1) * t / n } else { 0..t };
+    Ok((0..b)
+        .flat_map(|row| {
+            cols.clone().map(move |c| match positions {
+                Some(p) => p[row * t + c],
+                None => c as u32,
+            })
+        })
+        .collect())
 }

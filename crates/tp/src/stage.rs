@@ -16,13 +16,14 @@
 //! rows on the same tensor rank.
 
 use crate::comm::{RegionEntry, RegionExit};
-use crate::model::{TpBlock, copy_layer_norm, copy_param};
+use crate::model::{TpBlock, copy_layer_norm, copy_param, rank_positions};
 use crate::shard::split_dim;
 use crate::vocab::{VocabParallelEmbedding, VocabParallelLoss, vocab_parallel_cross_entropy};
 use brrr_backend::{Backend, Error, HostData, Result};
 use brrr_collectives::Communicator;
 use brrr_nn::{
     BlocksStage, Embedding, EmbeddingStage, HeadStage, LayerNorm, MicroBatch, Module, Param, Stash,
+    with_segments,
 };
 use brrr_tensor::Tensor;
 use std::ops::Range;
@@ -93,6 +94,17 @@ impl<B: Backend> TpEmbeddingStage<B> {
 
     /// Token ids `[B, T]` to this rank's part of the residual stream, saving under `mb`.
     pub fn forward(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
+        self.forward_packed(mb, ids, None)
+    }
+
+    /// [`TpEmbeddingStage::forward`] on packed rows: `positions` (u32 `[B, T]`) restart
+    /// at each document, as brrr-nn's `EmbeddingStage::forward_packed`.
+    pub fn forward_packed(
+        &mut self,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        positions: Option<&Tensor<B>>,
+    ) -> Result<Tensor<B>> {
         const OP: &str = "TpEmbeddingStage::forward";
         let (b, t) = dims2(OP, ids)?;
         if t > self.block_size {
@@ -101,7 +113,7 @@ impl<B: Backend> TpEmbeddingStage<B> {
                 format!("sequence length {t} exceeds block_size {}", self.block_size),
             ));
         }
-        let (r, n) = (self.comm.rank(), self.comm.world_size());
+        let n = self.comm.world_size();
         if self.sp && !t.is_multiple_of(n) {
             return Err(Error::invalid(
                 OP,
@@ -111,12 +123,12 @@ impl<B: Backend> TpEmbeddingStage<B> {
         let ids = host_ids(OP, ids)?;
         let exit = RegionExit::for_sequence_parallel(self.sp);
         let tok = exit.forward(&self.comm, &self.wte.forward(mb, &ids, [b, t])?)?;
-        // This rank's positions: all of them, or its sequence shard's.
-        let (first, len) = if self.sp { (r * t / n, t / n) } else { (0, t) };
-        let pos: Vec<u32> = (0..b)
-            .flat_map(|_| (first..first + len).map(|p| p as u32))
-            .collect();
-        let pos = Tensor::from_u32(tok.backend(), &pos, [b, len])?;
+        let positions = match positions {
+            Some(p) => Some(host_ids(OP, p)?),
+            None => None,
+        };
+        let pos = rank_positions(&self.comm, self.sp, (b, t), positions.as_deref())?;
+        let pos = Tensor::from_u32(tok.backend(), &pos, [b, pos.len() / b.max(1)])?;
         tok.add(&self.wpe.forward(mb, &pos)?)
     }
 
@@ -170,11 +182,30 @@ impl<B: Backend> TpBlocksStage<B> {
 
     /// Runs the blocks in order, saving under `mb`.
     pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let mut x = x.clone();
-        for block in &mut self.h {
-            x = block.forward(mb, &x)?;
-        }
-        Ok(x)
+        self.forward_packed(mb, x, None)
+    }
+
+    /// [`TpBlocksStage::forward`] with attention kept inside each document of
+    /// `segments` (u32 `[B, T]`, the whole sequence: attention runs on it even with
+    /// sequence parallelism), as brrr-nn's `BlocksStage::forward_packed`.
+    pub fn forward_packed(
+        &mut self,
+        mb: MicroBatch,
+        x: &Tensor<B>,
+        segments: Option<&Tensor<B>>,
+    ) -> Result<Tensor<B>> {
+        with_segments(
+            &mut self.h,
+            |b| &mut b.attn,
+            segments,
+            |h| {
+                let mut x = x.clone();
+                for block in h.iter_mut() {
+                    x = block.forward(mb, &x)?;
+                }
+                Ok(x)
+            },
+        )
     }
 
     /// The blocks' backward in reverse order; the gradient of the stage's input.

@@ -11,6 +11,7 @@ use brrr_backend::{Backend, DType, Error, HostData, Result};
 use brrr_collectives::{Communicator, ParallelGroups, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param};
 use brrr_perf::trace::Tracer;
+use brrr_tensor::Tensor;
 use brrr_train::{Batch, BatchSource, ParamState, StepStats, TrainConfig, TrainState};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -100,8 +101,9 @@ impl<B: Backend> TpTrainer<B> {
         &self.dp
     }
 
-    /// This rank's rows of a global batch: the data-parallel rank's contiguous slice.
-    fn my_rows(&self, batch: &Batch) -> Result<(Vec<u32>, Vec<u32>, usize)> {
+    /// This rank's rows of a global batch: the data-parallel rank's contiguous slice
+    /// (with its document mask, if any).
+    fn my_rows(&self, batch: &Batch) -> Result<Batch> {
         let (n, r) = (self.dp.world_size(), self.dp.rank());
         if !batch.batch.is_multiple_of(n) {
             return Err(Error::invalid(
@@ -110,12 +112,25 @@ impl<B: Backend> TpTrainer<B> {
             ));
         }
         let rows = batch.batch / n;
-        let span = r * rows * batch.seq..(r + 1) * rows * batch.seq;
-        Ok((
-            batch.inputs[span.clone()].to_vec(),
-            batch.targets[span].to_vec(),
-            rows,
-        ))
+        batch.rows(r * rows..(r + 1) * rows)
+    }
+
+    /// Per-position losses `[rows, T]` of this rank's rows of `batch`, saved under `mb`
+    /// for the backward: packed documents masked as on one device.
+    fn forward_loss(&mut self, mb: MicroBatch, batch: &Batch) -> Result<Tensor<B>> {
+        let mine = self.my_rows(batch)?;
+        let bt = (mine.batch, mine.seq);
+        let segments = match &mine.mask {
+            Some(m) => Some(Tensor::from_u32(&self.backend, &m.segments, [bt.0, bt.1])?),
+            None => None,
+        };
+        let packed = mine
+            .mask
+            .as_ref()
+            .zip(segments.as_ref())
+            .map(|(m, s)| (m.positions.as_slice(), s));
+        self.model
+            .forward_loss_packed_mb(mb, &mine.inputs, &mine.targets, bt, packed)
     }
 
     /// Forward and backward of each global micro-batch in `batches` (this rank's rows),
@@ -127,13 +142,10 @@ impl<B: Backend> TpTrainer<B> {
         let mut loss = 0.0;
         for (i, batch) in batches.iter().enumerate() {
             let mb = MicroBatch(i as u32);
-            let (ids, targets, rows) = self.my_rows(batch)?;
-            let losses = self
-                .model
-                .forward_loss_mb(mb, &ids, &targets, (rows, batch.seq))?;
+            let losses = self.forward_loss(mb, batch)?;
             loss += losses.mean_all()?.to_scalar_f64()? / k as f64;
-            let n = (rows * batch.seq * k) as f32;
-            self.model.backward_mb(mb, 1.0 / n)?;
+            let n = losses.elem_count() * k;
+            self.model.backward_mb(mb, 1.0 / n as f32)?;
         }
         Ok(loss)
     }
@@ -159,12 +171,6 @@ impl<B: Backend> TpTrainer<B> {
                     batches.len(),
                     self.config.grad_accum
                 ),
-            ));
-        }
-        if batches.iter().any(|b| b.mask.is_some()) {
-            return Err(Error::invalid(
-                "TpTrainer::step",
-                "document masks are not supported with tensor parallelism yet",
             ));
         }
         let t0 = std::time::Instant::now();
@@ -217,10 +223,7 @@ impl<B: Backend> TpTrainer<B> {
     pub fn evaluate(&mut self, val: &[Batch]) -> Result<f32> {
         let mut sum = 0.0;
         for batch in val {
-            let (ids, targets, rows) = self.my_rows(batch)?;
-            let losses =
-                self.model
-                    .forward_loss_mb(MicroBatch(0), &ids, &targets, (rows, batch.seq))?;
+            let losses = self.forward_loss(MicroBatch(0), batch)?;
             sum += losses.mean_all()?.to_scalar_f64()?;
             self.model.clear_saved();
         }

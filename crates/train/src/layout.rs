@@ -201,9 +201,6 @@ impl Layout {
                 if amp {
                     return refuse("--amp", name);
                 }
-                if cfg.document_mask {
-                    return refuse("--doc-mask", name);
-                }
                 Ok(())
             }
         }
