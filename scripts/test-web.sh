@@ -57,22 +57,14 @@ WBG_VERSION="$(wasm_bindgen_version)"
 step "tools: wasm-bindgen $WBG_VERSION, $(wasm-opt --version), chromium $("$CHROME" --version 2> /dev/null | awk '{print $2}')"
 
 # ---- lint and unit tests ---------------------------------------------------------------
+step "cargo clippy -p brrr-web --target wasm32-unknown-unknown --all-targets -- -D warnings"
+cargo clippy -q -p brrr-web --target wasm32-unknown-unknown --all-targets -- -D warnings < /dev/null
 # The page logic natively: `cargo test --workspace` covers it already when
 # scripts/test.sh runs this script (it sets BRRR_WORKSPACE_TESTED=1).
 if [ "${BRRR_WORKSPACE_TESTED:-}" != 1 ]; then
     step "cargo test -p brrr-web (the page logic, natively)"
     cargo test -q -p brrr-web < /dev/null
 fi
-
-# Clippy for wasm32 rides on the two wasm32 builds below instead of a third build of its
-# own: cargo runs every workspace crate through clippy-driver (as `cargo clippy` does) but
-# compiles the crates in full, so the dependencies are built for wasm32 once. This lints
-# the wasm32-only code (`cfg(target_arch = "wasm32")`) of every workspace crate the app
-# and its tests compile; the native `cargo clippy --workspace --all-targets` lints the rest.
-CLIPPY_DRIVER="$(rustc --print sysroot)/bin/clippy-driver"
-[ -x "$CLIPPY_DRIVER" ] || { echo "clippy-driver not found: rustup component add clippy" >&2; exit 1; }
-export RUSTC_WORKSPACE_WRAPPER="$CLIPPY_DRIVER"
-export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
 export CHROMEDRIVER="$(command -v chromedriver)"
 WEBDRIVER_JSON="$ROOT/web/webdriver.json"
@@ -86,13 +78,13 @@ export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-900}"
 # (wgpu, the brrr crates) are compiled for wasm32 once, with one feature set: the app's
 # page tests, the conformance suite on the browser's WebGPU, and a GPT training in the
 # tab. This build is also the check that the portable crates compile for wasm32.
-step "wasm32 tests in headless Chromium, linted by clippy: brrr-web, brrr-conformance (WebGPU), brrr-train"
+step "wasm32 tests in headless Chromium: brrr-web, brrr-conformance (WebGPU), brrr-train"
 # No -q: cargo would pass --quiet to wasm-bindgen-test-runner, which rejects it.
 cargo test --target wasm32-unknown-unknown -p brrr-web -p brrr-conformance -p brrr-train \
     --test web -- --nocapture < /dev/null
 
 # ---- build ------------------------------------------------------------------------------
-step "scripts/build-web.sh (release build into web/dist, linted by clippy)"
+step "scripts/build-web.sh (release build into web/dist)"
 bash scripts/build-web.sh < /dev/null
 DIST="$ROOT/web/dist"
 

@@ -55,7 +55,9 @@ mod scaler;
 pub mod svg;
 
 pub use config::{AmpConfig, AmpMode, LossScaling};
-pub use policy::{OpClass, Policy, Precision, apply_policy};
+pub use policy::{
+    OpClass, Policy, Precision, apply_policy, apply_policy_to_params, attention_core_dtype,
+};
 pub use scaler::{DynamicLossScaler, ScalerConfig, ScalerReport};
 
 #[cfg(doctest)]

@@ -189,8 +189,25 @@ pub fn apply_policy<B: Backend>(policy: &Policy, model: &mut Gpt<B>) -> Result<(
             ),
         ));
     }
+    apply_policy_to_params(policy, model.params_mut())?;
+    let core = attention_core_dtype(policy);
+    for block in &mut model.h {
+        block.attn.core_dtype = core;
+    }
+    Ok(())
+}
+
+/// [`apply_policy`]'s part for parameters, for a model that is not a [`Gpt`] (a
+/// tensor-parallel shard, a pipeline stage): each f32 parameter without a master
+/// becomes an f32 master with a compute copy in the policy's dtype and an f32 gradient.
+/// Parameters that already have a master are left as they are. The caller sets each
+/// attention's `core_dtype` to [`attention_core_dtype`].
+pub fn apply_policy_to_params<B: Backend>(
+    policy: &Policy,
+    params: Vec<&mut Param<B>>,
+) -> Result<()> {
     let compute = policy.compute_dtype();
-    for p in model.params_mut() {
+    for p in params {
         if p.master.is_some() {
             continue;
         }
@@ -198,9 +215,12 @@ pub fn apply_policy<B: Backend>(policy: &Policy, model: &mut Gpt<B>) -> Result<(
         let value = p.value.clone();
         *p = Param::with_master(name, value, compute, DType::F32)?;
     }
-    let core = policy.dtype(OpClass::AttentionCore);
-    for block in &mut model.h {
-        block.attn.core_dtype = (core != compute).then_some(core);
-    }
     Ok(())
+}
+
+/// The dtype attention's core computes in under `policy`: `None` (the activations'
+/// dtype) unless the policy keeps the core apart from the other GEMMs.
+pub fn attention_core_dtype(policy: &Policy) -> Option<DType> {
+    let core = policy.dtype(OpClass::AttentionCore);
+    (core != policy.compute_dtype()).then_some(core)
 }

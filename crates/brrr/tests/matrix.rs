@@ -102,9 +102,11 @@ fn layouts() -> Vec<Layout> {
 }
 
 /// f32 runs agree with one device to f32 rounding (partial sums in another order);
-/// 16-bit runs round each partial product to bf16/fp16, so their sums differ more.
+/// 16-bit runs round each partial product to bf16/fp16, so their sums differ more
+/// (measured at most 4e-5, under `--tp`, whose all-reduced partial products are rounded
+/// to 16 bits again).
 const F32: f32 = 1e-4;
-const HALF: f32 = 2e-2;
+const HALF: f32 = 1e-3;
 
 fn features() -> Vec<Feature> {
     fn ck(a: &mut TrainArgs, s: &str) {

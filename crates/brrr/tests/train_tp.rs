@@ -84,11 +84,23 @@ fn indivisible_heads_are_an_error_before_anything_is_written() {
     let e = train::run(&a).unwrap_err().to_string();
     assert!(e.contains("heads do not divide by 3"), "{e}");
     assert!(!tmp.path().join("bad").exists());
+}
+
+/// `--amp bf16 --tp 2` trains, and its checkpoint (gathered from the shards) holds the
+/// f32 masters, which `brrr sample` and a one-device `--resume` read.
+#[test]
+fn amp_with_tp_trains_and_saves_f32_weights() {
+    let tmp = tempfile::tempdir().unwrap();
     let a = TrainArgs {
         tp: Some(2),
         amp: Some(train::AmpArg::Bf16),
-        ..args(tmp.path(), "bad")
+        ..args(tmp.path(), "amp")
     };
-    let e = train::run(&a).unwrap_err().to_string();
-    assert!(e.contains("--amp with --tp"), "{e}");
+    let s = train::run(&a).unwrap();
+    assert_eq!((s.steps_done, s.amp), (3, brrr_amp::AmpMode::Bf16));
+    let state =
+        brrr_train::TrainState::load(tmp.path().join("amp/checkpoint.safetensors")).unwrap();
+    for p in &state.params {
+        assert_eq!(p.value.dtype(), brrr_backend::DType::F32, "{}", p.name);
+    }
 }

@@ -15,7 +15,7 @@ use brrr_backend::{Backend, DType, Error, Result};
 use brrr_nn::Module;
 use brrr_tensor::Tensor;
 use brrr_train::data::fingerprint;
-use brrr_train::{LossScalerState, ParamState, TrainState};
+use brrr_train::{ParamState, TrainState};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -52,27 +52,9 @@ pub struct ShardHeader {
     pub checksum: Option<String>,
 }
 
-/// The loss scaler's state in a shard header (every rank holds the same).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScalerHeader {
-    /// The loss scale the next step uses, as its f32 bits (exact through JSON).
-    pub scale_bits: u32,
-    /// Clean steps in a row since the last overflow or growth.
-    pub growth_tracker: i32,
-    /// Overflows since the scale last grew.
-    pub hysteresis_tracker: i32,
-}
-
-impl ScalerHeader {
-    /// As the one-device checkpoint keeps it.
-    pub fn to_state(self) -> LossScalerState {
-        LossScalerState {
-            scale: f32::from_bits(self.scale_bits),
-            growth_tracker: self.growth_tracker,
-            hysteresis_tracker: self.hysteresis_tracker,
-        }
-    }
-}
+/// The loss scaler's state in a shard header (every rank holds the same); pipeline stage
+/// files keep the same.
+pub use brrr_train::ScalerHeader;
 
 /// The file of rank `rank` of `world` in `dir`.
 pub fn shard_path(dir: &Path, rank: usize, world: usize) -> PathBuf {
@@ -84,11 +66,7 @@ impl<B: Backend> DataParallel<B> {
         let loss_scaler = match &self.scaler {
             Some(s) => {
                 let (scale, tracker, _) = brrr_backend::block_on(s.read_state())?;
-                Some(ScalerHeader {
-                    scale_bits: scale.to_bits(),
-                    growth_tracker: tracker.first().copied().unwrap_or(0),
-                    hysteresis_tracker: tracker.get(1).copied().unwrap_or(0),
-                })
+                Some(ScalerHeader::new(scale, &tracker))
             }
             None => None,
         };

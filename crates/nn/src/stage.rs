@@ -272,15 +272,24 @@ impl<B: Backend> Gpt<B> {
     /// Cuts the model into an embedding stage, one [`BlocksStage`] per range of block
     /// indices, and a head stage. The ranges must be contiguous, in order and cover
     /// `0..n_layer` (an empty range is allowed: a stage with no blocks). Saved
-    /// activations are dropped. The head gets a private copy of `wte` with a zero
-    /// gradient; the embedding stage keeps the original and its gradient.
+    /// activations are dropped. The head gets a private copy of `wte` (with its f32
+    /// master under mixed precision) with a zero gradient; the embedding stage keeps the
+    /// original and its gradient.
     pub fn into_stages(mut self, layers: &[Range<usize>]) -> Result<GptStages<B>> {
         check_ranges(layers, self.config.n_layer)?;
         self.clear_saved();
-        let tied = Param::new(
-            self.wte.weight.name.clone(),
-            self.wte.weight.value.deep_clone()?,
-        )?;
+        let w = &self.wte.weight;
+        let tied = match &w.master {
+            // Mixed precision: the copy gets its own f32 master, and its compute value
+            // is rounded from it exactly as the original's was.
+            Some(master) => Param::with_master(
+                w.name.clone(),
+                master.deep_clone()?,
+                w.value.dtype(),
+                w.grad.dtype(),
+            )?,
+            None => Param::new(w.name.clone(), w.value.deep_clone()?)?,
+        };
         let mut rest = self.h.into_iter();
         let blocks = layers
             .iter()

@@ -522,7 +522,7 @@ impl MemoryBreakdown {
 /// when interleaved); `heads` or `ffn_hidden` not divisible by `tp`; ZeRO stage above 3;
 /// sequence parallelism without tensor parallelism is allowed (it is a no-op at `t = 1`).
 pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result<MemoryBreakdown> {
-    cfg.validate()?;
+    check_setup(cfg, setup)?;
     let TrainingSetup {
         dp,
         tp,
@@ -531,26 +531,6 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
         grad_accum,
         ..
     } = *setup;
-    at_least_one("data parallel degree", dp)?;
-    at_least_one("gradient accumulation steps", grad_accum)?;
-    at_least_one("micro-batch size", micro_batch)?;
-    divides("layers", cfg.layers, "pipeline parallel degree", pp)?;
-    divides("attention heads", cfg.heads, "tensor parallel degree", tp)?;
-    divides(
-        "ffn hidden size",
-        cfg.ffn_hidden,
-        "tensor parallel degree",
-        tp,
-    )?;
-    if let PipelineSchedule::Interleaved { chunks } = setup.schedule {
-        at_least_one("interleaved chunks", chunks)?;
-        let stages = checked_product(
-            "pipeline stages × chunks",
-            &[("pipeline parallel degree", pp), ("chunks", chunks)],
-        )?;
-        divides("layers", cfg.layers, "pipeline stages × chunks", stages)?;
-    }
-
     let layers_per_stage = cfg.layers / pp;
     let mut params_per_gpu =
         layers_per_stage as f64 * cfg.layer_params(tp) + cfg.embedding_params(tp);
@@ -573,37 +553,9 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
         setup.recompute,
         setup.precision,
     )?;
-    let (p, m) = (pp as f64, grad_accum as f64);
-    let in_flight = if pp == 1 {
-        1.0
-    } else {
-        match setup.schedule {
-            PipelineSchedule::GPipe => m,
-            PipelineSchedule::OneFOneB => p.min(m),
-            PipelineSchedule::Interleaved { chunks } => {
-                p.min(m) * (1.0 + (p - 1.0) / (p * chunks as f64))
-            }
-        }
-    };
+    let in_flight = microbatches_in_flight(setup);
     let activations_layers = per_layer * layers_per_stage as f64 * in_flight;
-
-    // Korthikanti et al. 2022, Section 4.3. Embedding dropout mask: sbh bytes per in-flight
-    // micro-batch, split by t under sequence parallelism. Output (only on the single stage
-    // when p = 1): final LayerNorm input 2sbh and projection input 2sbh at 16 bits (twice
-    // that in fp32; split by t under SP), fp32 logits 4sbV/t (always vocabulary-parallel).
-    let (s, b, h, v, t) = (
-        cfg.seq_len as f64,
-        micro_batch as f64,
-        cfg.hidden as f64,
-        cfg.vocab as f64,
-        tp as f64,
-    );
-    let sp_div = if setup.sequence_parallel { t } else { 1.0 };
-    let mut activations_other = s * b * h / sp_div * in_flight;
-    if pp == 1 {
-        let e = setup.precision.activation_bytes();
-        activations_other += 2.0 * e * s * b * h / sp_div + 4.0 * s * b * v / t;
-    }
+    let activations_other = other_activation_bytes(cfg, setup, in_flight);
 
     let gather_buffer = if setup.zero_stage == 3 && dp > 1 {
         setup.precision.bytes_per_param().0 * cfg.layer_params(tp)
@@ -645,6 +597,72 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
     };
     finite("memory per GPU", breakdown.total())?;
     Ok(breakdown)
+}
+
+/// The sizes `estimate_memory` needs to divide: degrees and batches of at least one,
+/// layers over the pipeline's stages (and chunks), heads and FFN width over `tp`.
+fn check_setup(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result<()> {
+    cfg.validate()?;
+    let TrainingSetup { dp, tp, pp, .. } = *setup;
+    at_least_one("data parallel degree", dp)?;
+    at_least_one("gradient accumulation steps", setup.grad_accum)?;
+    at_least_one("micro-batch size", setup.micro_batch)?;
+    divides("layers", cfg.layers, "pipeline parallel degree", pp)?;
+    divides("attention heads", cfg.heads, "tensor parallel degree", tp)?;
+    divides(
+        "ffn hidden size",
+        cfg.ffn_hidden,
+        "tensor parallel degree",
+        tp,
+    )?;
+    if let PipelineSchedule::Interleaved { chunks } = setup.schedule {
+        at_least_one("interleaved chunks", chunks)?;
+        let stages = checked_product(
+            "pipeline stages × chunks",
+            &[("pipeline parallel degree", pp), ("chunks", chunks)],
+        )?;
+        divides("layers", cfg.layers, "pipeline stages × chunks", stages)?;
+    }
+    Ok(())
+}
+
+/// Micro-batches whose activations the first stage holds at its peak: 1 without a
+/// pipeline, `m` under GPipe, `min(p, m)` under 1F1B, and for the interleaved schedule
+/// `min(p, m)·(1 + (p − 1)/(p·v))` (Narayanan et al. 2021, §2.2).
+fn microbatches_in_flight(setup: &TrainingSetup) -> f64 {
+    let (p, m) = (setup.pp as f64, setup.grad_accum as f64);
+    if setup.pp == 1 {
+        return 1.0;
+    }
+    match setup.schedule {
+        PipelineSchedule::GPipe => m,
+        PipelineSchedule::OneFOneB => p.min(m),
+        PipelineSchedule::Interleaved { chunks } => {
+            p.min(m) * (1.0 + (p - 1.0) / (p * chunks as f64))
+        }
+    }
+}
+
+/// Activations outside the blocks, bytes (Korthikanti et al. 2022, Section 4.3): the
+/// embedding's dropout mask, sbh bytes per in-flight micro-batch, split by t under
+/// sequence parallelism; and on the single stage when p = 1 the output's: final
+/// LayerNorm input 2sbh and projection input 2sbh at 16 bits (twice that in fp32; split
+/// by t under SP), fp32 logits 4sbV/t (always vocabulary-parallel).
+fn other_activation_bytes(cfg: &TransformerConfig, setup: &TrainingSetup, in_flight: f64) -> f64 {
+    let (s, b, h, v, t) = (
+        cfg.seq_len as f64,
+        setup.micro_batch as f64,
+        cfg.hidden as f64,
+        cfg.vocab as f64,
+        setup.tp as f64,
+    );
+    let sp_div = if setup.sequence_parallel { t } else { 1.0 };
+    let mut bytes = s * b * h / sp_div * in_flight;
+    if setup.pp == 1 {
+        let e = setup.precision.activation_bytes();
+        bytes += 2.0 * e * s * b * h / sp_div + 4.0 * s * b * v / t;
+    }
+    bytes
 }
 
 #[cfg(test)]

@@ -596,6 +596,45 @@ pub fn time_report(inp: &TimeInputs) -> Result<Report> {
     )?;
     let mut j =
         json!({"estimate": to_json(&est), "gpu": inp.gpu.id, "dtype": inp.dtype, "unit": unit});
+    let (t, counted) = estimate_table(inp, &est, peak, unit);
+    let mut r = Report::new(
+        format!("Training time on {} × {}", inp.gpus, inp.gpu.id),
+        Value::Null,
+    );
+    r.table("", t);
+    j["flops_counted"] = json!(counted);
+    if est.flops_with_attention.is_none() {
+        r.note(
+            "Attention's FLOPs are not counted: --params gives no shape. A model (--model \
+             PRESET, or --layers/--hidden/--seq-len) adds PaLM's 12·l·s·h per token, as MFU \
+             counts it: about s/(6h) more time for a GPT (N ≈ 12·l·h²), 3% for GPT-3 175B, \
+             22% for GPT-2 small.",
+        );
+    }
+    if let Some(tps) = measured_tokens_per_s(inp)? {
+        let (m, mj, mfu) = measured_table(inp, tps, peak)?;
+        r.table("Measured", m);
+        if mfu > 1.0 {
+            r.note(format!(
+                "warning: MFU above 100%: {} GPUs cannot compute that fast; check the \
+                 measurement, --gpus and --dtype",
+                inp.gpus
+            ));
+        }
+        j["measured"] = mj;
+    }
+    r.json = j;
+    Ok(r)
+}
+
+/// The estimate's table (parameters, tokens, FLOPs, peak, time, throughput) and which
+/// FLOPs the time counts.
+fn estimate_table(
+    inp: &TimeInputs,
+    est: &flops::TimeEstimate,
+    peak: f64,
+    unit: crate::specs::Unit,
+) -> (Table, &'static str) {
     let mut t = Table::new(["quantity", "value", "formula"]);
     t.row([
         "parameters N".to_string(),
@@ -650,108 +689,88 @@ pub fn time_report(inp: &TimeInputs) -> Result<Report> {
             table::count(est.tokens_per_s / inp.gpus as f64)
         ),
     ]);
-    let mut r = Report::new(
-        format!("Training time on {} × {}", inp.gpus, inp.gpu.id),
-        Value::Null,
-    );
-    r.table("", t);
-    j["flops_counted"] = json!(counted);
-    if est.flops_with_attention.is_none() {
-        r.note(
-            "Attention's FLOPs are not counted: --params gives no shape. A model (--model \
-             PRESET, or --layers/--hidden/--seq-len) adds PaLM's 12·l·s·h per token, as MFU \
-             counts it: about s/(6h) more time for a GPT (N ≈ 12·l·h²), 3% for GPT-3 175B, \
-             22% for GPT-2 small.",
-        );
-    }
+    (t, counted)
+}
 
+/// The measured cluster throughput, from a step time and its tokens or given directly;
+/// `None` without a measurement.
+fn measured_tokens_per_s(inp: &TimeInputs) -> Result<Option<f64>> {
+    match (inp.step_time_s, inp.tokens_per_step, inp.tokens_per_s) {
+        (Some(st), Some(tps), _) => Ok(Some(
+            positive("tokens per step", tps)? / positive("step time", st)?,
+        )),
+        (None, None, Some(t)) => Ok(Some(positive("tokens/s", t)?)),
+        (Some(_), None, _) => Err(PerfError::Invalid(
+            "a step time needs the tokens per step (--batch-tokens)".into(),
+        )),
+        (None, Some(_), _) => Err(PerfError::Invalid(
+            "tokens per step need a measured step time (--step-time)".into(),
+        )),
+        (None, None, None) => Ok(None),
+    }
+}
+
+/// The "Measured" table at `tps` tokens/s: achieved FLOPs, MFU, and with a model HFU
+/// and Megatron's per-iteration count; its JSON and the MFU.
+fn measured_table(inp: &TimeInputs, tps: f64, peak: f64) -> Result<(Table, Value, f64)> {
     let flops_per_token = match &inp.model {
         Some(c) => flops::model_flops_per_token(c)?,
         None => 6.0 * inp.params,
     };
-    let measured_tps = match (inp.step_time_s, inp.tokens_per_step, inp.tokens_per_s) {
-        (Some(st), Some(tps), _) => {
-            Some(positive("tokens per step", tps)? / positive("step time", st)?)
+    let achieved = flops::tokens_per_s_to_flops(tps, flops_per_token)?;
+    let mfu = achieved / (peak * inp.gpus as f64);
+    let mut m = Table::new(["quantity", "value", "formula"]);
+    m.row([
+        "throughput".to_string(),
+        format!("{} tokens/s", table::count(tps)),
+        format!("{} tokens/s per GPU", table::count(tps / inp.gpus as f64)),
+    ]);
+    m.row([
+        "model FLOPs per token".to_string(),
+        table::flops(flops_per_token),
+        if inp.model.is_some() {
+            "6·N + 12·l·s·h"
+        } else {
+            "6·N"
         }
-        (None, None, Some(t)) => Some(positive("tokens/s", t)?),
-        (Some(_), None, _) => {
-            return Err(PerfError::Invalid(
-                "a step time needs the tokens per step (--batch-tokens)".into(),
-            ));
-        }
-        (None, Some(_), _) => {
-            return Err(PerfError::Invalid(
-                "tokens per step need a measured step time (--step-time)".into(),
-            ));
-        }
-        (None, None, None) => None,
-    };
-    if let Some(tps) = measured_tps {
-        let achieved = flops::tokens_per_s_to_flops(tps, flops_per_token)?;
-        let mfu = achieved / (peak * inp.gpus as f64);
-        let mut m = Table::new(["quantity", "value", "formula"]);
+        .into(),
+    ]);
+    m.row([
+        "achieved per GPU".to_string(),
+        table::flops_per_s(achieved / inp.gpus as f64),
+        "tokens/s × FLOPs/token / GPUs".into(),
+    ]);
+    m.row([
+        "MFU".to_string(),
+        table::percent(mfu),
+        "achieved / peak".into(),
+    ]);
+    let mut mj = json!({"tokens_per_s": tps, "model_flops_per_token": flops_per_token,
+                        "achieved_flops_per_gpu": achieved / inp.gpus as f64, "mfu": mfu});
+    if let Some(c) = &inp.model {
+        let hw = flops::hardware_flops_per_token(c, inp.recompute)?;
+        let hfu = tps * hw / (peak * inp.gpus as f64);
         m.row([
-            "throughput".to_string(),
-            format!("{} tokens/s", table::count(tps)),
-            format!("{} tokens/s per GPU", table::count(tps / inp.gpus as f64)),
+            "HFU".to_string(),
+            table::percent(hfu),
+            format!("incl. {:?} recomputation", inp.recompute),
         ]);
-        m.row([
-            "model FLOPs per token".to_string(),
-            table::flops(flops_per_token),
-            if inp.model.is_some() {
-                "6·N + 12·l·s·h"
-            } else {
-                "6·N"
-            }
-            .into(),
-        ]);
-        m.row([
-            "achieved per GPU".to_string(),
-            table::flops_per_s(achieved / inp.gpus as f64),
-            "tokens/s × FLOPs/token / GPUs".into(),
-        ]);
-        m.row([
-            "MFU".to_string(),
-            table::percent(mfu),
-            "achieved / peak".into(),
-        ]);
-        let mut mj = json!({"tokens_per_s": tps, "model_flops_per_token": flops_per_token,
-                            "achieved_flops_per_gpu": achieved / inp.gpus as f64, "mfu": mfu});
-        if let Some(c) = &inp.model {
-            let hw = flops::hardware_flops_per_token(c, inp.recompute)?;
-            let hfu = tps * hw / (peak * inp.gpus as f64);
+        mj["hfu"] = json!(hfu);
+        if let Some(st) = inp.step_time_s {
+            let batch = (tps * st / c.seq_len as f64).round().max(1.0) as u64;
+            let f = flops::megatron_flops_per_iteration(
+                batch, c.seq_len, c.layers, c.hidden, c.vocab, true,
+            )?;
+            let x = f / (st * inp.gpus as f64);
             m.row([
-                "HFU".to_string(),
-                table::percent(hfu),
-                format!("incl. {:?} recomputation", inp.recompute),
+                "Megatron eq. (3)".to_string(),
+                format!("{} per GPU", table::flops_per_s(x)),
+                format!("96·B·s·l·h²(1 + s/6h + V/16lh), B={batch}"),
             ]);
-            mj["hfu"] = json!(hfu);
-            if let Some(st) = inp.step_time_s {
-                let batch = (tps * st / c.seq_len as f64).round().max(1.0) as u64;
-                let f = flops::megatron_flops_per_iteration(
-                    batch, c.seq_len, c.layers, c.hidden, c.vocab, true,
-                )?;
-                let x = f / (st * inp.gpus as f64);
-                m.row([
-                    "Megatron eq. (3)".to_string(),
-                    format!("{} per GPU", table::flops_per_s(x)),
-                    format!("96·B·s·l·h²(1 + s/6h + V/16lh), B={batch}"),
-                ]);
-                mj["megatron_flops_per_gpu"] = json!(x);
-            }
+            mj["megatron_flops_per_gpu"] = json!(x);
         }
-        r.table("Measured", m);
-        if mfu > 1.0 {
-            r.note(format!(
-                "warning: MFU above 100%: {} GPUs cannot compute that fast; check the \
-                 measurement, --gpus and --dtype",
-                inp.gpus
-            ));
-        }
-        j["measured"] = mj;
     }
-    r.json = j;
-    Ok(r)
+    Ok((m, mj, mfu))
 }
 
 /// Inputs of the communication report.

@@ -13,9 +13,10 @@
 
 use crate::executor::PipelineStage;
 use brrr_backend::{Backend, DType, Error, Result};
+use brrr_nn::Param;
 use brrr_tensor::Tensor;
 use brrr_train::data::fingerprint;
-use brrr_train::refuse_non_finite;
+use brrr_train::{ScalerHeader, refuse_non_finite};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -52,6 +53,10 @@ pub struct StageHeader {
     /// every read (absent only in files written before it was kept, read unchecked).
     #[serde(default)]
     pub checksum: Option<String>,
+    /// With `--amp fp16`: the loss scale the next step uses and the scaler's growth and
+    /// hysteresis trackers, so a resumed run goes on with them (absent otherwise).
+    #[serde(default)]
+    pub loss_scaler: Option<ScalerHeader>,
 }
 
 fn one() -> usize {
@@ -160,8 +165,22 @@ impl<B: Backend> PipelineStage<B> {
     /// Writes this stage's parameters and optimizer state after `step` steps to
     /// [`PipelineStage::checkpoint_path`] in `dir` (created if missing); returns the path.
     pub fn save_checkpoint(&self, dir: &Path, step: u64, data_position: &str) -> Result<PathBuf> {
+        self.save_checkpoint_scaled(dir, step, data_position, None)
+    }
+
+    /// [`PipelineStage::save_checkpoint`] with the loss scaler's state (`--amp fp16`):
+    /// the scale and its trackers. Under mixed precision the file holds each
+    /// parameter's f32 master, the run's weights.
+    pub fn save_checkpoint_scaled(
+        &self,
+        dir: &Path,
+        step: u64,
+        data_position: &str,
+        loss_scaler: Option<ScalerHeader>,
+    ) -> Result<PathBuf> {
         let params = self.params();
-        if let Some(p) = params.iter().find(|p| p.value.dtype() != DType::F32) {
+        let weights = |p: &Param<B>| p.master.clone().unwrap_or_else(|| p.value.clone());
+        if let Some(p) = params.iter().find(|p| weights(p).dtype() != DType::F32) {
             return Err(Error::invalid(
                 "PipelineStage::save_checkpoint",
                 format!(
@@ -183,10 +202,11 @@ impl<B: Backend> PipelineStage<B> {
             tp_rank: self.tp_rank(),
             tp: self.tp_size(),
             checksum: None,
+            loss_scaler,
         };
         let mut data = Vec::new();
         for p in &params {
-            bytes_of(&p.value.to_vec_f32()?, &mut data);
+            bytes_of(&weights(p).to_vec_f32()?, &mut data);
         }
         for (m, _) in &self.opt.moments {
             bytes_of(&m.to_vec_f32()?, &mut data);
@@ -264,7 +284,16 @@ impl<B: Backend> PipelineStage<B> {
                 refuse_non_finite(&p.name, "second moment", f64s(v)).map_err(in_file)?;
             }
             let shape = p.value.shape().clone();
-            p.value = Tensor::from_f32(&backend, &floats[at..at + n], shape.clone(), DType::F32)?;
+            let saved = Tensor::from_f32(&backend, &floats[at..at + n], shape.clone(), DType::F32)?;
+            match &mut p.master {
+                // Mixed precision: the saved weights become the master, and the compute
+                // copy is rounded from them (as `brrr_train::load_params` does).
+                Some(master) => {
+                    p.value = saved.to_dtype(p.value.dtype())?;
+                    *master = saved;
+                }
+                None => p.value = saved,
+            }
             if header.has_moments {
                 let m = &floats[total + at..total + at + n];
                 let v = &floats[2 * total + at..2 * total + at + n];

@@ -14,12 +14,13 @@ use crate::executor::{MicroBatchData, PipelineStage, gather_timeline, step_loss}
 use crate::generate::generate;
 use crate::schedule::{Schedule, ScheduleKind};
 use crate::simulate::{Costs, Timeline, simulate};
+use brrr_amp::DynamicLossScaler;
 use brrr_backend::{Backend, DType, Error, Result};
-use brrr_collectives::{Communicator, ParallelGroups, ParallelLayout};
+use brrr_collectives::{Communicator, ParallelGroups, ParallelLayout, ReduceOp};
 use brrr_nn::{AdamWConfig, Gpt};
 use brrr_perf::trace::Tracer;
 use brrr_train::run_dir::PP_DIR;
-use brrr_train::{Batch, BatchSource, Engine, StepStats, TrainConfig};
+use brrr_train::{Batch, BatchSource, Engine, ScalerHeader, StepStats, TrainConfig};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::ops::Range;
@@ -56,6 +57,9 @@ pub struct PipelineEngine<B: Backend> {
     measured: Measured,
     /// Records each step's phases (`--trace`); disabled by default.
     tracer: Arc<Tracer>,
+    /// The dynamic loss scaler with `--amp fp16`: every rank scales by the same value
+    /// and skips the same steps (the overflow flag is agreed over the whole world).
+    scaler: Option<DynamicLossScaler<B>>,
 }
 
 /// What the timed steps measured, on the rank that gathers the timelines.
@@ -117,6 +121,10 @@ impl<B: Backend> PipelineEngine<B> {
         let rows = replica_rows(config.batch_size, l.dp, replica);
         let tp = (l.tp > 1).then(|| (Arc::new(groups.tp), l.sp));
         let stage = build_stage(backend, &config, stage_idx, &schedule, tp)?;
+        let scaler = match config.amp.scales_loss() {
+            true => Some(DynamicLossScaler::new(backend, config.amp.scaler.clone())?),
+            false => None,
+        };
         let val = val
             .iter()
             .map(|b| MicroBatchData::upload(backend, b))
@@ -137,6 +145,7 @@ impl<B: Backend> PipelineEngine<B> {
             start: None,
             measured: Measured::default(),
             tracer: Arc::new(Tracer::disabled()),
+            scaler,
         })
     }
 
@@ -175,6 +184,37 @@ impl<B: Backend> PipelineEngine<B> {
         let idle = busy.iter().map(|b| 1.0 - b / makespan).collect();
         let all = 1.0 - busy.iter().sum::<f64>() / (busy.len() as f64 * makespan);
         Some((idle, all))
+    }
+
+    /// fp16: unscales this rank's gradients, then agrees on the overflow flag with
+    /// MAX over the pipeline and the replicas, so one stage's inf skips the step on
+    /// every rank and every scaler moves the same way (as brrr-dp's ZeRO shards do).
+    fn unscale(&mut self) -> Result<()> {
+        let Some(scaler) = &mut self.scaler else {
+            return Ok(());
+        };
+        scaler.unscale(self.stage.params_mut())?;
+        let mut flag = [scaler.found_inf().to_vec_f32()?[0]];
+        self.pp.all_reduce(&mut flag, ReduceOp::Max)?;
+        self.dp.all_reduce(&mut flag, ReduceOp::Max)?;
+        scaler.set_found_inf(flag[0])
+    }
+
+    /// fp16: the scale update after the step; (the scale after it, whether the step
+    /// was skipped). A skipped step is no AdamW step: its bias-correction count stays,
+    /// as on one device.
+    fn update_scale(&mut self) -> Result<(f32, bool)> {
+        let Some(s) = &mut self.scaler else {
+            return Ok((1.0, false));
+        };
+        s.update()?;
+        let scale = s.scale_tensor().to_vec_f32()?[0];
+        let found = s.found_inf().to_vec_f32()?[0];
+        let r = s.observe(scale, found)?;
+        if r.skipped {
+            self.stage.opt.step -= 1;
+        }
+        Ok((r.scale, r.skipped))
     }
 
     fn micro_batches(&mut self) -> Result<Vec<MicroBatchData<B>>> {
@@ -246,15 +286,22 @@ fn build_stage<B: Backend>(
     let mut model = Gpt::new(backend, cfg.model.clone(), DType::F32, &mut rng)?;
     // The stages keep these blocks (sliced per tensor rank): the switch carries over.
     model.set_fused_attention(cfg.fused_attention);
+
     let opt = AdamWConfig {
         weight_decay: cfg.weight_decay,
         ..AdamWConfig::default()
     };
     let (p, v) = (schedule.p, schedule.v);
-    match tp {
-        Some((tp, sp)) => PipelineStage::new_tensor_parallel(model, stage_idx, p, v, opt, tp, sp),
-        None => PipelineStage::new(model, stage_idx, p, v, opt),
+    let mut stage = match tp {
+        Some((tp, sp)) => PipelineStage::new_tensor_parallel(model, stage_idx, p, v, opt, tp, sp)?,
+        None => PipelineStage::new(model, stage_idx, p, v, opt)?,
+    };
+    // `--amp`: the one-device trainer's 16-bit compute copies beside f32 masters, made
+    // from the stage's f32 pieces (whole, or this tensor rank's slices).
+    if let Some(policy) = cfg.amp.policy() {
+        stage.apply_policy(&policy)?;
     }
+    Ok(stage)
 }
 
 /// The simulated timeline of `kind` on `p` stages and `m` micro-batches (per-stage
@@ -289,17 +336,22 @@ impl<B: Backend> Engine for PipelineEngine<B> {
         // Each pipeline's mean over its rows; the data-parallel average of the
         // gradients makes it the mean over the global batch.
         let dloss = 1.0 / (self.rows.len() * self.config.seq_len * m) as f32;
+        // fp16: every backward seeds the scaled loss gradient (a power of two, exact).
+        let dloss = dloss * self.scaler.as_ref().map_or(1.0, |s| s.scale());
         let run = tracer.in_span("schedule", || {
             self.stage.run(&self.pp, &self.schedule, &data, dloss)
         })?;
         tracer.in_span("reduce grads", || {
             self.stage.reduce_grads(&self.pp, Some(&self.dp))
         })?;
+        tracer.in_span("unscale", || self.unscale())?;
         let loss = step_loss(&run, m, &self.pp, Some(&self.dp))? as f32;
+        let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
         let norm = tracer.in_span("adamw", || {
             self.stage
-                .update(&self.pp, lr as f32, self.config.grad_clip)
+                .update_scaled(&self.pp, lr as f32, self.config.grad_clip, found_inf)
         })?;
+        let (loss_scale, skipped) = self.update_scale()?;
         let timeline = match self.replica == 0 && self.stage.tp_rank() == 0 {
             true => gather_timeline(&self.pp, &run.spans)?,
             false => None,
@@ -319,8 +371,8 @@ impl<B: Backend> Engine for PipelineEngine<B> {
             grad_norm: norm,
             lr,
             tokens: self.config.tokens_per_step(),
-            loss_scale: 1.0,
-            skipped: false,
+            loss_scale,
+            skipped,
             seconds: Some(t0.elapsed().as_secs_f64()),
             peak_bytes: run.peak_bytes,
             activation_peak_bytes: run.peak_bytes.saturating_sub(run.start_bytes),
@@ -347,8 +399,15 @@ impl<B: Backend> Engine for PipelineEngine<B> {
         let _span = tracer.span("checkpoint");
         if self.replica == 0 {
             let position = self.data.position();
+            let scaler = match &self.scaler {
+                Some(s) => {
+                    let (scale, trackers, _) = s.read_state().await?;
+                    Some(ScalerHeader::new(scale, &trackers))
+                }
+                None => None,
+            };
             self.stage
-                .save_checkpoint(&dir.join(PP_DIR), self.step, &position)?;
+                .save_checkpoint_scaled(&dir.join(PP_DIR), self.step, &position, scaler)?;
         }
         if self.gathers() {
             self.write_timelines(dir)?;
@@ -358,6 +417,10 @@ impl<B: Backend> Engine for PipelineEngine<B> {
 
     async fn restore_from(&mut self, dir: &Path) -> Result<()> {
         let header = self.stage.load_checkpoint(&dir.join(PP_DIR))?;
+        // A file without the scaler's state leaves the scale at its initial value.
+        if let (Some(s), Some(saved)) = (&mut self.scaler, header.loss_scaler) {
+            s.restore_state(saved.scale(), &saved.trackers())?;
+        }
         if header.data_position.is_empty() {
             // Files from before the position was saved: the batch stream is a
             // function of the seed, so skip the batches the saved steps drew.

@@ -223,6 +223,22 @@ impl<B: Backend> PipelineStage<B> {
         Ok(stage)
     }
 
+    /// Mixed precision (`--amp`) on this stage, as `brrr_amp::apply_policy` on one
+    /// device: every parameter (the f32 pieces of the seed's model) becomes its f32
+    /// master with a 16-bit compute copy, and every block's attention core takes the
+    /// policy's dtype. Activations and their gradients then cross the stage boundaries
+    /// in 16 bits.
+    pub fn apply_policy(&mut self, policy: &brrr_amp::Policy) -> Result<()> {
+        brrr_amp::apply_policy_to_params(policy, self.params_mut())?;
+        let core = brrr_amp::attention_core_dtype(policy);
+        for chunk in &mut self.chunks {
+            for attn in chunk.attentions_mut() {
+                attn.core_dtype = core;
+            }
+        }
+        Ok(())
+    }
+
     /// Ranks in this stage's tensor-parallel group (1 without tensor parallelism).
     pub fn tp_size(&self) -> usize {
         self.tp.as_ref().map_or(1, |(c, _)| c.world_size())
@@ -721,6 +737,20 @@ impl<B: Backend> PipelineStage<B> {
     /// Clips to `max_norm` (0: no clipping) by the global norm and takes one AdamW step
     /// at `lr`; returns the norm before clipping.
     pub fn update(&mut self, pp: &Communicator, lr: f32, max_norm: f64) -> Result<f64> {
+        self.update_scaled(pp, lr, max_norm, None)
+    }
+
+    /// [`PipelineStage::update`] that a non-zero `found_inf` (f32, one element: the
+    /// loss scaler's overflow flag, agreed by every rank) turns into no update at all,
+    /// as `brrr_nn::AdamW::step_scaled` does. The optimizer's step count still moves:
+    /// the caller takes a skipped step back.
+    pub fn update_scaled(
+        &mut self,
+        pp: &Communicator,
+        lr: f32,
+        max_norm: f64,
+        found_inf: Option<&Tensor<B>>,
+    ) -> Result<f64> {
         let norm = self.grad_norm(pp)?;
         let coef = if max_norm > 0.0 {
             (max_norm / (norm + 1e-6)).min(1.0)
@@ -740,7 +770,8 @@ impl<B: Backend> PipelineStage<B> {
             }
             v
         };
-        self.opt.step(params, lr, coef as f32)?;
+        self.opt
+            .step_scaled(params, lr, coef as f32, None, found_inf)?;
         Ok(norm)
     }
 }

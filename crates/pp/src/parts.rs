@@ -4,7 +4,9 @@
 //! stage the same way whichever it holds; these enums only dispatch.
 
 use brrr_backend::{Backend, Result};
-use brrr_nn::{BlocksStage, EmbeddingStage, HeadStage, MicroBatch, Module, Param};
+use brrr_nn::{
+    BlocksStage, CausalSelfAttention, EmbeddingStage, HeadStage, MicroBatch, Module, Param,
+};
 use brrr_tensor::Tensor;
 use brrr_tp::{TpBlocksStage, TpEmbeddingStage, TpHeadStage};
 
@@ -100,6 +102,14 @@ impl<B: Backend> StageBlocks<B> {
         match self {
             StageBlocks::Plain(s) => s.backward_weight(mb),
             StageBlocks::Tensor(s) => s.backward_weight(mb),
+        }
+    }
+
+    /// Each block's attention (whole, or this tensor rank's heads), in order.
+    pub fn attentions_mut(&mut self) -> Vec<&mut CausalSelfAttention<B>> {
+        match self {
+            StageBlocks::Plain(s) => s.h.iter_mut().map(|b| &mut b.attn).collect(),
+            StageBlocks::Tensor(s) => s.h.iter_mut().map(|b| &mut b.attn).collect(),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! global micro-batch and match one pipeline; a run saved at step 2 and restored goes
 //! on bit for bit.
 
+use brrr_amp::{AmpConfig, AmpMode};
 use brrr_collectives::run_in_process;
 use brrr_cpu::CpuBackend;
 use brrr_pp::{PipelineEngine, ScheduleKind};
@@ -38,11 +39,14 @@ fn tiny(m: usize) -> TrainConfig {
 struct Log {
     losses: Vec<f32>,
     val: Option<f32>,
+    /// Each step's loss scale after it and whether it was skipped (`--amp fp16`).
+    scales: Vec<(f32, bool)>,
 }
 
 impl Observer for Log {
     fn on_step(&mut self, s: &StepStats) -> brrr_backend::Result<()> {
         self.losses.push(s.loss);
+        self.scales.push((s.loss_scale, s.skipped));
         Ok(())
     }
     fn on_eval(&mut self, e: &brrr_train::Evaluation) -> brrr_backend::Result<()> {
@@ -137,4 +141,55 @@ fn a_restored_pipeline_goes_on_bit_for_bit() {
     got.extend(&rest.losses);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&got), bits(&whole.losses));
+}
+
+/// `--amp fp16` in a pipeline: the one-device trainer's losses, and its loss scales and
+/// skipped steps exactly (the overflow flag is agreed by every stage, so a stage that
+/// saw no inf skips with the one that did). The scale starts high and grows after every
+/// clean step, so the run both skips and grows; a run saved at step 3 and restored
+/// carries its scale and goes on bit for bit.
+#[test]
+fn fp16_pipelines_skip_and_scale_like_one_device_and_resume_with_their_scale() {
+    let mut cfg = tiny(2);
+    cfg.steps = 6;
+    cfg.eval_every = 6;
+    cfg.amp = AmpConfig::new(AmpMode::Fp16);
+    cfg.amp.scaler.init_scale = 65536.0 * 16.0;
+    cfg.amp.scaler.growth_interval = 1;
+    let c = corpus();
+    let data = Batcher::for_corpus(&c, cfg.batch_size, cfg.seq_len, cfg.seed).unwrap();
+    let val = val_batches(c.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches).unwrap();
+    let mut trainer = Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), val).unwrap();
+    let mut want = Log::default();
+    trainer.run_blocking(cfg.steps, &mut want).unwrap();
+    let skips = want.scales.iter().filter(|s| s.1).count();
+    assert!(
+        skips > 0 && skips < want.scales.len(),
+        "the setup should both skip and step: {:?}",
+        want.scales
+    );
+    cfg.layout.pp = 2;
+    cfg.layout.schedule = "1f1b".into();
+    let got = pipeline(&cfg, cfg.steps, None, None);
+    assert_eq!(got.scales, want.scales);
+    for (a, b) in got.losses.iter().zip(&want.losses) {
+        assert!(
+            (a - b).abs() < 1e-3 * b.abs(),
+            "{:?} vs {:?}",
+            got.losses,
+            want.losses
+        );
+    }
+    let (a, b) = (got.val.unwrap(), want.val.unwrap());
+    assert!((a - b).abs() < 1e-3 * b.abs(), "val loss {a} vs {b}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let first = pipeline(&cfg, 3, None, Some(dir.path()));
+    let rest = pipeline(&cfg, 6, Some(dir.path()), None);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&[first.losses, rest.losses].concat()),
+        bits(&got.losses)
+    );
+    assert_eq!([first.scales, rest.scales].concat(), got.scales);
 }

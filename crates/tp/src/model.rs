@@ -271,6 +271,18 @@ impl<B: Backend> TpGpt<B> {
         Ok(model)
     }
 
+    /// Mixed precision (`--amp`) on the shard, as `brrr_amp::apply_policy` on one
+    /// device: each parameter (sliced from the f32 model) becomes its f32 master with a
+    /// 16-bit compute copy, and attention's core takes the policy's dtype.
+    pub fn apply_policy(&mut self, policy: &brrr_amp::Policy) -> Result<()> {
+        brrr_amp::apply_policy_to_params(policy, self.params_mut())?;
+        let core = brrr_amp::attention_core_dtype(policy);
+        for block in &mut self.h {
+            block.attn.core_dtype = core;
+        }
+        Ok(())
+    }
+
     /// The tensor-parallel group.
     pub fn comm(&self) -> &Arc<Communicator> {
         &self.comm

@@ -74,7 +74,15 @@ impl<B: Backend> TpTrainer<B> {
                     ),
                 ));
             }
-            p.value = value;
+            match &mut p.master {
+                // Mixed precision: the saved f32 weights become the master, and the
+                // compute copy is rounded from them (as `brrr_train::load_params`).
+                Some(master) => {
+                    p.value = value.to_dtype(p.value.dtype())?;
+                    *master = value;
+                }
+                None => p.value = value,
+            }
             if state.adamw_step > 0 {
                 let (m, v) = saved.moments.as_ref().ok_or_else(|| {
                     Error::Parse(format!("checkpoint has no tensor \"adamw.m.{}\"", p.name))
@@ -88,6 +96,10 @@ impl<B: Backend> TpTrainer<B> {
         self.opt.moments = moments;
         self.opt.step = state.adamw_step;
         self.step = state.step;
+        // A checkpoint without the scaler's state leaves the scale at its initial value.
+        if let (Some(s), Some(ls)) = (&mut self.scaler, &state.loss_scaler) {
+            s.restore_state(ls.scale, &[ls.growth_tracker, ls.hysteresis_tracker])?;
+        }
         let data = self.source()?;
         if state.data_fingerprint != data.fingerprint() {
             return Err(Error::invalid(

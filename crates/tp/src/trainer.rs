@@ -7,6 +7,7 @@
 use crate::config::TpConfig;
 use crate::model::{TpGpt, all_reduce_grads_scaled};
 use crate::shard::unshard_by_name;
+use brrr_amp::DynamicLossScaler;
 use brrr_backend::{Backend, DType, Error, HostData, Result};
 use brrr_collectives::{Communicator, ParallelGroups, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param};
@@ -35,6 +36,9 @@ pub struct TpTrainer<B: Backend> {
     pub(crate) val: Vec<Batch>,
     /// Records the step's phases (`--trace`); disabled by default.
     pub(crate) tracer: Arc<Tracer>,
+    /// The dynamic loss scaler with `--amp fp16`, the same on every rank (the overflow
+    /// flag is agreed over the tensor- and data-parallel groups).
+    pub(crate) scaler: Option<DynamicLossScaler<B>>,
 }
 
 impl<B: Backend> TpTrainer<B> {
@@ -57,18 +61,20 @@ impl<B: Backend> TpTrainer<B> {
                 "pipeline parallelism with --tp is not supported by this trainer",
             ));
         }
-        if config.amp.policy().is_some() {
-            return Err(Error::invalid(
-                "TpTrainer",
-                "--amp with --tp is not supported",
-            ));
-        }
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
         let mut gpt = Gpt::new(backend, config.model.clone(), DType::F32, &mut rng)?;
         // The shard's blocks take the switch from these (`TpBlock::from_block`).
         gpt.set_fused_attention(config.fused_attention);
-        let model = TpGpt::from_gpt(&gpt, Arc::new(groups.tp), tp.sp)?;
+        let mut model = TpGpt::from_gpt(&gpt, Arc::new(groups.tp), tp.sp)?;
         drop(gpt);
+        // `--amp`: the shard of the f32 model gets its masters and 16-bit copies.
+        if let Some(policy) = config.amp.policy() {
+            model.apply_policy(&policy)?;
+        }
+        let scaler = match config.amp.scales_loss() {
+            true => Some(DynamicLossScaler::new(backend, config.amp.scaler.clone())?),
+            false => None,
+        };
         let opt = AdamW::new(AdamWConfig {
             weight_decay: config.weight_decay,
             ..AdamWConfig::default()
@@ -83,6 +89,7 @@ impl<B: Backend> TpTrainer<B> {
             data: None,
             val: Vec::new(),
             tracer: Arc::new(Tracer::disabled()),
+            scaler,
         })
     }
 
@@ -139,13 +146,15 @@ impl<B: Backend> TpTrainer<B> {
     /// [`TpTrainer::finish_grads`].
     pub fn forward_backward(&mut self, batches: &[Batch]) -> Result<f64> {
         let k = batches.len().max(1);
+        // fp16: the loss gradient is seeded scaled (a power of two, so exactly).
+        let scale = self.scaler.as_ref().map_or(1.0, |s| s.scale());
         let mut loss = 0.0;
         for (i, batch) in batches.iter().enumerate() {
             let mb = MicroBatch(i as u32);
             let losses = self.forward_loss(mb, batch)?;
             loss += losses.mean_all()?.to_scalar_f64()? / k as f64;
             let n = losses.elem_count() * k;
-            self.model.backward_mb(mb, 1.0 / n as f32)?;
+            self.model.backward_mb(mb, 1.0 / n as f32 * scale)?;
         }
         Ok(loss)
     }
@@ -159,6 +168,37 @@ impl<B: Backend> TpTrainer<B> {
             all_reduce_grads_scaled(&self.dp, &mut params, true)?;
         }
         Ok(())
+    }
+
+    /// fp16: unscales this rank's gradients and agrees on the overflow flag with MAX
+    /// over the tensor- and the data-parallel group, so that every shard of every
+    /// replica skips the same steps (one shard's inf would otherwise leave the others
+    /// updating a model that no longer exists as a whole).
+    fn unscale(&mut self) -> Result<()> {
+        let Some(scaler) = &mut self.scaler else {
+            return Ok(());
+        };
+        scaler.unscale(self.model.params_mut())?;
+        let mut flag = [scaler.found_inf().to_vec_f32()?[0]];
+        self.model.comm().all_reduce(&mut flag, ReduceOp::Max)?;
+        self.dp.all_reduce(&mut flag, ReduceOp::Max)?;
+        scaler.set_found_inf(flag[0])
+    }
+
+    /// fp16: the scale update after the step; (the scale after it, whether the step
+    /// was skipped). A skipped step is no AdamW step, as on one device.
+    fn update_scale(&mut self) -> Result<(f32, bool)> {
+        let Some(s) = &mut self.scaler else {
+            return Ok((1.0, false));
+        };
+        s.update()?;
+        let scale = s.scale_tensor().to_vec_f32()?[0];
+        let found = s.found_inf().to_vec_f32()?[0];
+        let r = s.observe(scale, found)?;
+        if r.skipped {
+            self.opt.step -= 1;
+        }
+        Ok((r.scale, r.skipped))
     }
 
     /// One optimizer step on the global micro-batches `batches` (`grad_accum` of them).
@@ -184,12 +224,17 @@ impl<B: Backend> TpTrainer<B> {
         let mut loss = [loss as f32];
         let activation_peak_bytes = self.backend.memory_stats().peak_bytes.saturating_sub(start);
         tracer.in_span("reduce grads", || self.finish_grads())?;
+        tracer.in_span("unscale", || self.unscale())?;
         self.dp.all_reduce(&mut loss, ReduceOp::Avg)?;
         let norm = tracer.in_span("clip", || self.model.grad_sq_sum())?.sqrt();
         let coef = (self.config.grad_clip / (norm + 1e-6)).min(1.0) as f32;
+        let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
         tracer.in_span("adamw", || {
-            self.opt.step(self.model.params_mut(), lr as f32, coef)
+            let params = self.model.params_mut();
+            self.opt
+                .step_scaled(params, lr as f32, coef, None, found_inf)
         })?;
+        let (loss_scale, skipped) = self.update_scale()?;
         // As the one-device trainer: a step with a non-finite loss is not counted.
         if !loss[0].is_finite() {
             return Err(Error::invalid(
@@ -208,8 +253,8 @@ impl<B: Backend> TpTrainer<B> {
             grad_norm: norm,
             lr,
             tokens: self.config.tokens_per_step(),
-            loss_scale: 1.0,
-            skipped: false,
+            loss_scale,
+            skipped,
             seconds: Some(t0.elapsed().as_secs_f64()),
             peak_bytes: self.backend.memory_stats().peak_bytes,
             activation_peak_bytes,
@@ -244,7 +289,8 @@ impl<B: Backend> TpTrainer<B> {
         };
         let mut params = Vec::new();
         for (i, p) in self.model.params().into_iter().enumerate() {
-            let (value, shape) = whole(&p.name, &p.value)?;
+            // Under mixed precision the f32 master is the run's weight.
+            let (value, shape) = whole(&p.name, p.master.as_ref().unwrap_or(&p.value))?;
             let moments = match self.opt.moments.get(i) {
                 Some((m, v)) => Some((
                     HostData::F32(whole(&p.name, m)?.0),
@@ -266,8 +312,13 @@ impl<B: Backend> TpTrainer<B> {
             data_position,
             data_fingerprint,
             params,
-            // Tensor-parallel runs refuse --amp: there is no loss scaler to save.
-            loss_scaler: None,
+            loss_scaler: match &self.scaler {
+                Some(s) => {
+                    let (scale, trackers, _) = brrr_backend::block_on(s.read_state())?;
+                    Some(brrr_train::ScalerHeader::new(scale, &trackers).to_state())
+                }
+                None => None,
+            },
         })
     }
 }

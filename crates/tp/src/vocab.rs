@@ -6,7 +6,7 @@
 //! the `[N, V]` logits themselves.
 
 use crate::comm::{all_reduce_max, all_reduce_sum};
-use brrr_backend::{Backend, Error, Result};
+use brrr_backend::{Backend, DType, Error, Result};
 use brrr_collectives::Communicator;
 use brrr_nn::{MicroBatch, Module, Param, Stash};
 use brrr_tensor::Tensor;
@@ -67,7 +67,14 @@ impl<B: Backend> VocabParallelEmbedding<B> {
     /// Scatter-adds the rows of `dout` (`[B, T, C]`, full) whose ids this rank holds.
     pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<()> {
         let (local, mask) = self.saved.take(mb, "VocabParallelEmbedding")?;
-        local.embedding_backward(&dout.mul(&mask)?, &mut self.weight.grad)
+        let dout = dout.mul(&mask)?;
+        // A 16-bit gradient into an f32 gradient beside an f32 master (`--amp`): widened
+        // first, so that repeated ids add up in f32, as brrr-nn's `Embedding` does.
+        let dout = match dout.dtype() == self.weight.grad.dtype() {
+            true => dout,
+            false => dout.to_dtype(self.weight.grad.dtype())?,
+        };
+        local.embedding_backward(&dout, &mut self.weight.grad)
     }
 }
 
@@ -97,6 +104,8 @@ pub struct VocabParallelLoss<B: Backend> {
     sum_exp: Tensor<B>,
     /// 1 at the target's local column where this rank holds the target, `[N, V/n]`.
     one_hot: Tensor<B>,
+    /// The logits' dtype: the gradient goes back in it.
+    dtype: DType,
 }
 
 /// Cross-entropy of logits split by vocabulary: `logits` `[N, V/n]` are this rank's
@@ -120,6 +129,14 @@ pub fn vocab_parallel_cross_entropy<B: Backend>(
         }
     };
     let be = logits.backend().clone();
+    let dtype = logits.dtype();
+    // The loss and the softmax statistics stay f32 whatever the logits' dtype
+    // (brrr-amp's policy: `OpClass::Loss`, `OpClass::SoftmaxStatistics`), as the
+    // one-device cross-entropy kernel computes internally.
+    let logits = &match dtype {
+        DType::F32 => logits.clone(),
+        _ => logits.to_dtype(DType::F32)?,
+    };
     let max = all_reduce_max(comm, &logits.max_dim(1, true)?)?; // [N, 1]
     let shifted = logits.sub(&max)?;
     let exp = shifted.exp()?;
@@ -128,7 +145,7 @@ pub fn vocab_parallel_cross_entropy<B: Backend>(
     for (i, (&t, &m)) in local.iter().zip(&mask).enumerate() {
         one_hot[i * vl + t as usize] = m;
     }
-    let one_hot = Tensor::from_f32(&be, &one_hot, [n, vl], logits.dtype())?;
+    let one_hot = Tensor::from_f32(&be, &one_hot, [n, vl], DType::F32)?;
     let parts = Tensor::cat(
         &[
             &exp.sum_dim(1, true)?,
@@ -145,6 +162,7 @@ pub fn vocab_parallel_cross_entropy<B: Backend>(
         exp,
         sum_exp,
         one_hot,
+        dtype,
     })
 }
 
@@ -153,6 +171,10 @@ impl<B: Backend> VocabParallelLoss<B> {
     /// loss `Σ_i loss_i · dloss`: no communication, the softmax denominator is known.
     pub fn backward(&self, dloss: f32) -> Result<Tensor<B>> {
         let softmax = self.exp.div(&self.sum_exp)?;
-        softmax.sub(&self.one_hot)?.scale(dloss)
+        let d = softmax.sub(&self.one_hot)?.scale(dloss)?;
+        match self.dtype {
+            DType::F32 => Ok(d),
+            dtype => d.to_dtype(dtype),
+        }
     }
 }

@@ -185,7 +185,6 @@ impl Layout {
     /// here runs in every layout.
     fn validate_features(&self, cfg: &TrainConfig) -> Result<()> {
         let recompute = cfg.checkpoint != Strategy::None;
-        let amp = cfg.amp.policy().is_some();
         match self.engine() {
             EngineKind::OneDevice => Ok(()),
             EngineKind::DataParallel if recompute => refuse("--checkpoint", "--dp"),
@@ -197,9 +196,6 @@ impl Layout {
                 }
                 if recompute {
                     return refuse("--checkpoint", name);
-                }
-                if amp {
-                    return refuse("--amp", name);
                 }
                 Ok(())
             }

@@ -40,6 +40,49 @@ pub struct LossScalerState {
     pub hysteresis_tracker: i32,
 }
 
+/// The loss scaler's state in the JSON header of a sharded checkpoint (brrr-dp's rank
+/// shards, brrr-pp's stage files): every rank holds the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScalerHeader {
+    /// The loss scale the next step uses, as its f32 bits (exact through JSON).
+    pub scale_bits: u32,
+    /// Clean steps in a row since the last overflow or growth.
+    pub growth_tracker: i32,
+    /// Overflows since the scale last grew.
+    pub hysteresis_tracker: i32,
+}
+
+impl ScalerHeader {
+    /// From the scale and the trackers `[growth, hysteresis]` as
+    /// `brrr_amp::DynamicLossScaler::read_state` returns them.
+    pub fn new(scale: f32, trackers: &[i32]) -> Self {
+        ScalerHeader {
+            scale_bits: scale.to_bits(),
+            growth_tracker: trackers.first().copied().unwrap_or(0),
+            hysteresis_tracker: trackers.get(1).copied().unwrap_or(0),
+        }
+    }
+
+    /// The scale the next step uses.
+    pub fn scale(self) -> f32 {
+        f32::from_bits(self.scale_bits)
+    }
+
+    /// The trackers `[growth, hysteresis]`, as `DynamicLossScaler::restore_state` takes them.
+    pub fn trackers(self) -> [i32; 2] {
+        [self.growth_tracker, self.hysteresis_tracker]
+    }
+
+    /// As the one-device checkpoint keeps it.
+    pub fn to_state(self) -> LossScalerState {
+        LossScalerState {
+            scale: self.scale(),
+            growth_tracker: self.growth_tracker,
+            hysteresis_tracker: self.hysteresis_tracker,
+        }
+    }
+}
+
 /// A run's complete state on the host: enough to continue it bit for bit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrainState {
