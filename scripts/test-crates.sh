@@ -61,6 +61,10 @@ package() {
         done
     } > "$dir/Cargo.toml"
     cp Cargo.lock "$dir/"
+    # `cargo package` stamps every file with one fixed time (reproducible archives), so
+    # the unpacked sources would look unchanged since the last run and cargo would reuse
+    # that run's checks of older code: give them the time they were unpacked.
+    find "$dir" -type f -exec touch {} +
     for l in "${LIBS[@]}"; do
         echo "cargo check -p $l (from $l-$VERSION.crate)"
         CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
