@@ -5,6 +5,7 @@
 //! on bit for bit.
 
 use brrr_amp::{AmpConfig, AmpMode};
+use brrr_backend::DType;
 use brrr_collectives::run_in_process;
 use brrr_cpu::CpuBackend;
 use brrr_pp::{PipelineEngine, ScheduleKind};
@@ -192,4 +193,37 @@ fn fp16_pipelines_skip_and_scale_like_one_device_and_resume_with_their_scale() {
         bits(&got.losses)
     );
     assert_eq!([first.scales, rest.scales].concat(), got.scales);
+}
+
+/// `--amp bf16` reaches every stage: each holds 16-bit compute copies beside f32 masters
+/// (a stage left in f32 would train, and its losses would differ from one device's
+/// bf16 run by little more than rounding).
+#[test]
+fn every_stage_computes_in_bf16_beside_f32_masters() {
+    let mut cfg = tiny(2);
+    cfg.amp = AmpConfig::new(AmpMode::Bf16);
+    cfg.layout.pp = 2;
+    let c = corpus();
+    let kinds = run_in_process(2, |world| {
+        let data = Batcher::for_corpus(&c, cfg.batch_size, cfg.seq_len, cfg.seed)?;
+        let e = PipelineEngine::new(
+            &CpuBackend::new(),
+            cfg.clone(),
+            world,
+            Box::new(data),
+            vec![],
+        )?;
+        Ok(e.stage()
+            .params()
+            .iter()
+            .map(|p| (p.value.dtype(), p.master.as_ref().map(|m| m.dtype())))
+            .collect::<Vec<_>>())
+    });
+    for k in kinds {
+        let k = k.unwrap();
+        assert!(!k.is_empty());
+        for d in k {
+            assert_eq!(d, (DType::BF16, Some(DType::F32)));
+        }
+    }
 }

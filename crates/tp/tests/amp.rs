@@ -5,8 +5,10 @@
 //! skips the steps one device skips and moves its scale the same way.
 
 use brrr_amp::{AmpConfig, AmpMode};
+use brrr_backend::DType;
 use brrr_collectives::{ParallelGroups, ParallelLayout, run_in_process};
 use brrr_cpu::CpuBackend;
+use brrr_nn::Module;
 use brrr_tp::{TpConfig, TpTrainer};
 use brrr_train::{
     Batcher, Corpus, Engine, Observer, StepStats, TrainConfig, Trainer, run_blocking, val_batches,
@@ -138,6 +140,42 @@ fn fp16_tensor_parallel_skips_and_scales_like_one_device() {
         let what = c.layout.flags();
         assert_eq!(got.scales, want.scales, "{what}");
         assert_close(&got, &want, &what);
+    }
+}
+
+/// Every rank's shard computes in bf16 beside f32 masters (a shard left in f32 would
+/// train too, within little more than rounding of one device's bf16 losses).
+#[test]
+fn every_shard_computes_in_bf16_beside_f32_masters() {
+    let mut cfg = config(AmpMode::Bf16);
+    (cfg.layout.tp, cfg.layout.sp) = (2, true);
+    let kinds = run_in_process(2, |world| {
+        let groups = ParallelGroups::new(
+            world,
+            ParallelLayout {
+                dp: 1,
+                tp: 2,
+                pp: 1,
+            },
+        )?;
+        let t = TpTrainer::new(
+            &CpuBackend::new(),
+            cfg.clone(),
+            TpConfig { tp: 2, sp: true },
+            groups,
+        )?;
+        Ok(t.model
+            .params()
+            .iter()
+            .map(|p| (p.value.dtype(), p.master.as_ref().map(|m| m.dtype())))
+            .collect::<Vec<_>>())
+    });
+    for k in kinds {
+        let k = k.unwrap();
+        assert!(!k.is_empty());
+        for d in k {
+            assert_eq!(d, (DType::BF16, Some(DType::F32)));
+        }
     }
 }
 
