@@ -218,6 +218,17 @@ impl<B: Backend> DynamicLossScaler<B> {
         )
     }
 
+    /// [`Self::update`], then reads the scale and the flag back and [`Self::observe`]s
+    /// them: the end of a step for an engine that reads them on their own (the parallel
+    /// engines, after the ranks agreed on the flag). The one-device trainer reads them
+    /// with the rest of its step's read-back instead.
+    pub fn update_and_observe(&mut self) -> Result<ScalerReport> {
+        self.update()?;
+        let scale = self.scale.to_vec_f32()?[0];
+        let found = self.found_inf.to_vec_f32()?[0];
+        self.observe(scale, found)
+    }
+
     /// Takes in what the step's read-back said: the scale after [`Self::update`] and the
     /// overflow flag. With `error_at_min_scale`, an overflow while the scale already was
     /// at `min_scale` is an error.

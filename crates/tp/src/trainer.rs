@@ -191,10 +191,7 @@ impl<B: Backend> TpTrainer<B> {
         let Some(s) = &mut self.scaler else {
             return Ok((1.0, false));
         };
-        s.update()?;
-        let scale = s.scale_tensor().to_vec_f32()?[0];
-        let found = s.found_inf().to_vec_f32()?[0];
-        let r = s.observe(scale, found)?;
+        let r = s.update_and_observe()?;
         if r.skipped {
             self.opt.step -= 1;
         }
