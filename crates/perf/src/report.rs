@@ -355,48 +355,53 @@ impl RooflineAnalysis {
             );
         }
         if !self.quantization.is_empty() {
-            let mut t = Table::new([
-                "op",
-                "tiles",
-                "tile efficiency",
-                "waves",
-                "wave efficiency",
-                "alignment",
-            ]);
-            for (i, q) in &self.quantization {
-                let op = &self.predictions[*i].op;
-                let align = roofline::tensor_core_alignment(self.dtype);
-                let misaligned: Vec<String> = op
-                    .gemm_shape
-                    .map(|[_, m, n, k]| {
-                        [("m", m), ("n", n), ("k", k)]
-                            .into_iter()
-                            .filter(|(_, d)| !roofline::is_tensor_core_aligned(*d, self.dtype))
-                            .map(|(name, d)| {
-                                format!("{name}={d}→{}", roofline::round_up(d, 64).unwrap_or(d))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                t.row([
-                    op.name.clone(),
-                    format!("{}x{}={}", q.tiles_m, q.tiles_n, q.tiles),
-                    table::percent(q.tile_efficiency),
-                    format!("{:.2}", q.waves),
-                    table::percent(q.wave_efficiency),
-                    if misaligned.is_empty() {
-                        format!("ok (multiples of {align})")
-                    } else {
-                        format!("pad {}", misaligned.join(", "))
-                    },
-                ]);
-            }
             r.table(
                 "GEMM tile and wave quantization (128x128 tiles, 1 per SM)",
-                t,
+                self.quantization_table(),
             );
         }
         r
+    }
+
+    /// Tile and wave efficiency of each GEMM, and the dimensions to pad for tensor cores.
+    fn quantization_table(&self) -> Table {
+        let mut t = Table::new([
+            "op",
+            "tiles",
+            "tile efficiency",
+            "waves",
+            "wave efficiency",
+            "alignment",
+        ]);
+        for (i, q) in &self.quantization {
+            let op = &self.predictions[*i].op;
+            let align = roofline::tensor_core_alignment(self.dtype);
+            let misaligned: Vec<String> = op
+                .gemm_shape
+                .map(|[_, m, n, k]| {
+                    [("m", m), ("n", n), ("k", k)]
+                        .into_iter()
+                        .filter(|(_, d)| !roofline::is_tensor_core_aligned(*d, self.dtype))
+                        .map(|(name, d)| {
+                            format!("{name}={d}→{}", roofline::round_up(d, 64).unwrap_or(d))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            t.row([
+                op.name.clone(),
+                format!("{}x{}={}", q.tiles_m, q.tiles_n, q.tiles),
+                table::percent(q.tile_efficiency),
+                format!("{:.2}", q.waves),
+                table::percent(q.wave_efficiency),
+                if misaligned.is_empty() {
+                    format!("ok (multiples of {align})")
+                } else {
+                    format!("pad {}", misaligned.join(", "))
+                },
+            ]);
+        }
+        t
     }
 
     /// The SVG roofline plot with the ops on it.
