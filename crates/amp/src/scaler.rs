@@ -221,7 +221,9 @@ impl<B: Backend> DynamicLossScaler<B> {
     /// [`Self::update`], then reads the scale and the flag back and [`Self::observe`]s
     /// them: the end of a step for an engine that reads them on their own (the parallel
     /// engines, after the ranks agreed on the flag). The one-device trainer reads them
-    /// with the rest of its step's read-back instead.
+    /// with the rest of its step's read-back instead. Native only: it blocks on the
+    /// read-back, which a browser cannot.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn update_and_observe(&mut self) -> Result<ScalerReport> {
         self.update()?;
         let scale = self.scale.to_vec_f32()?[0];
