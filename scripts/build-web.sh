@@ -28,6 +28,8 @@ ensure_wasm_bindgen
 ensure_node_web
 
 # No debug line tables: wasm-opt drops them anyway, and emitting them costs build time.
+# scripts/test-web.sh builds its wasm32 tests with the same setting, so this build
+# reuses what they compiled.
 CARGO_PROFILE_RELEASE_DEBUG=false \
     cargo build --release --target wasm32-unknown-unknown -p brrr-web --bin brrr-web < /dev/null
 

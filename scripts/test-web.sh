@@ -78,10 +78,14 @@ export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-900}"
 # (wgpu, the brrr crates) are compiled for wasm32 once, with one feature set: the app's
 # page tests, the conformance suite on the browser's WebGPU, and a GPT training in the
 # tab. This build is also the check that the portable crates compile for wasm32.
-step "wasm32 tests in headless Chromium: brrr-web, brrr-conformance (WebGPU), brrr-train"
+# Built with the release profile and scripts/build-web.sh's setting (no line tables), so
+# that the app's release build below reuses every dependency and workspace crate
+# compiled here (the feature sets are the same) instead of compiling the tree again.
+step "wasm32 tests in headless Chromium (release): brrr-web, brrr-conformance (WebGPU), brrr-train"
 # No -q: cargo would pass --quiet to wasm-bindgen-test-runner, which rejects it.
-cargo test --target wasm32-unknown-unknown -p brrr-web -p brrr-conformance -p brrr-train \
-    --test web -- --nocapture < /dev/null
+CARGO_PROFILE_RELEASE_DEBUG=false \
+    cargo test --release --target wasm32-unknown-unknown -p brrr-web -p brrr-conformance \
+    -p brrr-train --test web -- --nocapture < /dev/null
 
 # ---- build ------------------------------------------------------------------------------
 step "scripts/build-web.sh (release build into web/dist)"

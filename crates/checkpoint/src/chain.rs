@@ -143,7 +143,7 @@ impl GptShape {
     ///   `N·V`, and the targets `N` (i32).
     ///
     /// Costs are forward FLOPs (`2·` multiply-adds of the GEMMs; backward twice that),
-    /// which is what the recomputation adds. The tests in `tests/executor.rs` check the
+    /// which is what the recomputation adds. The tests in `tests/it/executor.rs` check the
     /// byte counts against `Backend::memory_stats`. Call [`GptShape::check`] first on
     /// sizes from a user: byte counts that overflow would wrap.
     pub fn chain(&self) -> Chain {
@@ -173,7 +173,7 @@ impl GptShape {
             // freed; or the fused q/k/v gradient `3·N·C` going into the projection's
             // backward, which is the peak when the scores are small (heads × sequence ≤
             // width). All three fitted to and checked (to `2·N` elements) against the
-            // device (`gpt_chain_measured`, seven shapes, in `tests/executor.rs`).
+            // device (`gpt_chain_measured`, seven shapes, in `tests/it/executor.rs`).
             forward_extra: 2 * n * c * e,
             backward_extra: (scores + n * c)
                 .max((2 * scores).saturating_sub(3 * n * c + 2 * n))

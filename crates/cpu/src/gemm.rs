@@ -191,8 +191,36 @@ fn convert<S: Sync, D: Send>(src: &[S], dst: &mut [D], f: impl Fn(&[S], &mut [D]
     });
 }
 
+/// The `gemm` crates' entry point for one scalar type (`gemm_f32::gemm::f32::get_gemm_fn`
+/// and its f64 twin): `dst = alpha·dst + beta·lhs·rhs` over strided operands. The
+/// arguments are m, n, k; dst, its column and row strides, whether to read it; lhs and
+/// rhs likewise; alpha, beta; three conjugation flags; the parallelism.
+pub(crate) type CrateGemm<T> = unsafe fn(
+    usize,
+    usize,
+    usize,
+    *mut T,
+    isize,
+    isize,
+    bool,
+    *const T,
+    isize,
+    isize,
+    *const T,
+    isize,
+    isize,
+    T,
+    T,
+    bool,
+    bool,
+    bool,
+    gemm_common::Parallelism,
+);
+
 /// The scalar types `gemm` has kernels for that we call it with.
-trait GemmScalar: Copy + Send + Sync + 'static {
+pub(crate) trait GemmScalar: Copy + Send + Sync + 'static {
+    /// The `gemm` crates' kernel for this type (dispatched once on the CPU's features).
+    fn crate_gemm() -> CrateGemm<Self>;
     fn from_f32(x: f32) -> Self;
     fn zero() -> Self;
     fn mul(self, other: Self) -> Self;
@@ -207,6 +235,9 @@ trait GemmScalar: Copy + Send + Sync + 'static {
     ) -> bool;
 }
 impl GemmScalar for f32 {
+    fn crate_gemm() -> CrateGemm<f32> {
+        gemm_f32::gemm::f32::get_gemm_fn()
+    }
     fn own_kernel(
         spec: &GemmSpec,
         a: (&[f32], usize, usize),
@@ -252,6 +283,9 @@ impl GemmScalar for f32 {
     }
 }
 impl GemmScalar for f64 {
+    fn crate_gemm() -> CrateGemm<f64> {
+        gemm_f64::gemm::f64::get_gemm_fn()
+    }
     fn own_kernel(
         _: &GemmSpec,
         _: (&[f64], usize, usize),
@@ -356,7 +390,7 @@ fn one<T: GemmScalar>(
     let parallelism = if threaded {
         big_parallelism()
     } else {
-        gemm::Parallelism::None
+        gemm_common::Parallelism::None
     };
     // SAFETY: `gemm` reads op(A)[i][p] at `a + i*a_rs + p*a_cs` for i < m, p < k, which
     // is below m·k for both layouts (likewise B below k·n, C below m·n with row stride
@@ -366,7 +400,7 @@ fn one<T: GemmScalar>(
     // our beta and its beta our alpha; with `read_dst = false` C is not read at all, so
     // beta = 0 overwrites C even if it held NaNs (the BLAS convention).
     unsafe {
-        gemm::gemm(
+        T::crate_gemm()(
             m,
             n,
             k,
@@ -391,15 +425,15 @@ fn one<T: GemmScalar>(
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-fn big_parallelism() -> gemm::Parallelism {
+fn big_parallelism() -> gemm_common::Parallelism {
     if par::threads() > 1 {
-        gemm::Parallelism::Rayon(0) // 0 = rayon's current pool size
+        gemm_common::Parallelism::Rayon(0) // 0 = rayon's current pool size
     } else {
-        gemm::Parallelism::None
+        gemm_common::Parallelism::None
     }
 }
 
 #[cfg(target_arch = "wasm32")]
-fn big_parallelism() -> gemm::Parallelism {
-    gemm::Parallelism::None
+fn big_parallelism() -> gemm_common::Parallelism {
+    gemm_common::Parallelism::None
 }

@@ -4,10 +4,29 @@
 use crate::device::DevPtr;
 use brrr_backend::{BinaryOp, DType, Error, Layout, MAX_RANK, ReduceOp, Result, UnaryOp};
 
+/// `bytemuck::Pod` for a `#[repr(C)]` struct of numbers, given the types of its fields in
+/// order: the struct's size must equal their sizes' sum, checked at compile time, so it
+/// has no padding. (bytemuck's derive checks the same; these three structs do not need
+/// its proc-macro and the second `syn` it builds.)
+macro_rules! plain_old_data {
+    ($t:ty: $($field:ty),+) => {
+        const _: () = assert!(
+            std::mem::size_of::<$t>() == 0 $(+ std::mem::size_of::<$field>())+,
+            "padding in a kernel argument struct"
+        );
+        // SAFETY: `$t` is `#[repr(C)]` with only the fields listed, each an integer, a
+        // float or an array of them (every bit pattern valid, zero included), and the
+        // assertion above rules out padding bytes: Zeroable's and Pod's conditions.
+        unsafe impl bytemuck::Zeroable for $t {}
+        // SAFETY: as above.
+        unsafe impl bytemuck::Pod for $t {}
+    };
+}
+
 /// `struct Strided` of elementwise.cu: a view of up to 6 dimensions with the strides of
 /// two inputs.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Strided {
     pub rank: u32,
     pub pad: u32,
@@ -15,6 +34,8 @@ pub(crate) struct Strided {
     pub sa: [u64; MAX_RANK],
     pub sb: [u64; MAX_RANK],
 }
+
+plain_old_data!(Strided: u32, u32, [u64; MAX_RANK], [u64; MAX_RANK], [u64; MAX_RANK]);
 
 impl Strided {
     /// The descriptor of the views `a` and `b` (same shape): dimensions of size 1 are
@@ -138,7 +159,7 @@ pub(crate) fn check_no_overlap(op: &'static str, layout: &Layout) -> Result<()> 
 
 /// `struct GemmArgs` of gemm.cu: a row-major [`brrr_backend::GemmSpec`] for the own kernels.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct GemmArgs {
     pub m: u64,
     pub n: u64,
@@ -152,9 +173,11 @@ pub(crate) struct GemmArgs {
     pub trans_b: i32,
 }
 
+plain_old_data!(GemmArgs: u64, u64, u64, u64, u64, u64, f32, f32, i32, i32);
+
 /// `struct AdamWArgs` of optim.cu.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct AdamWArgs {
     pub lr: f32,
     pub beta1: f32,
@@ -165,6 +188,8 @@ pub(crate) struct AdamWArgs {
     pub inv_bias_correction1: f64,
     pub inv_bias_correction2: f64,
 }
+
+plain_old_data!(AdamWArgs: f32, f32, f32, f32, f32, f32, f64, f64);
 
 /// The UN_* codes of elementwise.cu, and the op's two parameters.
 pub(crate) fn unary_code(op: UnaryOp) -> (i32, f32, f32) {

@@ -17,6 +17,7 @@
 //! problem's sizes only, so results are the same bits on any number of threads.
 
 use crate::check;
+use crate::gemm::GemmScalar;
 use crate::par;
 use crate::reduce::{dot, max, sum};
 use crate::scalar::exp_f32;
@@ -79,7 +80,7 @@ fn matmul(
     // neither A nor B. In the crate's convention `dst = alpha·dst + beta·lhs·rhs`: its
     // alpha (1, read only when `accumulate`) is the factor on C, its beta ours.
     unsafe {
-        gemm::gemm(
+        <f32 as GemmScalar>::crate_gemm()(
             m,
             n,
             k,
@@ -98,7 +99,7 @@ fn matmul(
             false,
             false,
             false,
-            gemm::Parallelism::None,
+            gemm_common::Parallelism::None,
         );
     }
 }

@@ -8,8 +8,7 @@
 //! the reduction order is the same (stages 1 and 2 reduce-scatter the same buckets), the
 //! losses are bitwise equal.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const TOL: f32 = 1e-5;
 

@@ -8,14 +8,13 @@
 //! three steps at lr 1e-2: at most 1.6e-5 nats (fp16) and 5.0e-5 nats (bf16) with losses
 //! near 5, the same at every stage for a given `--dp`; the bound is 2e-4.
 
-mod common;
+use crate::common::*;
 use brrr_amp::{AmpConfig, AmpMode};
 use brrr_collectives::run_in_process;
 use brrr_cpu::CpuBackend;
 use brrr_dp::{DataParallel, DpConfig};
 use brrr_nn::Module;
 use brrr_train::{StepStats, TrainConfig, Trainer};
-use common::*;
 
 /// Loss difference allowed against one device, nats (losses near 5).
 const TOL: f32 = 2e-4;

@@ -3,12 +3,11 @@
 //!
 //! Tolerance as in `equivalence.rs` (f32 reduction order only): 1e-5 nats.
 
-mod common;
+use crate::common::*;
 use brrr_backend::Result;
 use brrr_cpu::CpuBackend;
 use brrr_dp::DataParallel;
 use brrr_train::{Batch, BatchSource, Batcher, TrainConfig, Trainer};
-use common::*;
 use std::ops::Range;
 
 /// A document starts at every space, so that most rows hold several.

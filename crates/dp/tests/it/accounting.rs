@@ -13,9 +13,8 @@
 //! states, compared with `brrr-perf`'s `model_state_bytes` (f32 weights and gradients,
 //! AdamW's two f32 moments) within 10%.
 
-mod common;
+use crate::common::*;
 use brrr_dp::{estimate_model_states, padded_len};
-use common::*;
 
 #[test]
 fn bytes_per_step_match_the_theory() {

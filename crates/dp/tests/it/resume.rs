@@ -1,13 +1,12 @@
 //! A run stopped after a sharded checkpoint and resumed with the same layout continues
 //! bit for bit: each rank saves and loads only its chunks.
 
-mod common;
+use crate::common::*;
 use brrr_amp::{AmpConfig, AmpMode};
 use brrr_collectives::run_in_process;
 use brrr_cpu::CpuBackend;
 use brrr_dp::{DataParallel, shard_path};
 use brrr_train::TrainConfig;
-use common::*;
 
 fn resumed(zero: u8, dir: &std::path::Path) -> Vec<f32> {
     resumed_with(&config(4, 1), zero, dir)

@@ -13,8 +13,6 @@ use brrr_checkpoint::Strategy;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-mod common;
-
 /// A layout: its name (its flags) and how it sets them.
 struct Layout {
     name: &'static str,
@@ -242,7 +240,7 @@ struct Fixture {
 fn fixture(dir: &Path) -> Fixture {
     Fixture {
         dir: dir.to_path_buf(),
-        shards: common::prepare_shards(dir).0,
+        shards: crate::common::prepare_shards(dir).0,
     }
 }
 

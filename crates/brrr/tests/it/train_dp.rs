@@ -81,7 +81,7 @@ fn dp_run_matches_one_device_and_writes_a_run_directory() {
 }
 
 /// `--dp 2 --amp fp16` (and bf16) writes one device's `--amp` losses within 2e-4 nats
-/// (`crates/dp/tests/amp.rs` says why), and the same loss-scale and skipped columns.
+/// (`crates/dp/tests/it/amp.rs` says why), and the same loss-scale and skipped columns.
 #[test]
 fn dp_amp_run_matches_one_device_amp() {
     let tmp = tempfile::tempdir().unwrap();

@@ -5,13 +5,12 @@
 use brrr::ckpt;
 use brrr::metrics::read_rows;
 use brrr::train::{self, TrainArgs};
-mod common;
 
 use std::path::{Path, PathBuf};
 
 /// Prepares shards of byte tokens from a small text and a JSON-lines file.
 fn shards(dir: &Path) -> PathBuf {
-    let (out, stdout) = common::prepare_shards(dir);
+    let (out, stdout) = crate::common::prepare_shards(dir);
     assert!(stdout.contains("documents:   41"), "{stdout}");
     assert!(stdout.contains("shards:      5"), "{stdout}");
     out

@@ -6,13 +6,12 @@
 //! has arrived by the time of the peak, by nothing when it has not: the bound is what
 //! holds on a busy machine.
 
-mod common;
+use crate::common::*;
 use brrr_collectives::run_in_process;
 use brrr_cpu::CpuBackend;
 use brrr_dp::{DataParallel, DpConfig, StepReport};
 use brrr_nn::Module;
 use brrr_train::TrainConfig;
-use common::*;
 
 /// Four blocks, so that "two at once" is a real bound.
 fn deep(steps: u64, grad_accum: usize) -> TrainConfig {

@@ -7,14 +7,13 @@
 //! losses after the resume differ from the uninterrupted `--dp` run's by rounding only:
 //! the bound is 1e-5 nats on losses near 5 (the same bound as `equivalence.rs`).
 
-mod common;
+use crate::common::*;
 use brrr_backend::HostData;
 use brrr_collectives::run_in_process;
 use brrr_cpu::CpuBackend;
 use brrr_dp::{DataParallel, DpConfig, consolidate, shard_path, shard_worlds, write_consolidated};
 use brrr_nn::Module;
 use brrr_train::{TrainConfig, TrainState, Trainer};
-use common::*;
 use std::path::Path;
 
 const TOL: f32 = 1e-5;

@@ -1,9 +1,9 @@
 //! The crate's example, run as a test: what a user copies must work.
 
-#[path = "../examples/data_parallel.rs"]
-mod example;
+#[path = "../../examples/tensor_parallel.rs"]
+mod program;
 
 #[test]
 fn the_example_trains_like_one_device() {
-    example::main().unwrap();
+    program::main().unwrap();
 }

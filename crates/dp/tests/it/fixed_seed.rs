@@ -3,8 +3,7 @@
 //! from that earlier engine (every rank drawing the whole global batch and keeping its
 //! slice).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// Losses of `config(3, 1)` on `dp_config(zero)`, zero = 0..=3, as `f32::to_bits`.
 /// (5.521338, 5.1223145, 4.7657676 nats at every stage.)

@@ -1,0 +1,6 @@
+//! brrr-perf's integration tests, one test binary: each file here is a module. One binary
+//! links once and instantiates the generic code once, where a binary per file did both
+//! for every file (`cargo test -p brrr-perf --test it NAME` runs the tests matching NAME).
+
+mod hostile_inputs;
+mod published;

@@ -1,0 +1,7 @@
+//! brrr-tensor's integration tests, one test binary: each file here is a module. One binary
+//! links once and instantiates the generic code once, where a binary per file did both
+//! for every file (`cargo test -p brrr-tensor --test it NAME` runs the tests matching NAME).
+
+mod devices;
+mod flat;
+mod tensor;
