@@ -16,7 +16,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # it is what `cargo install` would build).
 LIBS=(brrr-backend brrr-cpu brrr-tensor brrr-nn brrr-perf brrr-wgpu brrr-cuda brrr-train
     brrr-checkpoint brrr-amp brrr-collectives brrr-data brrr-tp brrr-pp brrr-dp
-    brrr-profile brrr-launch brrr)
+    brrr-profile brrr-launch brrr-serve brrr)
 
 VERSION="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
 

@@ -44,6 +44,8 @@ pub mod regimes;
 #[cfg(not(target_arch = "wasm32"))]
 mod registry;
 #[cfg(not(target_arch = "wasm32"))]
+pub mod serving;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod tensor_parallel;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod training;

@@ -3,7 +3,7 @@
 use crate::check::Outcome;
 use crate::{
     amp, checkpointing, collectives, data, data_parallel, gpu, kernels, memory, pipeline, regimes,
-    tensor_parallel, training,
+    serving, tensor_parallel, training,
 };
 
 /// One exercise as the runner and the book list it.
@@ -44,6 +44,7 @@ const DATA: &str = "Data loading: shards, prefetching, packing and balance";
 const TENSOR_PARALLEL: &str = "Tensor parallelism";
 const PIPELINE: &str = "Pipeline parallelism";
 const DATA_PARALLEL: &str = "Data parallelism: DDP, buckets and ZeRO";
+const SERVING: &str = "Serving: KV cache, paging and continuous batching";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {
@@ -281,6 +282,24 @@ pub fn all() -> Vec<Exercise> {
             module: "data_parallel::consolidate",
             task: "each parameter's values from every rank's padded chunk of a bucket",
             check: data_parallel::consolidate::check,
+        },
+        Exercise {
+            chapter: SERVING,
+            module: "serving::kv_cache_size",
+            task: "a token's KV-cache bytes, and the tokens a memory budget holds",
+            check: serving::kv_cache_size::check,
+        },
+        Exercise {
+            chapter: SERVING,
+            module: "serving::token_slots",
+            task: "the cache slots of a sequence's tokens through its block table",
+            check: serving::token_slots::check,
+        },
+        Exercise {
+            chapter: SERVING,
+            module: "serving::batch_step",
+            task: "one continuous-batching step: decodes first, prompts in chunks, a token budget",
+            check: serving::batch_step::check,
         },
     ]
 }

@@ -28,6 +28,9 @@ enum Command {
     Train(Box<TrainArgs>),
     /// Generate text from a trained run.
     Sample(SampleArgs),
+    /// Continue several prompts at once with the serving engine (paged KV cache,
+    /// continuous batching); prints each text, then what the engine did.
+    Generate(brrr::generate::GenerateArgs),
     /// Benchmarks that print tables.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -144,6 +147,14 @@ fn main() -> ExitCode {
         Command::Sample(args) => sample::run(&args).and_then(|text| {
             perf_cmd::write_stdout(&format!("{text}\n"))
                 .map_err(|e| brrr_backend::Error::io("writing the sample to stdout", e))
+        }),
+        Command::Generate(args) => brrr::generate::run(&args).and_then(|g| {
+            let text = g.texts.join("\n\n");
+            // A closed stderr loses the summary, not the texts.
+            let line = format!("{}\n", g.summary());
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            perf_cmd::write_stdout(&format!("{text}\n"))
+                .map_err(|e| brrr_backend::Error::io("writing the texts to stdout", e))
         }),
         Command::Bench(BenchCommand::Gemm(args)) => run_bench_gemm(&args),
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),

@@ -7,10 +7,10 @@ use brrr_backend::{DType, Error, Result};
 use brrr_cpu::CpuBackend;
 use brrr_nn::{Gpt, Module};
 use brrr_tensor::Tensor;
-use brrr_train::EngineKind;
+use brrr_train::{EngineKind, TrainConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Flags of `brrr sample`.
 #[derive(Clone, Debug, clap::Args)]
@@ -55,20 +55,11 @@ pub fn run(args: &SampleArgs) -> Result<String> {
             ),
         ));
     }
-    let cfg = read_config(&args.dir)?;
-    let backend = CpuBackend::new();
+    // The model's initialisation draws from the sampling stream first (every weight is
+    // then overwritten): kept so that a seed gives the text it always gave.
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let mut model = Gpt::new(&backend, cfg.model.clone(), DType::F32, &mut rng)?;
-    let whole = args.dir.join(CHECKPOINT_FILE);
-    match cfg.layout.engine() {
-        // A data-parallel or pipeline run saved shards: put them together in memory
-        // (`brrr ckpt consolidate` writes the same state to a file).
-        EngineKind::DataParallel | EngineKind::Pipeline if !whole.exists() => {
-            let (state, _, _) = crate::ckpt_cmd::consolidated(&args.dir, &cfg, None)?;
-            brrr_train::load_params(&backend, &mut model, &state)?;
-        }
-        _ => load_weights(&ckpt::load(whole)?, &mut model)?,
-    }
+    let (mut model, cfg) = load_model(&args.dir, &mut rng)?;
+    let backend = CpuBackend::new();
     let tok = ByteTokenizer;
     let mut ids = tok.encode(&args.prompt);
     if ids.is_empty() {
@@ -94,6 +85,25 @@ pub fn run(args: &SampleArgs) -> Result<String> {
     Ok(text)
 }
 
+/// The model a run in `dir` saved, in f32 on the CPU, and the run's configuration: its
+/// one checkpoint, or a data-parallel or pipeline run's shards put together in memory
+/// (`brrr ckpt consolidate` writes the same state to a file). `rng` fills the weights
+/// before the checkpoint overwrites every one of them.
+pub fn load_model(dir: &Path, rng: &mut impl Rng) -> Result<(Gpt<CpuBackend>, TrainConfig)> {
+    let cfg = read_config(dir)?;
+    let backend = CpuBackend::new();
+    let mut model = Gpt::new(&backend, cfg.model.clone(), DType::F32, rng)?;
+    let whole = dir.join(CHECKPOINT_FILE);
+    match cfg.layout.engine() {
+        EngineKind::DataParallel | EngineKind::Pipeline if !whole.exists() => {
+            let (state, _, _) = crate::ckpt_cmd::consolidated(dir, &cfg, None)?;
+            brrr_train::load_params(&backend, &mut model, &state)?;
+        }
+        _ => load_weights(&ckpt::load(whole)?, &mut model)?,
+    }
+    Ok((model, cfg))
+}
+
 /// The error for NaN/inf logits at `position`, naming the first checkpoint weight that is
 /// not finite (the usual cause: a run that diverged and saved its NaNs).
 fn non_finite_logits(model: &mut Gpt<CpuBackend>, position: usize) -> Error {
@@ -117,46 +127,12 @@ fn non_finite_logits(model: &mut Gpt<CpuBackend>, position: usize) -> Error {
 }
 
 /// Samples an index from `softmax(logits / temperature)` restricted to the top `k`
-/// (`top_k = 0`: all); `temperature = 0` picks the largest logit.
+/// (`top_k = 0`: all); `temperature = 0` picks the largest logit: brrr-serve's
+/// [`brrr_serve::sample_token`] without a top-p cut, the sampler a served request uses.
 ///
 /// Errors (rather than panicking) on empty or non-finite logits, or a negative or NaN
 /// temperature: there is no distribution to sample from.
 pub fn pick(logits: &[f32], temperature: f32, top_k: usize, rng: &mut impl Rng) -> Result<usize> {
-    if logits.is_empty() || logits.iter().any(|x| !x.is_finite()) {
-        return Err(Error::invalid(
-            "sample",
-            "logits are empty or not finite: no distribution to sample from",
-        ));
-    }
-    if !(temperature >= 0.0 && temperature.is_finite()) {
-        return Err(Error::invalid(
-            "sample",
-            format!("temperature must be finite and >= 0, got {temperature}"),
-        ));
-    }
-    let mut order: Vec<usize> = (0..logits.len()).collect();
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-    if temperature == 0.0 {
-        return Ok(order[0]);
-    }
-    let k = if top_k == 0 {
-        logits.len()
-    } else {
-        top_k.min(logits.len())
-    };
-    let max = logits[order[0]];
-    let weights: Vec<f64> = order[..k]
-        .iter()
-        .map(|&i| f64::from((logits[i] - max) / temperature).exp())
-        .collect();
-    // The largest logit has weight exp(0) = 1, so total >= 1 and the range is never empty.
-    let total: f64 = weights.iter().sum();
-    let mut r = rng.random_range(0.0..total);
-    for (w, &i) in weights.iter().zip(&order) {
-        if r < *w {
-            return Ok(i);
-        }
-        r -= w;
-    }
-    Ok(order[k - 1])
+    brrr_serve::sample_token(logits, temperature, top_k, 1.0, rng)
+        .map_err(|e| Error::invalid("sample", e))
 }

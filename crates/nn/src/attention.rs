@@ -46,6 +46,24 @@ pub struct CausalSelfAttention<B: Backend> {
     /// The two agree to f32 rounding; bit-identical results are not promised (the
     /// backward sums in another order), though at small sizes the forwards often are.
     pub fused: bool,
+    /// Inference over a KV cache ([`CachedAttention`]): while set, forwards attend
+    /// through it and save nothing for a backward. `None`: training's attention.
+    pub cache: Option<Box<dyn CachedAttention<B>>>,
+}
+
+/// Attention over a cache of earlier tokens' keys and values, for inference (serving):
+/// a layer whose [`CausalSelfAttention::cache`] is set hands it this forward's q, k and
+/// v and takes back the heads' output instead of attending within the forward's own
+/// tokens. The cache decides which earlier tokens each new token sees (brrr-serve's
+/// paged KV cache: a batch of sequences, each with its own context); brrr-nn only
+/// provides the seam, so the model is walked by the same `Block::forward` in training
+/// and in serving (as vLLM's attention layers read their context from the forward's
+/// metadata while the model code stays the training code).
+pub trait CachedAttention<B: Backend>: brrr_backend::WasmNotSendSync {
+    /// `q`, `k`, `v`: `[B·H, T, D]` of this forward's tokens (heads split, dense);
+    /// returns `[B·H, T, D]`, each query's softmax-weighted sum of the values it may see
+    /// (scores scaled by `scale`).
+    fn attend(&self, q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, scale: f32) -> Result<Tensor<B>>;
 }
 
 /// What a forward saved for its backward, by the path it took.
@@ -155,6 +173,7 @@ impl<B: Backend> CausalSelfAttention<B> {
             recompute_scores: false,
             segments: None,
             fused: false,
+            cache: None,
         })
     }
 
@@ -175,6 +194,11 @@ impl<B: Backend> CausalSelfAttention<B> {
         let (h, d) = (self.n_head(), self.head_dim);
         let qkv = self.c_attn.forward(mb, x)?; // [B, T, 3·H·D]
         let scale = 1.0 / (d as f32).sqrt();
+        if let Some(cache) = &self.cache {
+            let (q, k, v) = split_qkv(&qkv, h)?;
+            let y = cache.attend(&q, &k, &v, scale)?.to_dtype(x.dtype())?;
+            return self.c_proj.forward(mb, &merge_heads(&y, b, h)?);
+        }
         if self.uses_fused(x) {
             let out = qkv.attention(h, scale)?;
             let y = out.y.clone();

@@ -134,6 +134,20 @@ impl<B: Backend> Gpt<B> {
 
     /// Token ids `[B, T]` (u32) to logits `[B, T, V]`, saving under `mb`.
     pub fn forward_mb(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
+        let x = self.hidden_mb(mb, ids, None)?;
+        self.logits_mb(mb, &x)
+    }
+
+    /// The last block's output `[B, T, C]` for token ids `[B, T]` (u32) at `positions`
+    /// (u32 `[B, T]`; `None`: `0..T` in every row), saving under `mb`: the model without
+    /// its head, for a caller that wants some rows' logits only (serving: each
+    /// sequence's last token, through [`Gpt::logits_mb`]).
+    pub fn hidden_mb(
+        &mut self,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        positions: Option<&Tensor<B>>,
+    ) -> Result<Tensor<B>> {
         let block_size = self.config.block_size;
         let mut x = embed(
             &mut self.wte,
@@ -141,18 +155,24 @@ impl<B: Backend> Gpt<B> {
             block_size,
             mb,
             ids,
-            None,
+            positions,
             "Gpt::forward",
         )?;
         for block in &mut self.h {
             x = block.forward(mb, &x)?;
         }
+        Ok(x)
+    }
+
+    /// The head on `x` `[B, T, C]`: final LayerNorm and the tied projection, logits
+    /// `[B, T, V]`, saving under `mb`.
+    pub fn logits_mb(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
         head_forward(
             &mut self.ln_f,
             &self.wte.weight.value,
             &mut self.saved,
             mb,
-            &x,
+            x,
         )
     }
 
@@ -383,7 +403,10 @@ pub(crate) fn embed<B: Backend>(
         ));
     }
     let (b, t) = (ids.dims()[0], ids.dims()[1]);
-    if t > block_size {
+    // With explicit positions a row may hold several sequences (packed documents, a
+    // serving batch flattened into one row): each position must lie in `wpe`, which
+    // the embedding lookup checks, not the row's length.
+    if positions.is_none() && t > block_size {
         return Err(Error::shape(
             op,
             format!("sequence length {t} exceeds block_size {block_size}"),

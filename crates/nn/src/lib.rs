@@ -78,7 +78,8 @@ mod stage;
 mod stash;
 
 pub use attention::{
-    AttentionSaved, CausalSelfAttention, CompositeSaved, attention_probs, merge_heads, split_qkv,
+    AttentionSaved, CachedAttention, CausalSelfAttention, CompositeSaved, attention_probs,
+    merge_heads, split_qkv,
 };
 pub use block::Block;
 pub use embedding::Embedding;

@@ -642,3 +642,49 @@ fn memory_from_a_parameter_count() {
     );
     fails_with(&["estimate", "memory"], "or --params N");
 }
+
+/// `brrr generate` decodes several prompts at once through the serving engine: each
+/// greedy text is `brrr sample`'s for the same prompt, and bad flags are errors.
+#[test]
+fn generate_batches_prompts_into_samples_greedy_texts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tiny_run(tmp.path());
+    let (ok, text, stderr) = brrr(&[
+        "generate",
+        &run,
+        "--prompt",
+        "th",
+        "--prompt",
+        "the ",
+        "--max-tokens",
+        "3",
+        "--temperature",
+        "0",
+        "--block-size",
+        "2",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("2 prompt(s): 6 tokens generated"),
+        "{stderr}"
+    );
+    let texts: Vec<&str> = text.trim_end_matches('\n').split("\n\n").collect();
+    for (prompt, got) in ["th", "the "].iter().zip(&texts) {
+        let (ok, want, stderr) = brrr(&[
+            "sample",
+            &run,
+            "--prompt",
+            prompt,
+            "--tokens",
+            "3",
+            "--temperature",
+            "0",
+        ]);
+        assert!(ok, "{stderr}");
+        assert_eq!(*got, want.trim_end_matches('\n'), "prompt {prompt:?}");
+    }
+    fails_with(&["generate", &run, "--top-p", "0"], "top_p");
+    fails_with(&["generate", &run, "--block-size", "0"], "at least 1");
+    let long = "the lazy dog ".repeat(50);
+    fails_with(&["generate", &run, "--prompt", &long], "context");
+}

@@ -1,0 +1,134 @@
+//! `brrr generate`: continuations of one or more prompts from a trained run, decoded
+//! together by brrr-serve's engine (a paged KV cache and continuous batching), with
+//! what the engine did.
+
+use crate::data::ByteTokenizer;
+use crate::sample::load_model;
+use brrr_backend::{Error, Result};
+use brrr_serve::{EngineConfig, EngineStats, LlmEngine, SamplingParams};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Flags of `brrr generate`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct GenerateArgs {
+    /// A run directory written by `brrr train`.
+    pub dir: PathBuf,
+    /// A prompt; give the flag several times to decode several prompts together.
+    #[arg(long = "prompt")]
+    pub prompts: Vec<String>,
+    /// Tokens (bytes) to generate per prompt, at most (the model's context also ends a
+    /// request).
+    #[arg(long, default_value_t = 200)]
+    pub max_tokens: usize,
+    /// Softmax temperature; 0 picks the most likely token.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Sample only among the k most likely tokens (0 = all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Sample only among the most likely tokens whose probabilities add up to p.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Seed of the first prompt's random stream (the i-th prompt's is seed + i).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Token slots per KV-cache block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// KV-cache blocks [default: enough for every prompt to fill the model's context].
+    #[arg(long)]
+    pub kv_blocks: Option<usize>,
+    /// Tokens one step computes at most (decodes and prompt chunks together).
+    #[arg(long, default_value_t = 512)]
+    pub max_batch_tokens: usize,
+}
+
+/// What `brrr generate` produced.
+pub struct Generated {
+    /// Each prompt followed by its continuation.
+    pub texts: Vec<String>,
+    /// The engine's counters.
+    pub stats: EngineStats,
+    /// Requests preempted (their cache freed and recomputed) for lack of blocks.
+    pub preemptions: u64,
+    /// Wall time of the decoding.
+    pub seconds: f64,
+}
+
+impl Generated {
+    /// One line on what the engine did.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} prompt(s): {} tokens generated in {} steps ({} tokens computed), {:.1} s, \
+             {:.0} tokens/s, {} preemption(s)",
+            self.texts.len(),
+            self.stats.tokens_generated,
+            self.stats.steps,
+            self.stats.tokens_computed,
+            self.seconds,
+            self.stats.tokens_generated as f64 / self.seconds.max(1e-9),
+            self.preemptions
+        )
+    }
+}
+
+/// Runs `brrr generate`.
+pub fn run(args: &GenerateArgs) -> Result<Generated> {
+    if args.max_tokens > crate::sample::MAX_SAMPLE_TOKENS {
+        return Err(Error::invalid(
+            "generate",
+            format!("--max-tokens {} is too many", args.max_tokens),
+        ));
+    }
+    let (model, cfg) = load_model(&args.dir, &mut ChaCha8Rng::seed_from_u64(0))?;
+    let tok = ByteTokenizer;
+    let prompts: Vec<Vec<u32>> = match args.prompts.is_empty() {
+        true => vec![vec![u32::from(b'\n')]],
+        false => args
+            .prompts
+            .iter()
+            .map(|p| match tok.encode(p) {
+                ids if ids.is_empty() => vec![u32::from(b'\n')],
+                ids => ids,
+            })
+            .collect(),
+    };
+    let per_request = cfg.model.block_size.div_ceil(args.block_size.max(1));
+    let config = EngineConfig {
+        block_size: args.block_size,
+        num_blocks: args.kv_blocks.unwrap_or(per_request * prompts.len()),
+        max_batch_tokens: args.max_batch_tokens,
+        max_seqs: prompts.len().max(1),
+        vocab_limit: Some(ByteTokenizer::VOCAB_SIZE),
+    };
+    let mut engine = LlmEngine::new(model, config)?;
+    let params = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        max_tokens: args.max_tokens,
+        stop_tokens: Vec::new(),
+        seed: args.seed,
+    };
+    let t0 = Instant::now();
+    let outputs = engine.generate(&prompts, &params)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let texts = prompts
+        .iter()
+        .zip(&outputs)
+        .map(|(p, o)| {
+            let mut text = tok.decode(p);
+            text.push_str(&tok.decode(o));
+            text
+        })
+        .collect();
+    Ok(Generated {
+        texts,
+        stats: engine.stats(),
+        preemptions: engine.scheduler().preemptions,
+        seconds,
+    })
+}

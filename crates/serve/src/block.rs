@@ -1,0 +1,209 @@
+//! [`BlockAllocator`]: the paged KV cache's memory as fixed-size blocks, and
+//! [`BlockTable`], which of them hold one sequence's tokens.
+//!
+//! Written out rather than taken from a crate because it *is* the lesson of
+//! PagedAttention (Kwon et al. 2023, §4.2): a sequence's keys and values live in blocks
+//! of `block_size` tokens anywhere in one pool, found through a per-sequence table, so
+//! memory is reserved a block at a time as a sequence grows (no reservation for the
+//! longest possible output, at most `block_size - 1` slots wasted per sequence) and a
+//! block can be shared by several sequences (a common prompt prefix) by counting its
+//! references.
+
+use std::fmt;
+
+/// Blocks `0..num_blocks` of `block_size` token slots each: a free list and a reference
+/// count per block. Allocation is O(1); a block returns to the free list when its last
+/// reference is released.
+#[derive(Clone)]
+pub struct BlockAllocator {
+    block_size: usize,
+    /// Free blocks; the last is handed out next (so a freed block is reused first,
+    /// while it is warm in the caches).
+    free: Vec<u32>,
+    /// References to each block (0: free).
+    refs: Vec<u32>,
+}
+
+/// Asked for more blocks than are free: the caller preempts a sequence or waits. Never
+/// a panic: running out of KV memory is the normal state of a busy server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfBlocks {
+    /// Blocks asked for.
+    pub wanted: usize,
+    /// Blocks free at the time.
+    pub free: usize,
+}
+
+impl fmt::Display for OutOfBlocks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "out of KV-cache blocks: {} wanted, {} free",
+            self.wanted, self.free
+        )
+    }
+}
+
+impl std::error::Error for OutOfBlocks {}
+
+impl BlockAllocator {
+    /// `num_blocks` free blocks of `block_size` slots (both at least 1; a zero is
+    /// raised to 1, since an empty pool can hold nothing).
+    pub fn new(num_blocks: usize, block_size: usize) -> Self {
+        let n = num_blocks.clamp(1, u32::MAX as usize) as u32;
+        BlockAllocator {
+            block_size: block_size.max(1),
+            free: (0..n).rev().collect(),
+            refs: vec![0; n as usize],
+        }
+    }
+
+    /// Token slots per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Blocks in the pool.
+    pub fn num_blocks(&self) -> usize {
+        self.refs.len()
+    }
+
+    /// Blocks free now.
+    pub fn num_free(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Blocks referenced by at least one sequence.
+    pub fn num_used(&self) -> usize {
+        self.num_blocks() - self.num_free()
+    }
+
+    /// References to `block` (0 if free or out of range).
+    pub fn refs(&self, block: u32) -> u32 {
+        self.refs.get(block as usize).copied().unwrap_or(0)
+    }
+
+    /// Blocks needed to hold `tokens` tokens.
+    pub fn blocks_for(&self, tokens: usize) -> usize {
+        tokens.div_ceil(self.block_size)
+    }
+
+    /// One free block, with one reference.
+    pub fn allocate(&mut self) -> Result<u32, OutOfBlocks> {
+        let b = self.free.pop().ok_or(OutOfBlocks { wanted: 1, free: 0 })?;
+        self.refs[b as usize] = 1;
+        Ok(b)
+    }
+
+    /// One more reference to an allocated `block` (a second sequence reading the same
+    /// prefix). A free or unknown block is refused: sharing it would hand out memory the
+    /// free list still owns.
+    pub fn share(&mut self, block: u32) -> Result<(), String> {
+        match self.refs.get_mut(block as usize) {
+            Some(r) if *r > 0 => {
+                *r += 1;
+                Ok(())
+            }
+            _ => Err(format!(
+                "block {block} is not allocated: it cannot be shared"
+            )),
+        }
+    }
+
+    /// Drops one reference to `block`; the last one returns it to the free list. A
+    /// free or unknown block is refused (a double free is a bookkeeping bug that would
+    /// hand one block to two sequences).
+    pub fn release(&mut self, block: u32) -> Result<(), String> {
+        match self.refs.get_mut(block as usize) {
+            Some(r) if *r > 0 => {
+                *r -= 1;
+                if *r == 0 {
+                    self.free.push(block);
+                }
+                Ok(())
+            }
+            _ => Err(format!("block {block} is not allocated: double release")),
+        }
+    }
+
+    /// Grows `table` so that it holds `tokens` tokens, allocating the blocks it lacks:
+    /// all of them or none (on [`OutOfBlocks`] the table is unchanged).
+    pub fn grow(&mut self, table: &mut BlockTable, tokens: usize) -> Result<(), OutOfBlocks> {
+        let need = self.blocks_for(tokens).saturating_sub(table.blocks.len());
+        if need > self.free.len() {
+            return Err(OutOfBlocks {
+                wanted: need,
+                free: self.free.len(),
+            });
+        }
+        for _ in 0..need {
+            table.blocks.push(self.allocate()?);
+        }
+        Ok(())
+    }
+
+    /// Releases every block of `table` and empties it.
+    pub fn free_table(&mut self, table: &mut BlockTable) -> Result<(), String> {
+        for b in table.blocks.drain(..) {
+            self.release(b)?;
+        }
+        Ok(())
+    }
+}
+
+/// The blocks that hold one sequence's keys and values, in token order: token `i` is
+/// in slot `i % block_size` of block `blocks[i / block_size]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockTable {
+    /// Block ids, first token's block first.
+    pub blocks: Vec<u32>,
+}
+
+impl BlockTable {
+    /// The pool-wide slot of token `pos` (`block · block_size + offset`), or `None` if
+    /// the table does not reach that far.
+    pub fn slot(&self, pos: usize, block_size: usize) -> Option<u32> {
+        let b = *self.blocks.get(pos / block_size)?;
+        let slot = b as usize * block_size + pos % block_size;
+        u32::try_from(slot).ok()
+    }
+
+    /// The slots of tokens `range`, in order.
+    pub fn slots(&self, range: std::ops::Range<usize>, block_size: usize) -> Option<Vec<u32>> {
+        range.map(|p| self.slot(p, block_size)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_come_back_when_their_last_reference_goes() {
+        let mut a = BlockAllocator::new(3, 4);
+        let x = a.allocate().unwrap();
+        a.share(x).unwrap();
+        assert_eq!((a.num_free(), a.refs(x)), (2, 2));
+        a.release(x).unwrap();
+        assert_eq!(a.num_free(), 2, "still referenced once");
+        a.release(x).unwrap();
+        assert_eq!(a.num_free(), 3);
+        assert!(a.release(x).is_err(), "a double release is refused");
+        assert!(a.share(x).is_err(), "a free block cannot be shared");
+    }
+
+    #[test]
+    fn grow_is_all_or_nothing() {
+        let mut a = BlockAllocator::new(3, 4);
+        let mut t = BlockTable::default();
+        a.grow(&mut t, 5).unwrap();
+        assert_eq!(t.blocks.len(), 2);
+        let err = a.grow(&mut t, 17).unwrap_err();
+        assert_eq!(err, OutOfBlocks { wanted: 3, free: 1 });
+        assert_eq!(t.blocks.len(), 2, "unchanged after a refusal");
+        assert_eq!(t.slot(5, 4), Some(t.blocks[1] * 4 + 1));
+        assert_eq!(t.slot(8, 4), None);
+        a.free_table(&mut t).unwrap();
+        assert_eq!((a.num_free(), t.blocks.len()), (3, 0));
+    }
+}

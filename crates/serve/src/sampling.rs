@@ -1,0 +1,153 @@
+//! Choosing the next token from a row of logits: greedy, temperature, top-k and top-p
+//! (nucleus, Holtzman et al. 2020), and when a request is done.
+
+use rand::Rng;
+
+/// How one request's tokens are chosen and when it stops.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature; `0` takes the most likely token (greedy).
+    pub temperature: f32,
+    /// Sample among the `top_k` most likely tokens only (`0`: all).
+    pub top_k: usize,
+    /// Sample among the most likely tokens whose probabilities add up to `top_p`
+    /// (`1.0`: all).
+    pub top_p: f32,
+    /// Tokens to generate at most.
+    pub max_tokens: usize,
+    /// Tokens that end the request when generated (kept in the output).
+    pub stop_tokens: Vec<u32>,
+    /// Seed of this request's random stream: the same request gives the same tokens
+    /// whatever else is in the batch.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            max_tokens: 16,
+            stop_tokens: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding of at most `max_tokens` tokens.
+    pub fn greedy(max_tokens: usize) -> Self {
+        SamplingParams {
+            max_tokens,
+            ..Self::default()
+        }
+    }
+
+    /// Checks the values a client sent: a message naming the bad one.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(format!(
+                "temperature must be finite and >= 0, got {}",
+                self.temperature
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
+        }
+        Ok(())
+    }
+}
+
+/// Samples an index from `softmax(logits / temperature)` restricted to the `top_k` most
+/// likely (`0`: all) and then to the smallest set of them whose probability reaches
+/// `top_p`; `temperature = 0` picks the largest logit (the first on a tie).
+///
+/// Errors (rather than panicking) on empty or non-finite logits or a bad temperature or
+/// `top_p`: there is no distribution to sample from.
+pub fn sample_token(
+    logits: &[f32],
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+    rng: &mut impl Rng,
+) -> Result<usize, String> {
+    if logits.is_empty() || logits.iter().any(|x| !x.is_finite()) {
+        return Err("logits are empty or not finite: no distribution to sample from".into());
+    }
+    SamplingParams {
+        temperature,
+        top_p,
+        ..SamplingParams::default()
+    }
+    .validate()?;
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    // Stable: equal logits keep index order, so greedy takes the first of a tie.
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    if temperature == 0.0 {
+        return Ok(order[0]);
+    }
+    let k = if top_k == 0 {
+        logits.len()
+    } else {
+        top_k.min(logits.len())
+    };
+    let max = logits[order[0]];
+    let mut weights: Vec<f64> = order[..k]
+        .iter()
+        .map(|&i| f64::from((logits[i] - max) / temperature).exp())
+        .collect();
+    if top_p < 1.0 {
+        let total: f64 = weights.iter().sum();
+        let mut mass = 0.0;
+        let keep = weights
+            .iter()
+            .position(|w| {
+                mass += w / total;
+                mass >= f64::from(top_p)
+            })
+            .map_or(weights.len(), |i| i + 1);
+        weights.truncate(keep);
+    }
+    // The largest logit has weight exp(0) = 1, so total >= 1 and the range is never empty.
+    let total: f64 = weights.iter().sum();
+    let mut r = rng.random_range(0.0..total);
+    for (w, &i) in weights.iter().zip(&order) {
+        if r < *w {
+            return Ok(i);
+        }
+        r -= w;
+    }
+    Ok(order[weights.len() - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn greedy_takes_the_first_largest() {
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        assert_eq!(sample_token(&[1.0, 3.0, 3.0], 0.0, 0, 1.0, &mut rng), Ok(1));
+        assert!(sample_token(&[f32::NAN], 1.0, 0, 1.0, &mut rng).is_err());
+        assert!(sample_token(&[1.0], 1.0, 0, 0.0, &mut rng).is_err());
+    }
+
+    #[test]
+    fn top_p_keeps_the_nucleus_only() {
+        // Probabilities about 0.64, 0.24, 0.09, 0.03: top_p 0.7 keeps the first two.
+        let logits = [3.0, 2.0, 1.0, 0.0];
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut seen = [0usize; 4];
+        for _ in 0..2000 {
+            seen[sample_token(&logits, 1.0, 0, 0.7, &mut rng).unwrap()] += 1;
+        }
+        assert!(seen[0] > 0 && seen[1] > 0, "{seen:?}");
+        assert_eq!((seen[2], seen[3]), (0, 0), "{seen:?}");
+        // The kept two in their renormalised ratio e:1 (0.73): within 5 points.
+        let share = seen[0] as f64 / 2000.0;
+        assert!((share - 0.731).abs() < 0.05, "{share}");
+    }
+}

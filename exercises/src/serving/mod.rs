@@ -1,0 +1,5 @@
+//! Chapter "Serving: KV cache, paging and continuous batching" (`book/src/serving.md`).
+
+pub mod batch_step;
+pub mod kv_cache_size;
+pub mod token_slots;
