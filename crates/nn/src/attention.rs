@@ -60,10 +60,11 @@ pub struct CausalSelfAttention<B: Backend> {
 /// and in serving (as vLLM's attention layers read their context from the forward's
 /// metadata while the model code stays the training code).
 pub trait CachedAttention<B: Backend>: brrr_backend::WasmNotSendSync {
-    /// `q`, `k`, `v`: `[B·H, T, D]` of this forward's tokens (heads split, dense);
-    /// returns `[B·H, T, D]`, each query's softmax-weighted sum of the values it may see
-    /// (scores scaled by `scale`).
-    fn attend(&self, q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, scale: f32) -> Result<Tensor<B>>;
+    /// `qkv`: `c_attn`'s output `[B, T, 3·H·D]` for this forward's tokens (each token's
+    /// q, k and v of `heads` heads side by side, the layout the fused kernel reads);
+    /// returns `[B, T, H·D]`, each query's softmax-weighted sum of the values it may
+    /// see (scores scaled by `scale`), heads side by side as `c_proj` reads them.
+    fn attend(&self, qkv: &Tensor<B>, heads: usize, scale: f32) -> Result<Tensor<B>>;
 }
 
 /// What a forward saved for its backward, by the path it took.
@@ -195,9 +196,8 @@ impl<B: Backend> CausalSelfAttention<B> {
         let qkv = self.c_attn.forward(mb, x)?; // [B, T, 3·H·D]
         let scale = 1.0 / (d as f32).sqrt();
         if let Some(cache) = &self.cache {
-            let (q, k, v) = split_qkv(&qkv, h)?;
-            let y = cache.attend(&q, &k, &v, scale)?.to_dtype(x.dtype())?;
-            return self.c_proj.forward(mb, &merge_heads(&y, b, h)?);
+            let y = cache.attend(&qkv, h, scale)?.to_dtype(x.dtype())?;
+            return self.c_proj.forward(mb, &y);
         }
         if self.uses_fused(x) {
             let out = qkv.attention(h, scale)?;

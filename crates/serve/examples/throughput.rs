@@ -26,8 +26,8 @@ fn model() -> brrr_backend::Result<Gpt<CpuBackend>> {
         vocab_size: 256,
         block_size: 256,
         n_layer: 4,
-        n_head: 4,
-        n_embd: 256,
+        n_head: 8,
+        n_embd: 512,
     };
     Gpt::new(
         &CpuBackend::new(),
@@ -84,15 +84,15 @@ fn main() -> brrr_backend::Result<()> {
     let prompts = prompts();
     let (one, one_steps) = engine_rate(&prompts, 1)?;
     let (batched, batched_steps) = engine_rate(&prompts, REQUESTS)?;
-    let recompute = recompute_rate(&prompts[..4])?;
+    let recompute = recompute_rate(&prompts[..2])?;
     println!(
         "{REQUESTS} requests, {PROMPT}-token prompts, {OUTPUT} tokens each (greedy), \
-         GPT 4 × 256, CPU\n"
+         GPT 4 × 512, CPU\n"
     );
     println!("| decoder | steps | tokens/s | vs one at a time |");
     println!("|---|---:|---:|---:|");
     println!(
-        "| no KV cache, one at a time (4 requests) | | {recompute:.0} | {:.2}× |",
+        "| no KV cache, one at a time (2 requests) | | {recompute:.0} | {:.2}× |",
         recompute / one
     );
     println!("| KV cache, one at a time | {one_steps} | {one:.0} | 1.00× |");

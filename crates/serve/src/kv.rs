@@ -7,7 +7,9 @@
 //! the batch ([`KvCache::set_batch`]): which sequences, at which offsets of the
 //! flattened token row, which slots their new tokens go to and which slots their
 //! whole context is in. Each layer then writes its new keys and values into their slots
-//! and attends, sequence by sequence, over the context it gathers back.
+//! and attends over the context it gathers back: every decode of the batch in one set
+//! of batched products (contexts padded to the longest and masked), prefill chunks one
+//! by one.
 //!
 //! The gather is the simple form of PagedAttention: a kernel that reads the blocks in
 //! place through the block table (Kwon et al. 2023, §4.1) saves copying the context
@@ -135,55 +137,166 @@ pub struct LayerCache<B: Backend> {
 }
 
 impl<B: Backend> CachedAttention<B> for LayerCache<B> {
-    fn attend(&self, q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, scale: f32) -> Result<Tensor<B>> {
+    fn attend(&self, qkv: &Tensor<B>, heads: usize, scale: f32) -> Result<Tensor<B>> {
         let mut inner = self.cache.lock()?;
         let Inner { layers, batch } = &mut *inner;
         let (kc, vc) = layers.get_mut(self.layer).ok_or_else(|| {
             Error::invalid("LayerCache::attend", format!("no layer {}", self.layer))
         })?;
-        // Flattened batch: one row of all sequences' tokens, `[H, S, D]`.
-        let (h, d) = (q.dims()[0], q.dims()[2]);
-        if h * d != self.cache.width || q.dims()[..2] != k.dims()[..2] {
+        let w = self.cache.width;
+        let dims = qkv.dims();
+        if dims.len() != 3
+            || dims[0] != 1
+            || dims[2] != 3 * w
+            || heads == 0
+            || !w.is_multiple_of(heads)
+        {
             return Err(Error::shape(
                 "LayerCache::attend",
                 format!(
-                    "q {} k {} vs a cache {} wide",
-                    q.shape(),
-                    k.shape(),
-                    self.cache.width
+                    "expected one flattened row [1, S, 3·{w}] of {heads} heads, got {}",
+                    qkv.shape()
                 ),
             ));
         }
-        let mut ys = Vec::with_capacity(batch.len());
+        let s_total = dims[1];
+        // Each token's q, k and v side by side: `[S, w]` views, rows as the cache holds them.
+        let rows = qkv.reshape([s_total, 3 * w])?;
+        let q = rows.narrow(1, 0, w)?.contiguous()?;
         for s in batch.iter() {
             let t = s.new_slots.len();
-            write_rows(&rows_of(&k.narrow(1, s.offset, t)?)?, kc, &s.new_slots)?;
-            write_rows(&rows_of(&v.narrow(1, s.offset, t)?)?, vc, &s.new_slots)?;
-            let ctx = Tensor::from_u32(q.backend(), &s.context_slots, [s.context_slots.len()])?;
-            let keys = heads_of(&ctx.embedding(kc)?, h, d)?;
-            let values = heads_of(&ctx.embedding(vc)?, h, d)?;
-            ys.push(attend_one(
-                &q.narrow(1, s.offset, t)?,
-                &keys,
-                &values,
-                scale,
-            )?);
+            write_rows(
+                &rows.narrow(1, w, w)?.narrow(0, s.offset, t)?,
+                kc,
+                &s.new_slots,
+            )?;
+            write_rows(
+                &rows.narrow(1, 2 * w, w)?.narrow(0, s.offset, t)?,
+                vc,
+                &s.new_slots,
+            )?;
         }
-        let parts: Vec<&Tensor<B>> = ys.iter().collect();
-        Tensor::cat(&parts, 1)
+        // Decodes (one new token each) attend together, padded to the longest context;
+        // prefill chunks one by one. `order`: the batch row each output row belongs to.
+        let (decodes, prefills): (Vec<&BatchSeq>, Vec<&BatchSeq>) =
+            batch.iter().partition(|s| s.new_slots.len() == 1);
+        let (mut parts, mut order) = (Vec::new(), Vec::with_capacity(s_total));
+        if !decodes.is_empty() {
+            parts.push(attend_decodes(&q, kc, vc, &decodes, heads, scale)?);
+            order.extend(decodes.iter().map(|s| s.offset as u32));
+        }
+        for s in &prefills {
+            parts.push(attend_prefill(&q, kc, vc, s, heads, scale)?);
+            order.extend((s.offset..s.offset + s.new_slots.len()).map(|o| o as u32));
+        }
+        if order.len() != s_total {
+            return Err(Error::invalid(
+                "LayerCache::attend",
+                format!(
+                    "the batch covers {} of the row's {s_total} tokens",
+                    order.len()
+                ),
+            ));
+        }
+        let y = match parts.len() {
+            1 => parts
+                .pop()
+                .ok_or_else(|| Error::invalid("LayerCache::attend", "no output"))?,
+            _ => Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)?,
+        };
+        if order.iter().enumerate().all(|(i, &o)| o as usize == i) {
+            return y.reshape([1, s_total, w]);
+        }
+        // Back to the batch's order: output row `order[j]` is `y`'s row `j`.
+        let mut back = vec![0u32; s_total];
+        for (j, &o) in order.iter().enumerate() {
+            back[o as usize] = j as u32;
+        }
+        Tensor::from_u32(q.backend(), &back, [1, s_total])?.embedding(&y)
     }
 }
 
-/// `[H, T, D]` as `[T, H·D]` rows (a token's heads side by side, the cache's layout).
-fn rows_of<B: Backend>(x: &Tensor<B>) -> Result<Tensor<B>> {
-    let (h, t, d) = (x.dims()[0], x.dims()[1], x.dims()[2]);
-    x.permute(&[1, 0, 2])?.reshape([t, h * d])
+/// The decodes' attention in one go: sequence `i`'s query (row `offset` of `q`, `[S,
+/// w]`) over its context, gathered from the cache into `[N·H, Lmax, D]` with the
+/// slots past its own length masked. Returns `[N, w]`.
+fn attend_decodes<B: Backend>(
+    q: &Tensor<B>,
+    kc: &Tensor<B>,
+    vc: &Tensor<B>,
+    seqs: &[&BatchSeq],
+    heads: usize,
+    scale: f32,
+) -> Result<Tensor<B>> {
+    let (n, w) = (seqs.len(), q.dims()[1]);
+    let d = w / heads;
+    let lmax = seqs
+        .iter()
+        .map(|s| s.context_slots.len())
+        .max()
+        .unwrap_or(1);
+    let (mut slots, mut mask) = (Vec::with_capacity(n * lmax), Vec::with_capacity(n * lmax));
+    for s in seqs {
+        for j in 0..lmax {
+            let (slot, m) = match s.context_slots.get(j) {
+                Some(&x) => (x, 0.0),
+                None => (s.context_slots[0], f32::NEG_INFINITY),
+            };
+            slots.push(slot);
+            mask.push(m);
+        }
+    }
+    let be = q.backend();
+    let slots = Tensor::from_u32(be, &slots, [n, lmax])?;
+    let gather = |cache: &Tensor<B>| {
+        slots
+            .embedding(cache)?
+            .reshape([n, lmax, heads, d])?
+            .permute(&[0, 2, 1, 3])?
+            .to_dtype(DType::F32)?
+            .contiguous()?
+            .reshape([n * heads, lmax, d])
+    };
+    let (keys, values) = (gather(kc)?, gather(vc)?);
+    let at: Vec<u32> = seqs.iter().map(|s| s.offset as u32).collect();
+    let queries = Tensor::from_u32(be, &at, [n])?
+        .embedding(q)?
+        .to_dtype(DType::F32)?
+        .reshape([n * heads, 1, d])?;
+    let scores = queries
+        .matmul(&keys.transpose(-1, -2)?)?
+        .reshape([n, heads, lmax])?;
+    let mask = Tensor::from_f32(be, &mask, [n, 1, lmax], DType::F32)?;
+    let att = scores
+        .add(&mask)?
+        .softmax(scale, false)?
+        .reshape([n * heads, 1, lmax])?;
+    att.matmul(&values)?.reshape([n, w])?.to_dtype(q.dtype())
 }
 
-/// `[L, H·D]` rows back as `[H, L, D]`.
-fn heads_of<B: Backend>(rows: &Tensor<B>, h: usize, d: usize) -> Result<Tensor<B>> {
-    let l = rows.dims()[0];
-    rows.reshape([l, h, d])?.permute(&[1, 0, 2])?.contiguous()
+/// One prefill chunk's attention: rows `offset..offset + T` of `q` over the sequence's
+/// whole context. Returns `[T, w]`.
+fn attend_prefill<B: Backend>(
+    q: &Tensor<B>,
+    kc: &Tensor<B>,
+    vc: &Tensor<B>,
+    s: &BatchSeq,
+    heads: usize,
+    scale: f32,
+) -> Result<Tensor<B>> {
+    let (t, l, w) = (s.new_slots.len(), s.context_slots.len(), q.dims()[1]);
+    let d = w / heads;
+    let heads_of = |rows: Tensor<B>, len: usize| {
+        rows.reshape([len, heads, d])?
+            .permute(&[1, 0, 2])?
+            .contiguous()
+    };
+    let ctx = Tensor::from_u32(q.backend(), &s.context_slots, [l])?;
+    let keys = heads_of(ctx.embedding(kc)?, l)?;
+    let values = heads_of(ctx.embedding(vc)?, l)?;
+    let queries = heads_of(q.narrow(0, s.offset, t)?, t)?;
+    attend_one(&queries, &keys, &values, scale)?
+        .permute(&[1, 0, 2])?
+        .reshape([t, w])
 }
 
 /// Writes row `i` of `rows` into row `slots[i]` of `cache`, one copy per run of
