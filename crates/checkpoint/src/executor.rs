@@ -4,36 +4,40 @@ use crate::chain::{Chain, GptShape};
 use crate::schedule::{Mode, Op, Schedule};
 use crate::segment_seed;
 use brrr_backend::{Backend, Error, Result};
-use brrr_nn::{Gpt, MicroBatch, Module};
+use brrr_nn::{Gpt, MicroBatch, Module, Segments};
 use brrr_tensor::Tensor;
 use std::collections::BTreeMap;
 
 /// What one micro-batch holds between its forward and its backward.
-struct InFlight<B: Backend> {
+struct InFlight<B: Backend, T> {
     /// Kept inputs `x_i` by segment (`x_0` always).
     inputs: BTreeMap<usize, Tensor<B>>,
-    /// The targets, for a recomputed head.
-    targets: Tensor<B>,
+    /// The head's targets, for a recomputed head.
+    targets: T,
 }
 
 /// Runs a schedule's forward sweep as a training step's forward and the rest (the
 /// recomputations and backwards) as its backward, for any number of micro-batches in
-/// flight. Segment `i < n_layer` is block `h.i`, segment `n_layer` is the head.
+/// flight. Segment `i < n_blocks` is block `h.i`, segment `n_blocks` is the head.
+///
+/// It walks any [`Segments`]: the one-device [`Gpt`] ([`Recompute::forward_loss`]
+/// embeds too), brrr-tp's shard, or a data-parallel engine that gathers each block's
+/// parameters around it (`T` is the head's targets, `Segments::Targets`).
 ///
 /// Layers save into their stashes as always; a forward whose mode keeps less drops
 /// them at once (`Module::discard_saved`), and a segment whose stash is needed again
 /// is re-run from its kept input right before its backward. The kernels, their inputs
 /// and their order within each segment are those of an ordinary step, so on a
 /// deterministic backend the gradients are the same bits.
-pub struct Recompute<B: Backend> {
+pub struct Recompute<B: Backend, T = Tensor<B>> {
     schedule: Schedule,
     forward_len: usize,
     n_segments: usize,
     step_seed: u64,
-    in_flight: BTreeMap<MicroBatch, InFlight<B>>,
+    in_flight: BTreeMap<MicroBatch, InFlight<B, T>>,
 }
 
-impl<B: Backend> Recompute<B> {
+impl<B: Backend, T: Clone> Recompute<B, T> {
     /// An executor of `schedule` for a GPT of `n_layer` blocks (a chain of
     /// `n_layer + 1` segments). Errors if the schedule is not valid for such a chain.
     pub fn new(schedule: Schedule, chain: &Chain) -> Result<Self> {
@@ -67,22 +71,102 @@ impl<B: Backend> Recompute<B> {
         segment_seed(self.step_seed, mb.0, seg)
     }
 
-    fn check_model(&self, model: &Gpt<B>) -> Result<()> {
-        if model.h.len() + 1 != self.n_segments {
+    fn check_model<M: Segments<B>>(&self, model: &M) -> Result<()> {
+        if model.n_blocks() + 1 != self.n_segments {
             return Err(Error::invalid(
                 "Recompute",
                 format!(
                     "the schedule is for {} segments, the model has {} blocks and a head",
                     self.n_segments,
-                    model.h.len()
+                    model.n_blocks()
                 ),
             ));
         }
         Ok(())
     }
 
-    /// The forward of micro-batch `mb`: embeddings, then the schedule's first sweep.
-    /// Returns the per-position losses `[B, T]`, like `Gpt::forward_loss_mb`.
+    /// The forward of micro-batch `mb` from the first block's input `x0`: the
+    /// schedule's first sweep, calling `after_op` after each op. Returns the
+    /// per-position losses `[B, T]`.
+    pub fn forward_loss_from<M: Segments<B, Targets = T>>(
+        &mut self,
+        model: &mut M,
+        mb: MicroBatch,
+        x0: Tensor<B>,
+        targets: &T,
+        after_op: &mut dyn FnMut(&Op),
+    ) -> Result<Tensor<B>> {
+        self.check_model(model)?;
+        let mut state = InFlight {
+            inputs: BTreeMap::from([(0, x0)]),
+            targets: targets.clone(),
+        };
+        let mut front = None;
+        let mut losses = None;
+        for op in &self.schedule.ops[..self.forward_len] {
+            if let Op::Forward { seg, mode } = *op {
+                losses = run_forward(model, mb, &mut state, &mut front, seg, mode)?.or(losses);
+            }
+            after_op(op);
+        }
+        self.in_flight.insert(mb, state);
+        losses.ok_or_else(|| Error::invalid("Recompute", "the forward sweep never ran the head"))
+    }
+
+    /// The backward of micro-batch `mb` from `Σ losses · dloss`: the rest of the
+    /// schedule, calling `after_op` after each op. Returns the gradient of the first
+    /// block's input (for the embeddings' backward).
+    pub fn backward_to_input<M: Segments<B, Targets = T>>(
+        &mut self,
+        model: &mut M,
+        mb: MicroBatch,
+        dloss: f32,
+        after_op: &mut dyn FnMut(&Op),
+    ) -> Result<Tensor<B>> {
+        self.check_model(model)?;
+        let mut state = self.in_flight.remove(&mb).ok_or_else(|| {
+            Error::invalid("Recompute", format!("backward of {mb} without its forward"))
+        })?;
+        let head = model.n_blocks();
+        let mut front: Option<(usize, Tensor<B>)> = None;
+        let mut delta: Option<Tensor<B>> = None;
+        for op in &self.schedule.ops[self.forward_len..] {
+            match *op {
+                Op::Forward { seg, mode } => {
+                    run_forward(model, mb, &mut state, &mut front, seg, mode)?;
+                }
+                Op::Backward { seg } => {
+                    front = None;
+                    delta = Some(if seg == head {
+                        model.head_backward(mb, dloss)?
+                    } else {
+                        let dy = delta.as_ref().ok_or_else(|| {
+                            Error::invalid(
+                                "Recompute",
+                                format!("backward of h.{seg} before the head's"),
+                            )
+                        })?;
+                        model.block_backward(mb, seg, dy)?
+                    });
+                    state.inputs.remove(&seg);
+                }
+            }
+            after_op(op);
+        }
+        drop(front);
+        delta.ok_or_else(|| Error::invalid("Recompute", "the schedule has no backward"))
+    }
+
+    /// Drops every micro-batch in flight (after an error, or to start over).
+    pub fn clear(&mut self) {
+        self.in_flight.clear();
+    }
+}
+
+impl<B: Backend> Recompute<B> {
+    /// The forward of micro-batch `mb` on the one-device GPT: embeddings, then the
+    /// schedule's first sweep. Returns the per-position losses `[B, T]`, like
+    /// `Gpt::forward_loss_mb`.
     pub fn forward_loss(
         &mut self,
         model: &mut Gpt<B>,
@@ -105,20 +189,7 @@ impl<B: Backend> Recompute<B> {
     ) -> Result<Tensor<B>> {
         self.check_model(model)?;
         let x0 = model.embed_mb(mb, ids)?;
-        let mut state = InFlight {
-            inputs: BTreeMap::from([(0, x0)]),
-            targets: targets.clone(),
-        };
-        let mut front = None;
-        let mut losses = None;
-        for op in &self.schedule.ops[..self.forward_len] {
-            if let Op::Forward { seg, mode } = *op {
-                losses = run_forward(model, mb, &mut state, &mut front, seg, mode)?.or(losses);
-            }
-            after_op(op);
-        }
-        self.in_flight.insert(mb, state);
-        losses.ok_or_else(|| Error::invalid("Recompute", "the forward sweep never ran the head"))
+        self.forward_loss_from(model, mb, x0, targets, after_op)
     }
 
     /// The backward of micro-batch `mb` from `Σ losses · dloss`: the rest of the
@@ -135,54 +206,17 @@ impl<B: Backend> Recompute<B> {
         dloss: f32,
         after_op: &mut dyn FnMut(&Op),
     ) -> Result<()> {
-        self.check_model(model)?;
-        let mut state = self.in_flight.remove(&mb).ok_or_else(|| {
-            Error::invalid("Recompute", format!("backward of {mb} without its forward"))
-        })?;
-        let n_layer = model.h.len();
-        let mut front: Option<(usize, Tensor<B>)> = None;
-        let mut delta: Option<Tensor<B>> = None;
-        for op in &self.schedule.ops[self.forward_len..] {
-            match *op {
-                Op::Forward { seg, mode } => {
-                    run_forward(model, mb, &mut state, &mut front, seg, mode)?;
-                }
-                Op::Backward { seg } => {
-                    front = None;
-                    delta = Some(if seg == n_layer {
-                        model.head_backward_mb(mb, dloss)?
-                    } else {
-                        let dy = delta.as_ref().ok_or_else(|| {
-                            Error::invalid(
-                                "Recompute",
-                                format!("backward of h.{seg} before the head's"),
-                            )
-                        })?;
-                        model.h[seg].backward(mb, dy)?
-                    });
-                    state.inputs.remove(&seg);
-                }
-            }
-            after_op(op);
-        }
-        drop(front);
-        let dx =
-            delta.ok_or_else(|| Error::invalid("Recompute", "the schedule has no backward"))?;
+        let dx = self.backward_to_input(model, mb, dloss, after_op)?;
         model.embed_backward_mb(mb, &dx)
-    }
-
-    /// Drops every micro-batch in flight (after an error, or to start over).
-    pub fn clear(&mut self) {
-        self.in_flight.clear();
     }
 }
 
 /// One forward of segment `seg` in `mode`, from the current output (`front`) or a kept
 /// input. Returns the losses when `seg` is the head.
-fn run_forward<B: Backend>(
-    model: &mut Gpt<B>,
+fn run_forward<B: Backend, M: Segments<B>>(
+    model: &mut M,
     mb: MicroBatch,
-    state: &mut InFlight<B>,
+    state: &mut InFlight<B, M::Targets>,
     front: &mut Option<(usize, Tensor<B>)>,
     seg: usize,
     mode: Mode,
@@ -200,20 +234,16 @@ fn run_forward<B: Backend>(
         state.inputs.insert(seg, input.clone());
     }
     let keep = matches!(mode, Mode::SaveAll | Mode::SaveSelective);
-    if seg == model.h.len() {
-        let losses = model.head_loss_mb(mb, &input, &state.targets)?;
+    if seg == model.n_blocks() {
+        let losses = model.head_loss(mb, &input, &state.targets)?;
         if !keep {
-            model.discard_head(mb)?;
+            model.head_discard(mb)?;
         }
         return Ok(Some(losses));
     }
-    let block = &mut model.h[seg];
-    block.attn.recompute_scores = mode == Mode::SaveSelective;
-    let out = block.forward(mb, &input);
-    block.attn.recompute_scores = false;
-    let out = out?;
+    let out = model.block_forward(mb, seg, &input, mode == Mode::SaveSelective)?;
     if !keep {
-        block.discard_saved(mb)?;
+        model.block_discard(mb, seg)?;
     }
     drop(input);
     *front = Some((seg + 1, out));

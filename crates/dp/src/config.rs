@@ -60,8 +60,8 @@ impl DpConfig {
     }
 
     /// Checks this layout against the run: the global batch must split evenly over the
-    /// ranks. Mixed precision (`--amp`) runs at every stage; activation recomputation
-    /// (`--checkpoint`) does not yet.
+    /// ranks. Mixed precision (`--amp`) and activation recomputation (`--checkpoint`) run
+    /// at every stage.
     pub fn validate_for(&self, train: &brrr_train::TrainConfig) -> Result<()> {
         self.validate()?;
         train.validate()?;
@@ -72,12 +72,6 @@ impl DpConfig {
                     "--batch-size {} (the global batch) must be a multiple of --dp {}",
                     train.batch_size, self.world
                 ),
-            ));
-        }
-        if train.checkpoint != brrr_train::config::TrainConfig::default().checkpoint {
-            return Err(Error::invalid(
-                "dp",
-                "--checkpoint (activation recomputation) with --dp is not supported yet",
             ));
         }
         Ok(())

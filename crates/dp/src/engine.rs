@@ -8,6 +8,7 @@ use crate::layout::{FlatLayout, Pieces, Segment, covered_len, segments};
 use crate::overlap::hidden_fraction;
 use brrr_amp::DynamicLossScaler;
 use brrr_backend::{AdamWParams, Backend, DType, ElemRange, Error, Result};
+use brrr_checkpoint::Recompute;
 use brrr_collectives::{CommStats, Communicator, Handle, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param, clip_grad_norm_on_device};
 use brrr_perf::trace::Tracer;
@@ -85,7 +86,7 @@ pub(crate) struct Update {
 }
 
 /// A bucket collective in flight: its bucket and its result with (start, end) times.
-type Pending = (usize, Handle<(Vec<f32>, f64, f64)>);
+pub(crate) type Pending = (usize, Handle<(Vec<f32>, f64, f64)>);
 
 /// Stage 3: a bucket's all-gather in flight on the communicator's thread: its bucket,
 /// and the gathered parameters already uploaded to the device (one tensor per
@@ -132,6 +133,8 @@ pub struct DataParallel<B: Backend> {
     pub(crate) val: Vec<Batch>,
     /// Overlap summed over the steps timed by the engine loop (all but a run's first).
     pub(crate) timed: crate::run::Timed,
+    /// `--checkpoint`: the executor that drops and recomputes blocks (one device's plan).
+    pub(crate) recompute: Option<Recompute<B>>,
 }
 
 impl<B: Backend> DataParallel<B> {
@@ -206,7 +209,9 @@ impl<B: Backend> DataParallel<B> {
             mask: None,
             val: Vec::new(),
             timed: Default::default(),
+            recompute: None,
         };
+        me.recompute = me.config.recompute()?;
         me.make_shards()?;
         me.adopt_amp()?;
         me.comm.reset_stats();
@@ -336,12 +341,23 @@ impl<B: Backend> DataParallel<B> {
         let mut loss_sum: Option<Tensor<B>> = None;
         let mut pending = Vec::new();
         let mut launched = vec![false; self.groups.len()];
+        let recompute = match &mut self.recompute {
+            // Nothing of an earlier, failed step stays in flight.
+            Some(r) => {
+                r.clear();
+                true
+            }
+            None => false,
+        };
         for mb in 0..k {
             let batch = self.local_batch()?;
             let (ids, targets) = upload(&self.backend, &batch)?;
             self.mask = upload_mask(&self.backend, &batch)?;
             let mbid = MicroBatch(mb as u32);
-            let losses = self.forward(mbid, &ids, &targets);
+            let losses = match recompute {
+                true => self.forward_recomputed(mbid, &ids, &targets),
+                false => self.forward(mbid, &ids, &targets),
+            };
             self.end_mask();
             let mean = losses?.mean_all()?;
             match &mut loss_sum {
@@ -349,7 +365,10 @@ impl<B: Backend> DataParallel<B> {
                 Some(s) => s.add_(&mean)?,
             }
             let last = (mb + 1 == k).then_some((&mut pending, &mut launched));
-            let bw = self.backward(mbid, dloss, last)?;
+            let bw = match recompute {
+                true => self.backward_recomputed(mbid, dloss, last)?,
+                false => self.backward(mbid, dloss, last)?,
+            };
             self.report.backward_span = bw;
         }
         let loss_sum = loss_sum.ok_or_else(|| Error::invalid("dp", "no micro-batch"))?;
@@ -420,7 +439,7 @@ impl<B: Backend> DataParallel<B> {
     /// positions restart at each document and every block's attention gets the segment
     /// ids (what [`Gpt::forward_loss_packed_mb`] does, part by part); the blocks' saved
     /// state keeps the segments for their backward.
-    fn embed(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
+    pub(crate) fn embed(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
         let Some((positions, segments)) = self.mask.clone() else {
             return self.model.embed_mb(mb, ids);
         };
@@ -444,7 +463,7 @@ impl<B: Backend> DataParallel<B> {
     }
 
     /// Clears what [`DataParallel::embed`] set for a masked micro-batch.
-    fn end_mask(&mut self) {
+    pub(crate) fn end_mask(&mut self) {
         if self.mask.take().is_some() {
             for block in &mut self.model.h {
                 block.attn.segments = None;
@@ -572,18 +591,18 @@ impl<B: Backend> DataParallel<B> {
         Ok((start, self.now()))
     }
 
-    fn now(&self) -> f64 {
+    pub(crate) fn now(&self) -> f64 {
         self.origin.elapsed().as_secs_f64()
     }
 
     /// Stage 3's bucket for block `l` (buckets run head, last block, ..., embeddings).
-    fn block_group(&self, l: usize) -> usize {
+    pub(crate) fn block_group(&self, l: usize) -> usize {
         self.pieces.blocks.len() - l
     }
 
     /// Starts the collective of every bucket whose parameters (from `final_from` on)
     /// all have final gradients.
-    fn launch_ready(
+    pub(crate) fn launch_ready(
         &mut self,
         final_from: usize,
         pending: &mut Vec<Pending>,
@@ -853,7 +872,7 @@ impl<B: Backend> DataParallel<B> {
     }
 
     /// Stage 3: gathers bucket `g`'s parameters and waits for them (a no-op otherwise).
-    fn gather_if_sharded(&mut self, g: usize) -> Result<()> {
+    pub(crate) fn gather_if_sharded(&mut self, g: usize) -> Result<()> {
         let h = self.start_gather(g)?;
         self.land_gather(h)
     }
@@ -950,7 +969,7 @@ impl<B: Backend> DataParallel<B> {
         Ok(())
     }
 
-    fn free_if_sharded(&mut self, g: usize) -> Result<()> {
+    pub(crate) fn free_if_sharded(&mut self, g: usize) -> Result<()> {
         match self.dp.zero {
             3 => self.free_params(g),
             _ => Ok(()),
@@ -992,7 +1011,7 @@ impl<B: Backend> DataParallel<B> {
     }
 
     /// Zero gradients for parameters `r` where they were dropped.
-    fn ensure_grads(&mut self, r: std::ops::Range<usize>) -> Result<()> {
+    pub(crate) fn ensure_grads(&mut self, r: std::ops::Range<usize>) -> Result<()> {
         let backend = self.backend.clone();
         let slots = self.layout.params[r.clone()].to_vec();
         let ps = self.model.params_mut();

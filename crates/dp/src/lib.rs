@@ -86,6 +86,8 @@ mod layout;
 mod memory;
 mod overlap;
 #[cfg(not(target_arch = "wasm32"))]
+mod recompute;
+#[cfg(not(target_arch = "wasm32"))]
 mod run;
 
 pub use bucket::{

@@ -74,6 +74,7 @@ mod optim;
 mod param;
 mod region;
 mod schedule;
+mod segments;
 mod stage;
 mod stash;
 
@@ -95,6 +96,7 @@ pub use optim::{AdamW, AdamWConfig, clip_grad_norm_on_device};
 pub use optim::{clip_grad_norm, grad_norm};
 pub use param::{Module, Param};
 pub use schedule::CosineSchedule;
+pub use segments::Segments;
 pub use stage::{BlocksStage, EmbeddingStage, GptStages, HeadStage};
 /// Native only: they read tensors back to the host, which blocks.
 #[cfg(not(target_arch = "wasm32"))]

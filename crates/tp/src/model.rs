@@ -9,7 +9,7 @@ use brrr_backend::{Backend, Error, Result};
 use brrr_collectives::Communicator;
 use brrr_nn::{
     Block, CausalSelfAttention, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Mlp, Module,
-    Param, Stash, with_segments,
+    Param, Segments, Stash, with_segments,
 };
 use brrr_tensor::Tensor;
 use std::collections::BTreeSet;
@@ -339,7 +339,7 @@ impl<B: Backend> TpGpt<B> {
             ));
         }
         let positions = packed.map(|(p, _)| p);
-        let x0 = self.embed(mb, ids, (b, t), positions)?;
+        let x0 = self.embed_mb(mb, ids, (b, t), positions)?;
         let segments = packed.map(|(_, s)| s);
         let x = with_segments(
             &mut self.h,
@@ -353,21 +353,50 @@ impl<B: Backend> TpGpt<B> {
                 Ok(x)
             },
         )?;
+        self.head_loss_mb(mb, &x, targets)
+    }
+
+    /// The head on the last block's output `x` (this rank's sequence shard under
+    /// sequence parallelism): final LayerNorm, the tied vocabulary-parallel projection
+    /// and loss of `targets` (host, `[B, T]` row-major). Per-position losses `[B, T]`,
+    /// the same on every rank; saves under `mb`.
+    pub fn head_loss_mb(
+        &mut self,
+        mb: MicroBatch,
+        x: &Tensor<B>,
+        targets: &[u32],
+    ) -> Result<Tensor<B>> {
+        let b = x.dims()[0];
+        let t = targets.len() / b.max(1);
         let c = self.config.n_embd;
         let entry = RegionEntry::for_sequence_parallel(self.sp);
         let x_final = entry
-            .forward(&self.comm, &self.ln_f.forward(mb, &x)?)?
+            .forward(&self.comm, &self.ln_f.forward(mb, x)?)?
             .reshape([b * t, c])?;
         let logits = x_final.matmul(&self.wte.weight.value.transpose(0, 1)?)?;
         let loss = vocab_parallel_cross_entropy(&self.comm, &logits, targets, self.wte.start)?;
         let losses = loss.losses.reshape([b, t])?;
-        self.saved.put(mb, HeadSaved { x_final, loss, bt });
+        self.saved.put(
+            mb,
+            HeadSaved {
+                x_final,
+                loss,
+                bt: (b, t),
+            },
+        );
         Ok(losses)
     }
 
+    /// Drops what [`TpGpt::head_loss_mb`] saved for `mb`.
+    pub fn discard_head(&mut self, mb: MicroBatch) -> Result<()> {
+        self.saved.discard(mb);
+        self.ln_f.discard_saved(mb)
+    }
+
     /// Token embeddings (partial per rank, reduced by the region's exit) plus positions
-    /// (`0..T` of each row, or packed documents' own).
-    fn embed(
+    /// (`0..T` of each row, or packed documents' own): the first block's input, this
+    /// rank's sequence shard of it under sequence parallelism.
+    pub fn embed_mb(
         &mut self,
         mb: MicroBatch,
         ids: &[u32],
@@ -385,6 +414,16 @@ impl<B: Backend> TpGpt<B> {
     /// gradient. Under sequence parallelism the replicated parameters then hold partial
     /// sums: call [`TpGpt::reduce_replicated_grads`] once per step.
     pub fn backward_mb(&mut self, mb: MicroBatch, dloss: f32) -> Result<()> {
+        let mut dx = self.head_backward_mb(mb, dloss)?;
+        for block in self.h.iter_mut().rev() {
+            dx = block.backward(mb, &dx)?;
+        }
+        self.embed_backward_mb(mb, &dx)
+    }
+
+    /// The head's backward from `Σ losses · dloss`: the gradient of the last block's
+    /// output (this rank's part of it).
+    pub fn head_backward_mb(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>> {
         let s = self.saved.take(mb, "TpGpt")?;
         let (b, t) = s.bt;
         let dlogits = s.loss.backward(dloss)?; // [B·T, V/n]
@@ -400,13 +439,14 @@ impl<B: Backend> TpGpt<B> {
             .matmul(&self.wte.weight.value)?
             .reshape([b, t, self.config.n_embd])?;
         let entry = RegionEntry::for_sequence_parallel(self.sp);
-        let mut dx = self.ln_f.backward(mb, &entry.backward(&self.comm, &dx)?)?;
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward(mb, &dx)?;
-        }
-        self.wpe.backward(mb, &dx)?;
+        self.ln_f.backward(mb, &entry.backward(&self.comm, &dx)?)
+    }
+
+    /// The embeddings' backward from the gradient of the first block's input.
+    pub fn embed_backward_mb(&mut self, mb: MicroBatch, dx: &Tensor<B>) -> Result<()> {
+        self.wpe.backward(mb, dx)?;
         let exit = RegionExit::for_sequence_parallel(self.sp);
-        self.wte.backward(mb, &exit.backward(&self.comm, &dx)?)
+        self.wte.backward(mb, &exit.backward(&self.comm, dx)?)
     }
 
     /// Under sequence parallelism each rank's gradient of a replicated parameter covers
@@ -477,6 +517,55 @@ pub(crate) fn all_reduce_grads_scaled<B: Backend>(
 
 fn all_reduce_grads<B: Backend>(comm: &Communicator, params: &mut [&mut Param<B>]) -> Result<()> {
     all_reduce_grads_scaled(comm, params, false)
+}
+
+/// The shard as activation recomputation's chain (`--tp` with `--checkpoint`): its
+/// blocks, then the vocabulary-parallel head, whose targets are host token ids.
+impl<B: Backend> Segments<B> for TpGpt<B> {
+    type Targets = Arc<[u32]>;
+
+    fn n_blocks(&self) -> usize {
+        self.h.len()
+    }
+
+    fn block_forward(
+        &mut self,
+        mb: MicroBatch,
+        l: usize,
+        x: &Tensor<B>,
+        selective: bool,
+    ) -> Result<Tensor<B>> {
+        let block = &mut self.h[l];
+        block.attn.recompute_scores = selective;
+        let out = block.forward(mb, x);
+        block.attn.recompute_scores = false;
+        out
+    }
+
+    fn block_backward(&mut self, mb: MicroBatch, l: usize, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        self.h[l].backward(mb, dy)
+    }
+
+    fn block_discard(&mut self, mb: MicroBatch, l: usize) -> Result<()> {
+        self.h[l].discard_saved(mb)
+    }
+
+    fn head_loss(
+        &mut self,
+        mb: MicroBatch,
+        x: &Tensor<B>,
+        targets: &Arc<[u32]>,
+    ) -> Result<Tensor<B>> {
+        self.head_loss_mb(mb, x, targets)
+    }
+
+    fn head_backward(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>> {
+        self.head_backward_mb(mb, dloss)
+    }
+
+    fn head_discard(&mut self, mb: MicroBatch) -> Result<()> {
+        self.discard_head(mb)
+    }
 }
 
 impl<B: Backend> Module<B> for TpGpt<B> {

@@ -9,6 +9,7 @@ use crate::model::{TpGpt, all_reduce_grads_scaled};
 use crate::shard::unshard_by_name;
 use brrr_amp::DynamicLossScaler;
 use brrr_backend::{Backend, DType, Error, HostData, Result};
+use brrr_checkpoint::Recompute;
 use brrr_collectives::{Communicator, ParallelGroups, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param};
 use brrr_perf::trace::Tracer;
@@ -39,6 +40,9 @@ pub struct TpTrainer<B: Backend> {
     /// The dynamic loss scaler with `--amp fp16`, the same on every rank (the overflow
     /// flag is agreed over the tensor- and data-parallel groups).
     pub(crate) scaler: Option<DynamicLossScaler<B>>,
+    /// `--checkpoint`: the executor that drops and recomputes the shard's blocks, the
+    /// same plan as one device's.
+    recompute: Option<Recompute<B, Arc<[u32]>>>,
 }
 
 impl<B: Backend> TpTrainer<B> {
@@ -79,6 +83,7 @@ impl<B: Backend> TpTrainer<B> {
             weight_decay: config.weight_decay,
             ..AdamWConfig::default()
         });
+        let recompute = config.recompute()?;
         Ok(TpTrainer {
             model,
             opt,
@@ -90,6 +95,7 @@ impl<B: Backend> TpTrainer<B> {
             val: Vec::new(),
             tracer: Arc::new(Tracer::disabled()),
             scaler,
+            recompute,
         })
     }
 
@@ -123,10 +129,29 @@ impl<B: Backend> TpTrainer<B> {
     }
 
     /// Per-position losses `[rows, T]` of this rank's rows of `batch`, saved under `mb`
-    /// for the backward: packed documents masked as on one device.
-    fn forward_loss(&mut self, mb: MicroBatch, batch: &Batch) -> Result<Tensor<B>> {
+    /// for the backward: packed documents masked as on one device. With `--checkpoint`
+    /// (training only: `recompute`) the executor runs the blocks and keeps what its
+    /// plan says.
+    fn forward_loss(
+        &mut self,
+        mb: MicroBatch,
+        batch: &Batch,
+        recompute: bool,
+    ) -> Result<Tensor<B>> {
         let mine = self.my_rows(batch)?;
         let bt = (mine.batch, mine.seq);
+        if let Some(r) = self.recompute.as_mut().filter(|_| recompute) {
+            if mine.mask.is_some() {
+                // `TrainConfig::validate` refuses the pair; a caller's batch source may not.
+                return Err(Error::invalid(
+                    "TpTrainer",
+                    "document masks with --checkpoint are not supported: use --checkpoint none",
+                ));
+            }
+            let x0 = self.model.embed_mb(mb, &mine.inputs, bt, None)?;
+            let targets: Arc<[u32]> = mine.targets.into();
+            return r.forward_loss_from(&mut self.model, mb, x0, &targets, &mut |_| {});
+        }
         let segments = match &mine.mask {
             Some(m) => Some(Tensor::from_u32(&self.backend, &m.segments, [bt.0, bt.1])?),
             None => None,
@@ -140,6 +165,17 @@ impl<B: Backend> TpTrainer<B> {
             .forward_loss_packed_mb(mb, &mine.inputs, &mine.targets, bt, packed)
     }
 
+    /// The backward of micro-batch `mb` from `Σ losses · dloss`.
+    fn backward(&mut self, mb: MicroBatch, dloss: f32) -> Result<()> {
+        match &mut self.recompute {
+            None => self.model.backward_mb(mb, dloss),
+            Some(r) => {
+                let dx = r.backward_to_input(&mut self.model, mb, dloss, &mut |_| {})?;
+                self.model.embed_backward_mb(mb, &dx)
+            }
+        }
+    }
+
     /// Forward and backward of each global micro-batch in `batches` (this rank's rows),
     /// gradients accumulated with the loss scaled to the mean over the global batch;
     /// returns this rank's mean loss. Gradients are left as they are: see
@@ -148,13 +184,17 @@ impl<B: Backend> TpTrainer<B> {
         let k = batches.len().max(1);
         // fp16: the loss gradient is seeded scaled (a power of two, so exactly).
         let scale = self.scaler.as_ref().map_or(1.0, |s| s.scale());
+        if let Some(r) = &mut self.recompute {
+            // Nothing of an earlier, failed step stays in flight.
+            r.clear();
+        }
         let mut loss = 0.0;
         for (i, batch) in batches.iter().enumerate() {
             let mb = MicroBatch(i as u32);
-            let losses = self.forward_loss(mb, batch)?;
+            let losses = self.forward_loss(mb, batch, true)?;
             loss += losses.mean_all()?.to_scalar_f64()? / k as f64;
             let n = losses.elem_count() * k;
-            self.model.backward_mb(mb, 1.0 / n as f32 * scale)?;
+            self.backward(mb, 1.0 / n as f32 * scale)?;
         }
         Ok(loss)
     }
@@ -265,7 +305,7 @@ impl<B: Backend> TpTrainer<B> {
     pub fn evaluate(&mut self, val: &[Batch]) -> Result<f32> {
         let mut sum = 0.0;
         for batch in val {
-            let losses = self.forward_loss(MicroBatch(0), batch)?;
+            let losses = self.forward_loss(MicroBatch(0), batch, false)?;
             sum += losses.mean_all()?.to_scalar_f64()?;
             self.model.clear_saved();
         }

@@ -4,8 +4,8 @@
 use crate::data::ByteTokenizer;
 use crate::layout::Layout;
 use brrr_amp::AmpConfig;
-use brrr_backend::{Error, Result};
-use brrr_checkpoint::{Chain, GptShape, Strategy};
+use brrr_backend::{Backend, Error, Result};
+use brrr_checkpoint::{Chain, GptShape, Recompute, Strategy};
 use brrr_nn::{CosineSchedule, GptConfig};
 use serde::{Deserialize, Serialize};
 
@@ -147,6 +147,21 @@ impl TrainConfig {
             Error::invalid("train", format!("--checkpoint {}: {e}", self.checkpoint))
         })?;
         Ok(())
+    }
+
+    /// The activation-recomputation executor of `--checkpoint` (`None` without it), the
+    /// same plan in every layout: it is made for [`TrainConfig::recompute_chain`], the
+    /// whole model's chain, so a shard recomputes exactly the blocks one device does.
+    /// `T` is the head's targets as the model walked takes them.
+    pub fn recompute<B: Backend, T: Clone>(&self) -> Result<Option<Recompute<B, T>>> {
+        if self.checkpoint == Strategy::None {
+            return Ok(None);
+        }
+        let chain = self.recompute_chain();
+        let plan = self.checkpoint.plan(&chain).map_err(|e| {
+            Error::invalid("train", format!("--checkpoint {}: {e}", self.checkpoint))
+        })?;
+        Recompute::new(plan, &chain).map(Some)
     }
 
     /// The model as the activation-recomputation planner sees it: the blocks and the

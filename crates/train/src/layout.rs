@@ -186,15 +186,13 @@ impl Layout {
     fn validate_features(&self, cfg: &TrainConfig) -> Result<()> {
         let recompute = cfg.checkpoint != Strategy::None;
         match self.engine() {
-            EngineKind::OneDevice => Ok(()),
-            EngineKind::DataParallel if recompute => refuse("--checkpoint", "--dp"),
-            EngineKind::DataParallel => Ok(()),
+            EngineKind::OneDevice | EngineKind::DataParallel => Ok(()),
             EngineKind::TensorParallel | EngineKind::Pipeline => {
                 let name = if self.pp > 1 { "--pp" } else { "--tp" };
                 if self.zero > 0 || self.bucket_mb.is_some() {
                     return refuse("--zero/--bucket-mb", name);
                 }
-                if recompute {
+                if recompute && self.pp > 1 {
                     return refuse("--checkpoint", name);
                 }
                 Ok(())
@@ -234,9 +232,17 @@ mod tests {
     /// A refusal names the feature's flag and the layout's.
     #[test]
     fn refusals_name_both_options() {
-        let cases: [(Set, &str, &str); 4] = [
-            (|c| c.layout.dp = 2, "--checkpoint", "--dp"),
-            (|c| c.layout.tp = 2, "--checkpoint", "--tp"),
+        for (dp, tp) in [(2, 1), (1, 2), (2, 2)] {
+            let c = cfg(|c| {
+                (c.layout.dp, c.layout.tp) = (dp, tp);
+                c.checkpoint = Strategy::Sqrt;
+            });
+            assert!(
+                c.validate().is_ok(),
+                "--checkpoint with --dp {dp} --tp {tp}"
+            );
+        }
+        let cases: [(Set, &str, &str); 2] = [
             (|c| c.layout.pp = 2, "--checkpoint", "--pp"),
             (
                 |c| (c.layout.dp, c.layout.pp) = (2, 2),

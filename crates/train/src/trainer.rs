@@ -8,7 +8,7 @@ use crate::schedule::{Action, MicroBatchSchedule};
 use crate::state::{LossScalerState, ParamState, TrainState};
 use brrr_amp::{DynamicLossScaler, apply_policy};
 use brrr_backend::{Backend, DType, Error, Result};
-use brrr_checkpoint::{Op, Recompute, Strategy};
+use brrr_checkpoint::{Op, Recompute};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, clip_grad_norm_on_device};
 use brrr_perf::trace::Tracer;
 use brrr_tensor::Tensor;
@@ -67,16 +67,7 @@ impl<B: Backend> Trainer<B> {
             ..AdamWConfig::default()
         });
         let schedule = MicroBatchSchedule::grad_accumulation(config.grad_accum)?;
-        let recompute = match config.checkpoint {
-            Strategy::None => None,
-            s => {
-                let chain = config.recompute_chain();
-                let plan = s
-                    .plan(&chain)
-                    .map_err(|e| Error::invalid("train", format!("--checkpoint {s}: {e}")))?;
-                Some(Recompute::new(plan, &chain)?)
-            }
-        };
+        let recompute = config.recompute()?;
         Ok(Trainer {
             backend: backend.clone(),
             config,

@@ -1,0 +1,103 @@
+//! [`Segments`]: a GPT as the chain of segments that walks of the model share — its
+//! blocks, then its head — so that a walker written once (activation recomputation's
+//! executor in brrr-checkpoint) drives the one-device [`Gpt`], brrr-tp's shard of it,
+//! or a data-parallel engine that gathers a block's parameters before it runs (ZeRO-3).
+//!
+//! The embeddings are not a segment: every walk starts from the first block's input
+//! and ends with its gradient, and what the embeddings need (token ids, packed
+//! positions, a tensor-parallel exit) differs by model.
+
+use crate::{Gpt, MicroBatch, Module};
+use brrr_backend::{Backend, Result};
+use brrr_tensor::Tensor;
+
+/// A model as a chain: blocks `0..n_blocks()`, then the head (final LayerNorm, tied
+/// projection, loss), each run forward and backward on its own, saving under a
+/// micro-batch as the whole model's forward does.
+pub trait Segments<B: Backend> {
+    /// What the head's loss needs besides its input (the targets, in whatever form
+    /// this model's loss takes them).
+    type Targets: Clone;
+
+    /// The number of blocks.
+    fn n_blocks(&self) -> usize;
+
+    /// Block `l` on `x`, saving under `mb`. With `selective` the attention keeps no
+    /// scores and recomputes them in its backward (Korthikanti et al. 2022).
+    fn block_forward(
+        &mut self,
+        mb: MicroBatch,
+        l: usize,
+        x: &Tensor<B>,
+        selective: bool,
+    ) -> Result<Tensor<B>>;
+
+    /// Block `l`'s backward: the gradient of its input from that of its output,
+    /// accumulating its parameters' gradients.
+    fn block_backward(&mut self, mb: MicroBatch, l: usize, dy: &Tensor<B>) -> Result<Tensor<B>>;
+
+    /// Drops what block `l` saved for `mb` (its forward will be run again).
+    fn block_discard(&mut self, mb: MicroBatch, l: usize) -> Result<()>;
+
+    /// The head on the last block's output: per-position losses `[B, T]`.
+    fn head_loss(
+        &mut self,
+        mb: MicroBatch,
+        x: &Tensor<B>,
+        targets: &Self::Targets,
+    ) -> Result<Tensor<B>>;
+
+    /// The head's backward from `Σ losses · dloss`: the gradient of the last block's
+    /// output.
+    fn head_backward(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>>;
+
+    /// Drops what the head saved for `mb`.
+    fn head_discard(&mut self, mb: MicroBatch) -> Result<()>;
+}
+
+impl<B: Backend> Segments<B> for Gpt<B> {
+    type Targets = Tensor<B>;
+
+    fn n_blocks(&self) -> usize {
+        self.h.len()
+    }
+
+    fn block_forward(
+        &mut self,
+        mb: MicroBatch,
+        l: usize,
+        x: &Tensor<B>,
+        selective: bool,
+    ) -> Result<Tensor<B>> {
+        let block = &mut self.h[l];
+        block.attn.recompute_scores = selective;
+        let out = block.forward(mb, x);
+        block.attn.recompute_scores = false;
+        out
+    }
+
+    fn block_backward(&mut self, mb: MicroBatch, l: usize, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        self.h[l].backward(mb, dy)
+    }
+
+    fn block_discard(&mut self, mb: MicroBatch, l: usize) -> Result<()> {
+        self.h[l].discard_saved(mb)
+    }
+
+    fn head_loss(
+        &mut self,
+        mb: MicroBatch,
+        x: &Tensor<B>,
+        targets: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        self.head_loss_mb(mb, x, targets)
+    }
+
+    fn head_backward(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>> {
+        self.head_backward_mb(mb, dloss)
+    }
+
+    fn head_discard(&mut self, mb: MicroBatch) -> Result<()> {
+        self.discard_head(mb)
+    }
+}
