@@ -44,6 +44,10 @@ pub struct GenerateArgs {
     /// Tokens one step computes at most (decodes and prompt chunks together).
     #[arg(long, default_value_t = 512)]
     pub max_batch_tokens: usize,
+    /// Compute every prompt in full, even the blocks an earlier prompt with the same
+    /// start already put in the KV cache (prefix caching is on by default).
+    #[arg(long)]
+    pub no_prefix_caching: bool,
 }
 
 /// What `brrr generate` produced.
@@ -103,6 +107,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         max_batch_tokens: args.max_batch_tokens,
         max_seqs: prompts.len().max(1),
         vocab_limit: Some(ByteTokenizer::VOCAB_SIZE),
+        prefix_caching: !args.no_prefix_caching,
     };
     let mut engine = LlmEngine::new(model, config)?;
     let params = SamplingParams {

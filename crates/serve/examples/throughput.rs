@@ -52,6 +52,7 @@ fn engine_rate(prompts: &[Vec<u32>], max_seqs: usize) -> brrr_backend::Result<(f
         max_batch_tokens: 512,
         max_seqs,
         vocab_limit: None,
+        prefix_caching: true,
     };
     let mut engine = LlmEngine::new(model()?, cfg)?;
     let t0 = Instant::now();

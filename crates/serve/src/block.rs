@@ -8,8 +8,42 @@
 //! longest possible output, at most `block_size - 1` slots wasted per sequence) and a
 //! block can be shared by several sequences (a common prompt prefix) by counting its
 //! references.
+//!
+//! Prefix caching (vLLM's automatic prefix caching): a full block whose keys and values
+//! are computed can be registered under its contents — its tokens and the hash of
+//! everything before it ([`block_hash`]). When its last reference goes it is kept,
+//! content intact, as *evictable*; a later sequence whose prompt starts with the same
+//! tokens takes it back instead of computing it again. Only when the free list is
+//! empty is the least recently released evictable block handed out (and forgotten).
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+
+/// The key of a full block: a 64-bit FNV-1a hash of the previous block's key (0 for a
+/// sequence's first block) and the block's tokens, so equal keys mean equal prefixes
+/// up to a hash collision of the earlier blocks (the block's own tokens are compared
+/// exactly on lookup).
+pub fn block_hash(parent: u64, tokens: &[u32]) -> u64 {
+    const PRIME: u64 = 0x100_0000_01b3;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in parent
+        .to_le_bytes()
+        .into_iter()
+        .chain(tokens.iter().flat_map(|t| t.to_le_bytes()))
+    {
+        h ^= u64::from(byte);
+        h = h.wrapping_mul(PRIME);
+    }
+    h
+}
+
+/// What a registered block holds: its parent's key and its own tokens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Content {
+    key: u64,
+    parent: u64,
+    tokens: Vec<u32>,
+}
 
 /// Blocks `0..num_blocks` of `block_size` token slots each: a free list and a reference
 /// count per block. Allocation is O(1); a block returns to the free list when its last
@@ -20,8 +54,18 @@ pub struct BlockAllocator {
     /// Free blocks; the last is handed out next (so a freed block is reused first,
     /// while it is warm in the caches).
     free: Vec<u32>,
-    /// References to each block (0: free).
+    /// References to each block (0: free or evictable).
     refs: Vec<u32>,
+    /// Prefix caching: what each registered block holds.
+    content: Vec<Option<Content>>,
+    /// Registered blocks by key.
+    index: HashMap<u64, u32>,
+    /// Registered blocks nobody references, by the tick of their release (oldest
+    /// first): reusable as they are, evicted when the free list is empty.
+    evictable: BTreeMap<u64, u32>,
+    /// The tick each evictable block was released at.
+    released_at: Vec<u64>,
+    tick: u64,
 }
 
 /// Asked for more blocks than are free: the caller preempts a sequence or waits. Never
@@ -55,6 +99,11 @@ impl BlockAllocator {
             block_size: block_size.max(1),
             free: (0..n).rev().collect(),
             refs: vec![0; n as usize],
+            content: vec![None; n as usize],
+            index: HashMap::new(),
+            evictable: BTreeMap::new(),
+            released_at: vec![0; n as usize],
+            tick: 0,
         }
     }
 
@@ -68,9 +117,14 @@ impl BlockAllocator {
         self.refs.len()
     }
 
-    /// Blocks free now.
+    /// Blocks that can be handed out now: free, or cached and unreferenced.
     pub fn num_free(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.evictable.len()
+    }
+
+    /// Blocks registered for prefix caching (referenced or evictable).
+    pub fn num_cached(&self) -> usize {
+        self.index.len()
     }
 
     /// Blocks referenced by at least one sequence.
@@ -88,11 +142,61 @@ impl BlockAllocator {
         tokens.div_ceil(self.block_size)
     }
 
-    /// One free block, with one reference.
+    /// One free block, with one reference: from the free list, or else the least
+    /// recently released cached block, whose contents are forgotten.
     pub fn allocate(&mut self) -> Result<u32, OutOfBlocks> {
-        let b = self.free.pop().ok_or(OutOfBlocks { wanted: 1, free: 0 })?;
+        let b = match self.free.pop() {
+            Some(b) => b,
+            None => {
+                let (_, b) = self
+                    .evictable
+                    .pop_first()
+                    .ok_or(OutOfBlocks { wanted: 1, free: 0 })?;
+                if let Some(c) = self.content[b as usize].take() {
+                    self.index.remove(&c.key);
+                }
+                b
+            }
+        };
         self.refs[b as usize] = 1;
         Ok(b)
+    }
+
+    /// Registers the full, computed `block` under its contents (`key` is
+    /// `block_hash(parent, tokens)`), so that a later prompt with the same prefix can
+    /// [`BlockAllocator::lookup`] it. A key already registered (the same prefix
+    /// computed twice at once) keeps its first block; this one stays unregistered.
+    pub fn register(&mut self, block: u32, parent: u64, tokens: &[u32]) -> u64 {
+        let key = block_hash(parent, tokens);
+        let fresh = self.refs(block) > 0
+            && self.content[block as usize].is_none()
+            && !self.index.contains_key(&key);
+        if fresh {
+            self.index.insert(key, block);
+            self.content[block as usize] = Some(Content {
+                key,
+                parent,
+                tokens: tokens.to_vec(),
+            });
+        }
+        key
+    }
+
+    /// The registered block holding `tokens` after the prefix keyed `parent`, taken with
+    /// one more reference (out of the evictable set if nobody held it); `None` on a
+    /// miss.
+    pub fn lookup(&mut self, parent: u64, tokens: &[u32]) -> Option<u32> {
+        let key = block_hash(parent, tokens);
+        let b = *self.index.get(&key)?;
+        let c = self.content[b as usize].as_ref()?;
+        if c.parent != parent || c.tokens != tokens {
+            return None;
+        }
+        if self.refs[b as usize] == 0 {
+            self.evictable.remove(&self.released_at[b as usize]);
+        }
+        self.refs[b as usize] += 1;
+        Some(b)
     }
 
     /// One more reference to an allocated `block` (a second sequence reading the same
@@ -118,7 +222,14 @@ impl BlockAllocator {
             Some(r) if *r > 0 => {
                 *r -= 1;
                 if *r == 0 {
-                    self.free.push(block);
+                    match self.content[block as usize] {
+                        Some(_) => {
+                            self.tick += 1;
+                            self.released_at[block as usize] = self.tick;
+                            self.evictable.insert(self.tick, block);
+                        }
+                        None => self.free.push(block),
+                    }
                 }
                 Ok(())
             }
@@ -130,10 +241,10 @@ impl BlockAllocator {
     /// all of them or none (on [`OutOfBlocks`] the table is unchanged).
     pub fn grow(&mut self, table: &mut BlockTable, tokens: usize) -> Result<(), OutOfBlocks> {
         let need = self.blocks_for(tokens).saturating_sub(table.blocks.len());
-        if need > self.free.len() {
+        if need > self.num_free() {
             return Err(OutOfBlocks {
                 wanted: need,
-                free: self.free.len(),
+                free: self.num_free(),
             });
         }
         for _ in 0..need {
@@ -205,5 +316,51 @@ mod tests {
         assert_eq!(t.slot(8, 4), None);
         a.free_table(&mut t).unwrap();
         assert_eq!((a.num_free(), t.blocks.len()), (3, 0));
+    }
+
+    #[test]
+    fn a_registered_block_outlives_its_sequence_until_memory_is_needed() {
+        let mut a = BlockAllocator::new(2, 2);
+        let x = a.allocate().unwrap();
+        let key = a.register(x, 0, &[5, 6]);
+        assert_eq!(key, block_hash(0, &[5, 6]));
+        a.release(x).unwrap();
+        assert_eq!(
+            (a.num_free(), a.num_cached()),
+            (2, 1),
+            "evictable counts as free"
+        );
+        // The same prefix comes back: the same block, referenced again.
+        assert_eq!(a.lookup(0, &[5, 6]), Some(x));
+        assert_eq!(a.refs(x), 1);
+        assert_eq!(a.lookup(0, &[5, 7]), None, "other tokens");
+        assert_eq!(a.lookup(key, &[5, 6]), None, "another parent");
+        a.release(x).unwrap();
+        // Memory is needed: the free block goes first, then the cached one is evicted.
+        let y = a.allocate().unwrap();
+        assert_ne!(y, x);
+        assert_eq!(a.allocate().unwrap(), x);
+        assert_eq!(a.num_cached(), 0);
+        assert_eq!(a.lookup(0, &[5, 6]), None, "forgotten once evicted");
+    }
+
+    #[test]
+    fn the_least_recently_released_block_is_evicted_first() {
+        let mut a = BlockAllocator::new(2, 1);
+        let (x, y) = (a.allocate().unwrap(), a.allocate().unwrap());
+        a.register(x, 0, &[1]);
+        a.register(y, 0, &[2]);
+        a.release(y).unwrap();
+        a.release(x).unwrap();
+        assert_eq!(a.allocate().unwrap(), y, "released first, evicted first");
+        assert_eq!(a.lookup(0, &[1]), Some(x));
+        // A second registration of the same contents keeps the first block.
+        let mut b = BlockAllocator::new(2, 1);
+        let (p, q) = (b.allocate().unwrap(), b.allocate().unwrap());
+        b.register(p, 0, &[9]);
+        b.register(q, 0, &[9]);
+        b.release(q).unwrap();
+        assert_eq!(b.num_cached(), 1);
+        assert_eq!(b.lookup(0, &[9]), Some(p));
     }
 }

@@ -22,6 +22,9 @@ pub struct EngineConfig {
     /// Sample among the first `vocab_limit` logits only (a byte-level model's padded
     /// vocabulary rows are never targets); `None`: all.
     pub vocab_limit: Option<usize>,
+    /// Reuse the KV blocks of prompt prefixes computed before (on by default, as in
+    /// vLLM; see [`crate::block`]).
+    pub prefix_caching: bool,
 }
 
 impl Default for EngineConfig {
@@ -32,6 +35,7 @@ impl Default for EngineConfig {
             max_batch_tokens: 512,
             max_seqs: 32,
             vocab_limit: None,
+            prefix_caching: true,
         }
     }
 }
@@ -85,6 +89,7 @@ impl<B: Backend> LlmEngine<B> {
             max_batch_tokens: config.max_batch_tokens,
             max_seqs: config.max_seqs,
             max_model_len: c.block_size,
+            prefix_caching: config.prefix_caching,
         })
         .map_err(refused)?;
         let slots = config

@@ -5,7 +5,9 @@
 //! model runner) and small enough to read in one sitting.
 //!
 //! - [`BlockAllocator`], [`BlockTable`]: the cache's memory as fixed-size blocks with a
-//!   free list and reference counts (PagedAttention, Kwon et al. 2023).
+//!   free list and reference counts (PagedAttention, Kwon et al. 2023), and prefix
+//!   caching: full blocks kept under their contents ([`block::block_hash`]) for the
+//!   next prompt that starts the same way.
 //! - [`Scheduler`]: which tokens each step computes: every running request's next
 //!   token, then new prompts in chunks, under a token budget; requests join and leave
 //!   every step; preemption by recomputation when blocks run out, never a crash.

@@ -31,6 +31,9 @@ pub struct SchedulerConfig {
     pub max_seqs: usize,
     /// The model's context: prompt and output together at most (its position table).
     pub max_model_len: usize,
+    /// Prefix caching: full computed blocks are kept under their contents, and a new
+    /// prompt that starts with the same tokens reuses them instead of computing them.
+    pub prefix_caching: bool,
 }
 
 /// Why a request ended.
@@ -66,6 +69,9 @@ pub struct Sequence {
     pub rng: ChaCha8Rng,
     /// Set when it ended.
     pub finished: Option<FinishReason>,
+    /// Prefix caching: the keys of its first full blocks, registered or reused
+    /// (`keys[i]` is block `i`'s, see [`crate::block::block_hash`]).
+    pub keys: Vec<u64>,
 }
 
 impl Sequence {
@@ -111,6 +117,8 @@ pub struct Scheduler {
     next_id: SeqId,
     /// Sequences preempted so far (their blocks taken back and recomputed later).
     pub preemptions: u64,
+    /// Prompt tokens whose keys and values came from the prefix cache, not the model.
+    pub prefix_hit_tokens: u64,
 }
 
 impl Scheduler {
@@ -135,6 +143,7 @@ impl Scheduler {
             seqs: BTreeMap::new(),
             next_id: 0,
             preemptions: 0,
+            prefix_hit_tokens: 0,
         })
     }
 
@@ -181,6 +190,7 @@ impl Scheduler {
             rng: ChaCha8Rng::seed_from_u64(params.seed),
             params,
             finished: None,
+            keys: Vec::new(),
         };
         self.seqs.insert(id, seq);
         self.waiting.push_back(id);
@@ -254,10 +264,13 @@ impl Scheduler {
             let Some(&id) = self.waiting.front() else {
                 break;
             };
+            let reused = self.reuse_prefix(id)?;
             let want = self.pending(id).min(budget);
             if !self.reserve(id, want)? {
+                self.forget_prefix(id)?;
                 break; // no room: it waits, nobody is preempted for a newcomer
             }
+            self.prefix_hit_tokens += reused as u64;
             self.waiting.pop_front();
             self.running.push(id);
             batch.push(self.scheduled(id, want));
@@ -282,6 +295,9 @@ impl Scheduler {
                 .get_mut(&s.id)
                 .ok_or_else(|| Refused(format!("sequence {} is unknown", s.id)))?;
             seq.computed = s.start + s.len;
+            if self.config.prefix_caching {
+                register_full_blocks(&mut self.allocator, seq);
+            }
             let Some(t) = *tok else { continue };
             seq.tokens.push(t);
             let reason = if seq.params.stop_tokens.contains(&t) {
@@ -342,6 +358,46 @@ impl Scheduler {
             .is_ok())
     }
 
+    /// Prefix caching, for a sequence about to start (nothing computed): takes the
+    /// cached blocks that hold its first full blocks of tokens, as far as they match,
+    /// and counts them computed. At least its last token is left to compute (its
+    /// logits are what the step samples from). Returns the tokens reused.
+    fn reuse_prefix(&mut self, id: SeqId) -> Result<usize, Refused> {
+        let bs = self.config.block_size;
+        let seq = self
+            .seqs
+            .get_mut(&id)
+            .ok_or_else(|| Refused(format!("sequence {id} is unknown")))?;
+        if !self.config.prefix_caching || seq.computed > 0 {
+            return Ok(0);
+        }
+        let mut parent = 0;
+        seq.keys.clear();
+        for block in seq.tokens[..seq.tokens.len() - 1].chunks_exact(bs) {
+            let Some(b) = self.allocator.lookup(parent, block) else {
+                break;
+            };
+            seq.table.blocks.push(b);
+            parent = crate::block::block_hash(parent, block);
+            seq.keys.push(parent);
+        }
+        seq.computed = seq.table.blocks.len() * bs;
+        Ok(seq.computed)
+    }
+
+    /// Gives back what [`Scheduler::reuse_prefix`] took, for a sequence that goes on
+    /// waiting (its cached blocks stay reusable, and evictable, meanwhile).
+    fn forget_prefix(&mut self, id: SeqId) -> Result<(), Refused> {
+        let seq = self
+            .seqs
+            .get_mut(&id)
+            .ok_or_else(|| Refused(format!("sequence {id} is unknown")))?;
+        self.allocator.free_table(&mut seq.table).map_err(Refused)?;
+        seq.computed = 0;
+        seq.keys.clear();
+        Ok(())
+    }
+
     /// Frees `id`'s blocks and puts it at the front of the queue, to be recomputed.
     fn preempt(&mut self, id: SeqId) -> Result<(), Refused> {
         self.running.retain(|&r| r != id);
@@ -351,6 +407,7 @@ impl Scheduler {
             .ok_or_else(|| Refused(format!("sequence {id} is unknown")))?;
         self.allocator.free_table(&mut seq.table).map_err(Refused)?;
         seq.computed = 0;
+        seq.keys.clear();
         self.waiting.push_front(id);
         self.preemptions += 1;
         Ok(())
@@ -367,6 +424,19 @@ impl Scheduler {
     }
 }
 
+/// Registers each block of `seq` that became full and computed since the last call,
+/// keyed by its contents and the key before it.
+fn register_full_blocks(allocator: &mut BlockAllocator, seq: &mut Sequence) {
+    let bs = allocator.block_size();
+    let full = (seq.computed / bs).min(seq.table.blocks.len());
+    for i in seq.keys.len()..full {
+        let parent = i.checked_sub(1).map_or(0, |p| seq.keys[p]);
+        let tokens = &seq.tokens[i * bs..(i + 1) * bs];
+        let key = allocator.register(seq.table.blocks[i], parent, tokens);
+        seq.keys.push(key);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,6 +448,7 @@ mod tests {
             max_batch_tokens,
             max_seqs: 8,
             max_model_len: 64,
+            prefix_caching: false,
         }
     }
 
@@ -470,5 +541,45 @@ mod tests {
         let id = s.add(vec![1; 2], SamplingParams::greedy(2)).unwrap();
         s.abort(id).unwrap();
         assert_eq!((s.num_unfinished(), s.allocator().num_used()), (0, 0));
+    }
+
+    /// Prefix caching: a second request with the same 8-token start reuses the two
+    /// full blocks the first computed (its first step computes only the rest: every
+    /// token it computes lies past the shared blocks, which are never written), and
+    /// the outputs are what they are without the cache.
+    #[test]
+    fn a_shared_prompt_prefix_is_computed_once() {
+        let run = |caching: bool| {
+            let mut s = Scheduler::new(SchedulerConfig {
+                prefix_caching: caching,
+                ..config(16, 64)
+            })
+            .unwrap();
+            let prompt = |tail: u32| vec![1, 2, 3, 4, 5, 6, 7, 8, tail];
+            let a = s.add(prompt(9), SamplingParams::greedy(3)).unwrap();
+            drain(&mut s);
+            let b = s.add(prompt(10), SamplingParams::greedy(3)).unwrap();
+            let first = s.schedule().unwrap();
+            s.complete(&first, &[Some(7)]).unwrap();
+            drain(&mut s);
+            let outputs = [a, b].map(|id| s.get(id).unwrap().output().to_vec());
+            assert_eq!(s.allocator().num_used(), 0, "every reference came back");
+            (first[0].clone(), s.prefix_hit_tokens, outputs)
+        };
+        let (first, hits, outputs) = run(true);
+        assert_eq!((first.start, first.len, hits), (8, 1, 8));
+        let (plain, no_hits, plain_outputs) = run(false);
+        assert_eq!((plain.start, plain.len, no_hits), (0, 9, 0));
+        assert_eq!(outputs, plain_outputs);
+        // A 4-token prompt never reuses its last token's block, even when cached.
+        let mut s = Scheduler::new(SchedulerConfig {
+            prefix_caching: true,
+            ..config(16, 64)
+        })
+        .unwrap();
+        s.add(vec![1, 2, 3, 4], SamplingParams::greedy(1)).unwrap();
+        drain(&mut s);
+        s.add(vec![1, 2, 3, 4], SamplingParams::greedy(1)).unwrap();
+        assert_eq!(s.schedule().unwrap()[0].start, 0);
     }
 }

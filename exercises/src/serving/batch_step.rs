@@ -78,6 +78,7 @@ fn compare(rng: &mut impl Rng) -> Outcome {
         max_batch_tokens: budget,
         max_seqs,
         max_model_len: 4096,
+        prefix_caching: false,
     };
     let mut s = Scheduler::new(config).map_err(|e| e.0)?;
     for step in 0..200 {

@@ -78,6 +78,9 @@ fn engine(block_size: usize, num_blocks: usize, max_batch_tokens: usize) -> LlmE
         max_batch_tokens,
         max_seqs: 8,
         vocab_limit: None,
+        // A preempted request finds its own blocks cached: the configurations that
+        // preempt check reuse as well.
+        prefix_caching: true,
     };
     LlmEngine::new(model(), cfg).unwrap()
 }
@@ -187,4 +190,73 @@ fn bad_requests_are_errors_and_the_model_comes_back_uncached() {
         reference(&mut m, &[1, 2], 3),
         reference(&mut model(), &[1, 2], 3)
     );
+}
+
+/// Prefix caching: requests that share a 13-token start, served after one that
+/// computed it, reuse its three full 4-token blocks, so the model computes fewer
+/// tokens, and every token and log-probability is still the recomputed one's.
+#[test]
+fn a_cached_prefix_gives_the_recomputed_tokens_and_saves_its_compute() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let shared: Vec<u32> = (0..13).map(|_| rng.random_range(0..64)).collect();
+    let prompts: Vec<Vec<u32>> = [2usize, 1, 6]
+        .iter()
+        .map(|&n| {
+            let tail = (0..n).map(|_| rng.random_range(0..64));
+            shared.iter().copied().chain(tail).collect()
+        })
+        .collect();
+    let mut m = model();
+    let want: Vec<_> = prompts.iter().map(|p| reference(&mut m, p, 6)).collect();
+    let run = |caching: bool| {
+        let mut e = LlmEngine::new(
+            model(),
+            EngineConfig {
+                block_size: 4,
+                num_blocks: 64,
+                max_batch_tokens: 512,
+                max_seqs: 8,
+                vocab_limit: None,
+                prefix_caching: caching,
+            },
+        )
+        .unwrap();
+        // The first request alone, then the two others together.
+        let mut got = Vec::new();
+        for wave in [&prompts[..1], &prompts[1..]] {
+            let ids: Vec<_> = wave
+                .iter()
+                .map(|p| e.add_request(p.clone(), SamplingParams::greedy(6)).unwrap())
+                .collect();
+            let mut out = vec![Vec::new(); ids.len()];
+            while e.scheduler().num_unfinished() > 0 {
+                for o in e.step().unwrap() {
+                    let i = ids.iter().position(|&id| id == o.id).unwrap();
+                    out[i].push((o.token, o.logprob));
+                }
+            }
+            got.extend(out);
+        }
+        (
+            got,
+            e.stats().tokens_computed,
+            e.scheduler().prefix_hit_tokens,
+        )
+    };
+    let (got, computed, hits) = run(true);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        for (k, (a, b)) in g.iter().zip(w).enumerate() {
+            assert_eq!(a.0, b.0, "prompt {i} token {k}");
+            assert!(
+                (a.1 - b.1).abs() < 1e-4,
+                "prompt {i} token {k}: {} vs {}",
+                a.1,
+                b.1
+            );
+        }
+        assert_eq!(g.len(), 6);
+    }
+    let (_, computed_without, no_hits) = run(false);
+    assert_eq!((hits, no_hits), (2 * 12, 0));
+    assert_eq!(computed + hits, computed_without);
 }
