@@ -7,13 +7,25 @@ use brrr_backend::{Backend, Error, Result};
 use brrr_nn::{Gpt, MicroBatch, Module, Segments};
 use brrr_tensor::Tensor;
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 /// What one micro-batch holds between its forward and its backward.
 struct InFlight<B: Backend, T> {
-    /// Kept inputs `x_i` by segment (`x_0` always).
+    /// Kept inputs `x_i` by segment (the range's first input always).
     inputs: BTreeMap<usize, Tensor<B>>,
-    /// The head's targets, for a recomputed head.
-    targets: T,
+    /// The head's targets, for a recomputed head (`None` if the range has no head).
+    targets: Option<T>,
+    /// The segments this walk runs (a pipeline stage runs its own part of the chain).
+    range: Range<usize>,
+}
+
+/// Where a backward starts: the loss scale, when the walk ends with the head, or the
+/// gradient of the walk's output (a pipeline stage before the last).
+pub enum Seed<B: Backend> {
+    /// `Σ losses · dloss`.
+    Loss(f32),
+    /// The gradient of the last segment's output.
+    Grad(Tensor<B>),
 }
 
 /// Runs a schedule's forward sweep as a training step's forward and the rest (the
@@ -96,21 +108,65 @@ impl<B: Backend, T: Clone> Recompute<B, T> {
         targets: &T,
         after_op: &mut dyn FnMut(&Op),
     ) -> Result<Tensor<B>> {
+        let all = 0..model.n_blocks() + 1;
+        self.forward_range(model, mb, all, x0, Some(targets), after_op)
+    }
+
+    /// The forward of micro-batch `mb` over segments `range` only, from `x` (the input
+    /// of `range.start`): the schedule's first sweep restricted to the range. Returns
+    /// the losses if the range ends with the head (`targets` is then needed), else the
+    /// output of its last block.
+    ///
+    /// The plan is the whole chain's, so a pipeline stage keeps and recomputes exactly
+    /// what one device does in its blocks; a recomputation the plan starts before the
+    /// range starts at the range's input instead, which the walk always keeps (a stage
+    /// holds its input until its backward anyway).
+    pub fn forward_range<M: Segments<B, Targets = T>>(
+        &mut self,
+        model: &mut M,
+        mb: MicroBatch,
+        range: Range<usize>,
+        x: Tensor<B>,
+        targets: Option<&T>,
+        after_op: &mut dyn FnMut(&Op),
+    ) -> Result<Tensor<B>> {
         self.check_model(model)?;
+        let head = model.n_blocks();
+        if range.is_empty() || range.end > head + 1 || (range.end == head + 1) != targets.is_some()
+        {
+            return Err(Error::invalid(
+                "Recompute",
+                format!(
+                    "segments {range:?} of a chain of {}, with{} targets",
+                    head + 1,
+                    if targets.is_some() { "" } else { "out" }
+                ),
+            ));
+        }
         let mut state = InFlight {
-            inputs: BTreeMap::from([(0, x0)]),
-            targets: targets.clone(),
+            inputs: BTreeMap::from([(range.start, x)]),
+            targets: targets.cloned(),
+            range: range.clone(),
         };
         let mut front = None;
         let mut losses = None;
         for op in &self.schedule.ops[..self.forward_len] {
-            if let Op::Forward { seg, mode } = *op {
+            if let Op::Forward { seg, mode } = *op
+                && range.contains(&seg)
+            {
                 losses = run_forward(model, mb, &mut state, &mut front, seg, mode)?.or(losses);
             }
             after_op(op);
         }
         self.in_flight.insert(mb, state);
-        losses.ok_or_else(|| Error::invalid("Recompute", "the forward sweep never ran the head"))
+        match (losses, front) {
+            (Some(l), _) => Ok(l),
+            (None, Some((i, y))) if i == range.end => Ok(y),
+            _ => Err(Error::invalid(
+                "Recompute",
+                format!("the forward sweep never finished segments {range:?}"),
+            )),
+        }
     }
 
     /// The backward of micro-batch `mb` from `Σ losses · dloss`: the rest of the
@@ -123,22 +179,48 @@ impl<B: Backend, T: Clone> Recompute<B, T> {
         dloss: f32,
         after_op: &mut dyn FnMut(&Op),
     ) -> Result<Tensor<B>> {
+        self.backward_range(model, mb, Seed::Loss(dloss), after_op)
+    }
+
+    /// The backward of micro-batch `mb` over the segments its forward ran, from
+    /// `seed`: the rest of the schedule restricted to them. Returns the gradient of the
+    /// range's input.
+    pub fn backward_range<M: Segments<B, Targets = T>>(
+        &mut self,
+        model: &mut M,
+        mb: MicroBatch,
+        seed: Seed<B>,
+        after_op: &mut dyn FnMut(&Op),
+    ) -> Result<Tensor<B>> {
         self.check_model(model)?;
         let mut state = self.in_flight.remove(&mb).ok_or_else(|| {
             Error::invalid("Recompute", format!("backward of {mb} without its forward"))
         })?;
         let head = model.n_blocks();
+        let range = state.range.clone();
+        let (mut dloss, mut delta) = match seed {
+            Seed::Loss(d) if range.end == head + 1 => (Some(d), None),
+            Seed::Grad(dy) if range.end <= head => (None, Some(dy)),
+            _ => {
+                return Err(Error::invalid(
+                    "Recompute",
+                    format!("a backward of segments {range:?} seeded with the wrong kind"),
+                ));
+            }
+        };
         let mut front: Option<(usize, Tensor<B>)> = None;
-        let mut delta: Option<Tensor<B>> = None;
         for op in &self.schedule.ops[self.forward_len..] {
             match *op {
-                Op::Forward { seg, mode } => {
+                Op::Forward { seg, mode } if range.contains(&seg) => {
                     run_forward(model, mb, &mut state, &mut front, seg, mode)?;
                 }
-                Op::Backward { seg } => {
+                Op::Backward { seg } if range.contains(&seg) => {
                     front = None;
                     delta = Some(if seg == head {
-                        model.head_backward(mb, dloss)?
+                        let d = dloss.take().ok_or_else(|| {
+                            Error::invalid("Recompute", "the head's backward ran twice")
+                        })?;
+                        model.head_backward(mb, d)?
                     } else {
                         let dy = delta.as_ref().ok_or_else(|| {
                             Error::invalid(
@@ -150,6 +232,7 @@ impl<B: Backend, T: Clone> Recompute<B, T> {
                     });
                     state.inputs.remove(&seg);
                 }
+                _ => {}
             }
             after_op(op);
         }
@@ -235,7 +318,11 @@ fn run_forward<B: Backend, M: Segments<B>>(
     }
     let keep = matches!(mode, Mode::SaveAll | Mode::SaveSelective);
     if seg == model.n_blocks() {
-        let losses = model.head_loss(mb, &input, &state.targets)?;
+        let targets = state
+            .targets
+            .as_ref()
+            .ok_or_else(|| Error::invalid("Recompute", "the head's forward without its targets"))?;
+        let losses = model.head_loss(mb, &input, targets)?;
         if !keep {
             model.head_discard(mb)?;
         }

@@ -72,7 +72,7 @@ mod strategy;
 
 pub use chain::{Chain, GptShape, Segment};
 #[cfg(feature = "executor")]
-pub use executor::{Recompute, gpt_chain_measured};
+pub use executor::{Recompute, Seed, gpt_chain_measured};
 pub use optimal::{min_budget, optimal};
 pub use schedule::{Curve, Mode, Op, Schedule};
 pub use strategy::{Strategy, group_starts, parse_bytes, sqrt_group};

@@ -241,6 +241,11 @@ impl<B: Backend> Module<B> for HeadStage<B> {
         self.pending_weight.clear();
         self.ln_f.clear_saved();
     }
+    /// Drops what the forward saved for `mb` (a recomputed head runs it again).
+    fn discard_saved(&mut self, mb: MicroBatch) -> Result<()> {
+        self.saved.discard(mb);
+        self.ln_f.discard_saved(mb)
+    }
     /// `wte.weight` (the tied copy) first, then `ln_f`. A global gradient norm over
     /// all stages must count the tied weight once: skip this copy after
     /// [`sum_tied_grads`].

@@ -298,6 +298,8 @@ fn build_stage<B: Backend>(
     if let Some(policy) = cfg.amp.policy() {
         stage.apply_policy(&policy)?;
     }
+    // `--checkpoint`: one device's plan, run on each chunk's blocks.
+    stage.set_recompute(|| cfg.recompute())?;
     Ok(stage)
 }
 

@@ -21,9 +21,11 @@
 
 use crate::config::split_layers;
 use crate::parts::{StageBlocks, StageEmbedding, StageHead};
+use crate::recompute::ChunkWalk;
 use crate::schedule::{Action, Schedule};
 use crate::simulate::{InFlight, Span, Timeline};
 use brrr_backend::{Backend, DType, Error, Result};
+use brrr_checkpoint::{Recompute, Seed};
 use brrr_collectives::{Communicator, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, GptConfig, MicroBatch, Module, Param};
 use brrr_tensor::Tensor;
@@ -117,6 +119,9 @@ pub struct PipelineStage<B: Backend> {
     /// Outputs (activations or input gradients) waiting for their send or for the
     /// next chunk on this stage: (is gradient, micro-batch, receiving piece).
     outbox: HashMap<(bool, u32, usize), Tensor<B>>,
+    /// Activation recomputation (`--checkpoint`): one executor per chunk, each running
+    /// the whole model's plan on its chunk's blocks; empty without it.
+    recompute: Vec<Recompute<B>>,
 }
 
 impl<B: Backend> PipelineStage<B> {
@@ -211,6 +216,7 @@ impl<B: Backend> PipelineStage<B> {
             replicated: BTreeSet::new(),
             mailbox: HashMap::new(),
             outbox: HashMap::new(),
+            recompute: Vec::new(),
         };
         if stage.tp_size() > 1 {
             stage.replicated = stage
@@ -221,6 +227,19 @@ impl<B: Backend> PipelineStage<B> {
                 .collect();
         }
         Ok(stage)
+    }
+
+    /// Activation recomputation: `plan()` makes the executor of one chunk (every chunk
+    /// gets its own, since a micro-batch is in flight in several chunks at once);
+    /// `None` from it turns recomputation off. Its plan must be the whole model's
+    /// (`brrr_train::TrainConfig::recompute`), so each stage recomputes the blocks one
+    /// device does. Document masks are not recomputed: a masked batch is an error.
+    pub fn set_recompute(&mut self, plan: impl Fn() -> Result<Option<Recompute<B>>>) -> Result<()> {
+        self.recompute = (0..self.chunks.len())
+            .map(|_| plan())
+            .collect::<Result<Option<Vec<_>>>>()?
+            .unwrap_or_default();
+        Ok(())
     }
 
     /// Mixed precision (`--amp`) on this stage, as `brrr_amp::apply_policy` on one
@@ -319,6 +338,10 @@ impl<B: Backend> PipelineStage<B> {
         self.zero_grad()?;
         self.mailbox.clear();
         self.outbox.clear();
+        // Nothing of an earlier, failed step stays in flight.
+        for r in &mut self.recompute {
+            r.clear();
+        }
         self.backend.reset_peak_memory();
         let start_bytes = self.backend.memory_stats().bytes_in_use;
         comm.barrier()?;
@@ -464,6 +487,9 @@ impl<B: Backend> PipelineStage<B> {
             (Some(e), 0) => e.forward(id, &data.ids, positions)?,
             _ => self.take(false, mb, piece)?,
         };
+        if !self.recompute.is_empty() {
+            return self.forward_recomputed(mb, chunk, (piece, pieces), x, data);
+        }
         let y = self.chunks[chunk].forward(id, &x, segments)?;
         if piece + 1 < pieces {
             self.outbox.insert((false, mb, piece + 1), y);
@@ -491,6 +517,10 @@ impl<B: Backend> PipelineStage<B> {
         input_only: bool,
     ) -> Result<()> {
         let id = MicroBatch(mb);
+        if !self.recompute.is_empty() {
+            let dx = self.backward_recomputed(mb, chunk, (piece, pieces), dloss, input_only)?;
+            return self.finish_backward(mb, piece, dx);
+        }
         let dy = if piece + 1 == pieces {
             let head = self
                 .head
@@ -509,13 +539,87 @@ impl<B: Backend> PipelineStage<B> {
         } else {
             self.chunks[chunk].backward(id, &dy)?
         };
+        self.finish_backward(mb, piece, dx)
+    }
+
+    /// The gradient of piece `piece`'s input: into the embeddings on the first piece,
+    /// else out to the previous piece.
+    fn finish_backward(&mut self, mb: u32, piece: usize, dx: Tensor<B>) -> Result<()> {
         match (&mut self.embedding, piece) {
-            (Some(e), 0) => e.backward(id, &dx),
+            (Some(e), 0) => e.backward(MicroBatch(mb), &dx),
             _ => {
                 self.outbox.insert((true, mb, piece - 1), dx);
                 Ok(())
             }
         }
+    }
+
+    /// [`PipelineStage::forward`] under recomputation, from the chunk's input `x`:
+    /// the executor runs the chunk's blocks (and the head on the last piece).
+    fn forward_recomputed(
+        &mut self,
+        mb: u32,
+        chunk: usize,
+        (piece, pieces): (usize, usize),
+        x: Tensor<B>,
+        data: &MicroBatchData<B>,
+    ) -> Result<Option<f64>> {
+        let last = piece + 1 == pieces;
+        if data.mask.is_some() {
+            return Err(Error::invalid(
+                "pipeline",
+                "document masks with --checkpoint are not supported: use --checkpoint none",
+            ));
+        }
+        let n_layer = self.config.n_layer;
+        let blocks = &mut self.chunks[chunk];
+        let layers = blocks.layers();
+        let end = if last { n_layer + 1 } else { layers.end };
+        let mut walk = ChunkWalk {
+            blocks,
+            head: self.head.as_mut().filter(|_| last),
+            n_layer,
+            input_only: false,
+        };
+        let targets = last.then_some(&data.targets);
+        let y = self.recompute[chunk].forward_range(
+            &mut walk,
+            MicroBatch(mb),
+            layers.start..end,
+            x,
+            targets,
+            &mut |_| {},
+        )?;
+        if !last {
+            self.outbox.insert((false, mb, piece + 1), y);
+            return Ok(None);
+        }
+        Ok(Some(f64::from(y.mean_all()?.to_vec_f32()?[0])))
+    }
+
+    /// [`PipelineStage::backward`] under recomputation: the executor's backward of the
+    /// chunk from the loss (last piece) or the gradient the next piece sent. Returns
+    /// the gradient of the chunk's input.
+    fn backward_recomputed(
+        &mut self,
+        mb: u32,
+        chunk: usize,
+        (piece, pieces): (usize, usize),
+        dloss: f32,
+        input_only: bool,
+    ) -> Result<Tensor<B>> {
+        let last = piece + 1 == pieces;
+        let seed = match last {
+            true => Seed::Loss(dloss),
+            false => Seed::Grad(self.take(true, mb, piece)?),
+        };
+        let mut walk = ChunkWalk {
+            blocks: &mut self.chunks[chunk],
+            head: self.head.as_mut().filter(|_| last),
+            n_layer: self.config.n_layer,
+            input_only,
+        };
+        self.recompute[chunk].backward_range(&mut walk, MicroBatch(mb), seed, &mut |_| {})
     }
 
     /// The zero-bubble W of piece `piece`: the weight gradients its B deferred.
@@ -627,9 +731,12 @@ impl<B: Backend> PipelineStage<B> {
         self.mailbox.clear();
         self.outbox.clear();
         let mut run = StageRun::default();
+        // Nothing is kept for a backward: no recomputation plan applies.
+        let recompute = std::mem::take(&mut self.recompute);
         let out = actions
             .into_iter()
             .try_for_each(|a| self.act(comm, &s, data, 0.0, a, &mut run));
+        self.recompute = recompute;
         self.clear_saved();
         out?;
         let mut buf = [(run.loss_sum.unwrap_or(0.0) / data.len().max(1) as f64) as f32];

@@ -61,6 +61,8 @@ mod executor;
 mod generate;
 #[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
 mod parts;
+#[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
+mod recompute;
 mod schedule;
 mod simulate;
 pub mod svg;

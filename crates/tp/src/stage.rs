@@ -395,6 +395,11 @@ impl<B: Backend> Module<B> for TpHeadStage<B> {
         self.pending_weight.clear();
         self.ln_f.clear_saved();
     }
+    /// Drops what the forward saved for `mb` (a recomputed head runs it again).
+    fn discard_saved(&mut self, mb: MicroBatch) -> Result<()> {
+        self.saved.discard(mb);
+        self.ln_f.discard_saved(mb)
+    }
     /// `wte.weight` (this rank's rows of the tied copy) first, then `ln_f`.
     fn params(&self) -> Vec<&Param<B>> {
         let mut v = vec![&self.wte];

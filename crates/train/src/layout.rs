@@ -8,7 +8,6 @@
 
 use crate::config::TrainConfig;
 use brrr_backend::{Error, Result};
-use brrr_checkpoint::Strategy;
 use serde::{Deserialize, Serialize};
 
 /// The parallel layout of a run: `dp × tp × pp` ranks in Megatron's order (tensor
@@ -183,17 +182,13 @@ impl Layout {
 
     /// The feature matrix: what each engine does not do yet. Everything not refused
     /// here runs in every layout.
-    fn validate_features(&self, cfg: &TrainConfig) -> Result<()> {
-        let recompute = cfg.checkpoint != Strategy::None;
+    fn validate_features(&self, _cfg: &TrainConfig) -> Result<()> {
         match self.engine() {
             EngineKind::OneDevice | EngineKind::DataParallel => Ok(()),
             EngineKind::TensorParallel | EngineKind::Pipeline => {
                 let name = if self.pp > 1 { "--pp" } else { "--tp" };
                 if self.zero > 0 || self.bucket_mb.is_some() {
                     return refuse("--zero/--bucket-mb", name);
-                }
-                if recompute && self.pp > 1 {
-                    return refuse("--checkpoint", name);
                 }
                 Ok(())
             }
@@ -204,6 +199,7 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use brrr_checkpoint::Strategy;
 
     /// Sets part of a config.
     type Set = fn(&mut TrainConfig);
@@ -232,31 +228,15 @@ mod tests {
     /// A refusal names the feature's flag and the layout's.
     #[test]
     fn refusals_name_both_options() {
-        for (dp, tp) in [(2, 1), (1, 2), (2, 2)] {
+        for (dp, tp, pp) in [(2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 1, 2), (2, 2, 2)] {
             let c = cfg(|c| {
-                (c.layout.dp, c.layout.tp) = (dp, tp);
+                (c.layout.dp, c.layout.tp, c.layout.pp) = (dp, tp, pp);
                 c.checkpoint = Strategy::Sqrt;
             });
             assert!(
                 c.validate().is_ok(),
                 "--checkpoint with --dp {dp} --tp {tp}"
             );
-        }
-        let cases: [(Set, &str, &str); 2] = [
-            (|c| c.layout.pp = 2, "--checkpoint", "--pp"),
-            (
-                |c| (c.layout.dp, c.layout.pp) = (2, 2),
-                "--checkpoint",
-                "--pp",
-            ),
-        ];
-        for (set, a, b) in cases {
-            let c = cfg(|c| {
-                set(c);
-                c.checkpoint = Strategy::Sqrt;
-            });
-            let e = c.validate().unwrap_err().to_string();
-            assert!(e.contains(a) && e.contains(b), "{e}");
         }
         let c = cfg(|c| {
             c.layout.tp = 2;

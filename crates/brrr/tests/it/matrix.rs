@@ -430,7 +430,9 @@ fn every_flag_in_every_layout_matches_one_device_or_is_refused_by_name() {
         features.len(),
         layouts.len()
     );
-    let _ = writeln!(table, "\nRefusals, by reason (cells):\n");
+    if !reasons.is_empty() {
+        let _ = writeln!(table, "\nRefusals, by reason (cells):\n");
+    }
     for (why, n) in &reasons {
         let _ = writeln!(table, "- {why} ({n})");
     }

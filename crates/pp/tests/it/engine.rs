@@ -42,12 +42,17 @@ struct Log {
     val: Option<f32>,
     /// Each step's loss scale after it and whether it was skipped (`--amp fp16`).
     scales: Vec<(f32, bool)>,
+    /// Each step's gradient norm and activation peak (bytes).
+    norms: Vec<f64>,
+    peaks: Vec<u64>,
 }
 
 impl Observer for Log {
     fn on_step(&mut self, s: &StepStats) -> brrr_backend::Result<()> {
         self.losses.push(s.loss);
         self.scales.push((s.loss_scale, s.skipped));
+        self.norms.push(s.grad_norm);
+        self.peaks.push(s.activation_peak_bytes);
         Ok(())
     }
     fn on_eval(&mut self, e: &brrr_train::Evaluation) -> brrr_backend::Result<()> {
@@ -224,6 +229,38 @@ fn every_stage_computes_in_bf16_beside_f32_masters() {
         assert!(!k.is_empty());
         for d in k {
             assert_eq!(d, (DType::BF16, Some(DType::F32)));
+        }
+    }
+}
+
+/// `--checkpoint` under every schedule, with and without `--tp 2`: each chunk runs one
+/// device's plan on its blocks (the zero-bubble B with input-only backwards, W as
+/// before), so losses, norms and the validation loss are bit for bit the pipeline's
+/// without recomputation, and stage 0's activation peak is lower.
+#[test]
+fn recomputation_in_every_schedule_changes_no_bit() {
+    let mut cfg = tiny(4);
+    cfg.steps = 2;
+    cfg.eval_every = 2;
+    cfg.layout.pp = 2;
+    for tp in [1, 2] {
+        for kind in ScheduleKind::all(2) {
+            let mut plain = cfg.clone();
+            plain.layout.tp = tp;
+            plain.layout.schedule = kind.to_string();
+            let want = pipeline(&plain, plain.steps, None, None);
+            for strategy in ["every:2", "selective"] {
+                let mut rc = plain.clone();
+                rc.checkpoint = strategy.parse().unwrap();
+                let got = pipeline(&rc, rc.steps, None, None);
+                let what = format!("{kind} --tp {tp} --checkpoint {strategy}");
+                assert_eq!(got.losses, want.losses, "{what}");
+                assert_eq!(got.norms, want.norms, "{what}");
+                assert_eq!(got.val, want.val, "{what}");
+                for (a, b) in got.peaks.iter().zip(&want.peaks) {
+                    assert!(a < b, "{what}: activation peak {a} B, {b} B keeping all");
+                }
+            }
         }
     }
 }
