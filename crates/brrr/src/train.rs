@@ -211,11 +211,12 @@ pub struct TrainArgs {
     /// (`brrr launch`, mpirun, srun, torchrun) [default: 1].
     #[arg(long)]
     pub dp: Option<usize>,
-    /// ZeRO stage with --dp: 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+
-    /// parameters, FSDP) [default: 0].
+    /// ZeRO stage over the --dp replicas: 0 (DDP), 1 (moments sharded), 2 (+
+    /// gradients), 3 (+ parameters, FSDP); with --tp or --pp, 1 [default: 0].
     #[arg(long)]
     pub zero: Option<u8>,
-    /// Gradient bucket size in MiB with --dp [default: 25, the first bucket 1].
+    /// Gradient bucket size in MiB of the --dp average [default: 25; with --dp alone
+    /// the first bucket 1].
     #[arg(long)]
     pub bucket_mb: Option<f64>,
 }

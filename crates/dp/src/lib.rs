@@ -88,6 +88,8 @@ mod overlap;
 #[cfg(not(target_arch = "wasm32"))]
 mod recompute;
 #[cfg(not(target_arch = "wasm32"))]
+mod replica;
+#[cfg(not(target_arch = "wasm32"))]
 mod run;
 
 pub use bucket::{
@@ -107,6 +109,8 @@ pub use engine::{DataParallel, StepReport};
 pub use layout::{FlatLayout, ParamSlot, Pieces, Segment, segments};
 pub use memory::{estimate_model_states, padded_elems};
 pub use overlap::hidden_fraction;
+#[cfg(not(target_arch = "wasm32"))]
+pub use replica::{ParamOwners, average_grads, bucket_bytes};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -178,6 +178,26 @@ impl<B: Backend> PipelineStage<B> {
         data_position: &str,
         loss_scaler: Option<ScalerHeader>,
     ) -> Result<PathBuf> {
+        let moments = self
+            .opt
+            .moments
+            .iter()
+            .map(|(m, v)| Ok((m.to_vec_f32()?, v.to_vec_f32()?)))
+            .collect::<Result<Vec<_>>>()?;
+        self.save_checkpoint_with(dir, step, data_position, loss_scaler, &moments)
+    }
+
+    /// [`PipelineStage::save_checkpoint_scaled`] with every parameter's moments given
+    /// (`PipelineStage::gather_moments`: under `--zero 1` the replicas keep a part
+    /// each; empty before the first step).
+    pub fn save_checkpoint_with(
+        &self,
+        dir: &Path,
+        step: u64,
+        data_position: &str,
+        loss_scaler: Option<ScalerHeader>,
+        moments: &[(Vec<f32>, Vec<f32>)],
+    ) -> Result<PathBuf> {
         let params = self.params();
         let weights = |p: &Param<B>| p.master.clone().unwrap_or_else(|| p.value.clone());
         if let Some(p) = params.iter().find(|p| weights(p).dtype() != DType::F32) {
@@ -197,7 +217,7 @@ impl<B: Backend> PipelineStage<B> {
             stages: self.p,
             chunks: self.v,
             params: params.iter().map(|p| (p.name.clone(), p.numel())).collect(),
-            has_moments: !self.opt.moments.is_empty(),
+            has_moments: !moments.is_empty(),
             data_position: data_position.to_string(),
             tp_rank: self.tp_rank(),
             tp: self.tp_size(),
@@ -208,11 +228,21 @@ impl<B: Backend> PipelineStage<B> {
         for p in &params {
             bytes_of(&weights(p).to_vec_f32()?, &mut data);
         }
-        for (m, _) in &self.opt.moments {
-            bytes_of(&m.to_vec_f32()?, &mut data);
+        if !moments.is_empty() && moments.len() != params.len() {
+            return Err(Error::invalid(
+                "PipelineStage::save_checkpoint",
+                format!(
+                    "moments of {} parameters for {}",
+                    moments.len(),
+                    params.len()
+                ),
+            ));
         }
-        for (_, v) in &self.opt.moments {
-            bytes_of(&v.to_vec_f32()?, &mut data);
+        for (m, _) in moments {
+            bytes_of(m, &mut data);
+        }
+        for (_, v) in moments {
+            bytes_of(v, &mut data);
         }
         let header = StageHeader {
             checksum: Some(fingerprint(&data)),
@@ -305,7 +335,10 @@ impl<B: Backend> PipelineStage<B> {
             p.zero_grad()?;
             at += n;
         }
-        self.opt.moments = moments;
+        self.opt.moments = match self.owners() {
+            Some(o) if !moments.is_empty() => o.mine(moments),
+            _ => moments,
+        };
         self.opt.step = header.adamw_step;
         Ok(header)
     }

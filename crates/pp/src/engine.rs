@@ -120,7 +120,7 @@ impl<B: Backend> PipelineEngine<B> {
         let (replica, _, stage_idx) = layout.coords(world.rank());
         let rows = replica_rows(config.batch_size, l.dp, replica);
         let tp = (l.tp > 1).then(|| (Arc::new(groups.tp), l.sp));
-        let stage = build_stage(backend, &config, stage_idx, &schedule, tp)?;
+        let stage = build_stage(backend, &config, (replica, stage_idx), &schedule, tp)?;
         let scaler = match config.amp.scales_loss() {
             true => Some(DynamicLossScaler::new(backend, config.amp.scaler.clone())?),
             false => None,
@@ -275,7 +275,7 @@ fn replica_rows(batch: usize, dp: usize, d: usize) -> Range<usize> {
 fn build_stage<B: Backend>(
     backend: &B,
     cfg: &TrainConfig,
-    stage_idx: usize,
+    (replica, stage_idx): (usize, usize),
     schedule: &Schedule,
     tp: Option<(Arc<Communicator>, bool)>,
 ) -> Result<PipelineStage<B>> {
@@ -300,6 +300,9 @@ fn build_stage<B: Backend>(
     }
     // `--checkpoint`: one device's plan, run on each chunk's blocks.
     stage.set_recompute(|| cfg.recompute())?;
+    // The data-parallel dimension: the gradient bucket, and `--zero 1`'s owners.
+    let zero1 = (cfg.layout.zero > 0).then_some((replica, cfg.layout.dp));
+    stage.set_data_parallel(brrr_dp::bucket_bytes(cfg), zero1)?;
     Ok(stage)
 }
 
@@ -347,8 +350,13 @@ impl<B: Backend> Engine for PipelineEngine<B> {
         let loss = step_loss(&run, m, &self.pp, Some(&self.dp))? as f32;
         let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
         let norm = tracer.in_span("adamw", || {
-            self.stage
-                .update_scaled(&self.pp, lr as f32, self.config.grad_clip, found_inf)
+            self.stage.update_scaled(
+                &self.pp,
+                Some(&self.dp),
+                lr as f32,
+                self.config.grad_clip,
+                found_inf,
+            )
         })?;
         let (loss_scale, skipped) = self.update_scale()?;
         let timeline = match self.replica == 0 && self.stage.tp_rank() == 0 {
@@ -396,6 +404,8 @@ impl<B: Backend> Engine for PipelineEngine<B> {
     async fn save_to(&mut self, dir: &Path) -> Result<()> {
         let tracer = self.tracer.clone();
         let _span = tracer.span("checkpoint");
+        // Collective over the replicas under `--zero 1` (each keeps a part).
+        let moments = self.stage.gather_moments(&self.dp)?;
         if self.replica == 0 {
             let position = self.data.position();
             let scaler = match &self.scaler {
@@ -405,8 +415,13 @@ impl<B: Backend> Engine for PipelineEngine<B> {
                 }
                 None => None,
             };
-            self.stage
-                .save_checkpoint_scaled(&dir.join(PP_DIR), self.step, &position, scaler)?;
+            self.stage.save_checkpoint_with(
+                &dir.join(PP_DIR),
+                self.step,
+                &position,
+                scaler,
+                &moments,
+            )?;
         }
         if self.gathers() {
             self.write_timelines(dir)?;

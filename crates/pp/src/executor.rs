@@ -27,6 +27,7 @@ use crate::simulate::{InFlight, Span, Timeline};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_checkpoint::{Recompute, Seed};
 use brrr_collectives::{Communicator, ReduceOp};
+use brrr_dp::ParamOwners;
 use brrr_nn::{AdamW, AdamWConfig, Gpt, GptConfig, MicroBatch, Module, Param};
 use brrr_tensor::Tensor;
 use brrr_tp::{TpBlocksStage, TpEmbeddingStage, TpHeadStage};
@@ -122,6 +123,11 @@ pub struct PipelineStage<B: Backend> {
     /// Activation recomputation (`--checkpoint`): one executor per chunk, each running
     /// the whole model's plan on its chunk's blocks; empty without it.
     recompute: Vec<Recompute<B>>,
+    /// `--zero 1` over the data-parallel group: which replica keeps each parameter's
+    /// moments (`opt` holds this rank's only); `None`: every replica keeps all of them.
+    owners: Option<ParamOwners>,
+    /// The data-parallel gradient average's bucket (`--bucket-mb`), bytes.
+    bucket_bytes: usize,
 }
 
 impl<B: Backend> PipelineStage<B> {
@@ -217,6 +223,8 @@ impl<B: Backend> PipelineStage<B> {
             mailbox: HashMap::new(),
             outbox: HashMap::new(),
             recompute: Vec::new(),
+            owners: None,
+            bucket_bytes: brrr_dp::DEFAULT_BUCKET_BYTES,
         };
         if stage.tp_size() > 1 {
             stage.replicated = stage
@@ -227,6 +235,53 @@ impl<B: Backend> PipelineStage<B> {
                 .collect();
         }
         Ok(stage)
+    }
+
+    /// The data-parallel dimension: gradients averaged over the replicas in buckets of
+    /// `bucket_bytes`, and with `zero1` (ZeRO stage 1, `brrr_dp::ParamOwners`) each
+    /// parameter's moments kept by one of the `world` replicas (this is `rank`).
+    pub fn set_data_parallel(
+        &mut self,
+        bucket_bytes: usize,
+        zero1: Option<(usize, usize)>,
+    ) -> Result<()> {
+        self.bucket_bytes = bucket_bytes.max(1);
+        self.owners = match zero1 {
+            Some((rank, world)) => {
+                let numels: Vec<usize> = self.params().iter().map(|p| p.numel()).collect();
+                Some(ParamOwners::new(&numels, rank, world)?)
+            }
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// The ZeRO-1 owners of this stage's parameters (`--zero 1`).
+    pub fn owners(&self) -> Option<&ParamOwners> {
+        self.owners.as_ref()
+    }
+
+    /// Every parameter's moments on the host, in parameter order (empty before the
+    /// first step): this rank's own, or under `--zero 1` gathered from their owners
+    /// (collective over `dp`: every replica of the stage calls it).
+    pub fn gather_moments(&self, dp: &Communicator) -> Result<Vec<(Vec<f32>, Vec<f32>)>> {
+        let params = self.params();
+        let Some(o) = &self.owners else {
+            return self
+                .opt
+                .moments
+                .iter()
+                .map(|(m, v)| Ok((m.to_vec_f32()?, v.to_vec_f32()?)))
+                .collect();
+        };
+        let mut out = Vec::new();
+        for (i, p) in params.iter().enumerate() {
+            match o.moments(dp, &self.opt, i, p.numel())? {
+                Some(mv) => out.push(mv),
+                None => return Ok(Vec::new()),
+            }
+        }
+        Ok(out)
     }
 
     /// Activation recomputation: `plan()` makes the executor of one chunk (every chunk
@@ -780,10 +835,9 @@ impl<B: Backend> PipelineStage<B> {
         } else if let Some(h) = &mut self.head {
             exchange_add(pp, 0, &mut h.tied_mut().grad)?;
         }
-        if let Some(dp) = dp.filter(|d| d.world_size() > 1) {
-            for p in self.params_mut() {
-                p.grad = brrr_collectives::tensor::all_reduce(dp, &p.grad, ReduceOp::Avg)?;
-            }
+        if let Some(dp) = dp {
+            let bucket = self.bucket_bytes;
+            brrr_dp::average_grads(dp, &mut self.params_mut(), bucket)?;
         }
         Ok(())
     }
@@ -844,16 +898,18 @@ impl<B: Backend> PipelineStage<B> {
     /// Clips to `max_norm` (0: no clipping) by the global norm and takes one AdamW step
     /// at `lr`; returns the norm before clipping.
     pub fn update(&mut self, pp: &Communicator, lr: f32, max_norm: f64) -> Result<f64> {
-        self.update_scaled(pp, lr, max_norm, None)
+        self.update_scaled(pp, None, lr, max_norm, None)
     }
 
     /// [`PipelineStage::update`] that a non-zero `found_inf` (f32, one element: the
     /// loss scaler's overflow flag, agreed by every rank) turns into no update at all,
     /// as `brrr_nn::AdamW::step_scaled` does. The optimizer's step count still moves:
-    /// the caller takes a skipped step back.
+    /// the caller takes a skipped step back. Under `--zero 1` the owners update and
+    /// broadcast over `dp`, which is then required.
     pub fn update_scaled(
         &mut self,
         pp: &Communicator,
+        dp: Option<&Communicator>,
         lr: f32,
         max_norm: f64,
         found_inf: Option<&Tensor<B>>,
@@ -877,8 +933,20 @@ impl<B: Backend> PipelineStage<B> {
             }
             v
         };
-        self.opt
-            .step_scaled(params, lr, coef as f32, None, found_inf)?;
+        match (&self.owners, dp) {
+            (None, _) => self
+                .opt
+                .step_scaled(params, lr, coef as f32, None, found_inf)?,
+            (Some(o), Some(dp)) => {
+                o.step(dp, &mut self.opt, params, lr, coef as f32, None, found_inf)?
+            }
+            (Some(_), None) => {
+                return Err(Error::invalid(
+                    "PipelineStage::update",
+                    "--zero 1 needs the data-parallel group",
+                ));
+            }
+        }
         Ok(norm)
     }
 }

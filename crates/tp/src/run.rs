@@ -93,7 +93,10 @@ impl<B: Backend> TpTrainer<B> {
                 ));
             }
         }
-        self.opt.moments = moments;
+        self.opt.moments = match &self.owners {
+            Some(o) if !moments.is_empty() => o.mine(moments),
+            _ => moments,
+        };
         self.opt.step = state.adamw_step;
         self.step = state.step;
         // A checkpoint without the scaler's state leaves the scale at its initial value.

@@ -5,12 +5,13 @@
 //! shards is updating the whole).
 
 use crate::config::TpConfig;
-use crate::model::{TpGpt, all_reduce_grads_scaled};
+use crate::model::TpGpt;
 use crate::shard::unshard_by_name;
 use brrr_amp::DynamicLossScaler;
 use brrr_backend::{Backend, DType, Error, HostData, Result};
 use brrr_checkpoint::Recompute;
 use brrr_collectives::{Communicator, ParallelGroups, ReduceOp};
+use brrr_dp::{ParamOwners, average_grads};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param};
 use brrr_perf::trace::Tracer;
 use brrr_tensor::Tensor;
@@ -43,6 +44,11 @@ pub struct TpTrainer<B: Backend> {
     /// `--checkpoint`: the executor that drops and recomputes the shard's blocks, the
     /// same plan as one device's.
     recompute: Option<Recompute<B, Arc<[u32]>>>,
+    /// `--zero 1`: which data-parallel rank keeps each parameter's moments (`opt` holds
+    /// this rank's only); `None`: every rank keeps all of them.
+    pub(crate) owners: Option<ParamOwners>,
+    /// `--bucket-mb`: the data-parallel gradient average's bucket, bytes.
+    bucket_bytes: usize,
 }
 
 impl<B: Backend> TpTrainer<B> {
@@ -84,6 +90,22 @@ impl<B: Backend> TpTrainer<B> {
             ..AdamWConfig::default()
         });
         let recompute = config.recompute()?;
+        let owners = match config.layout.zero {
+            0 => None,
+            _ => {
+                let numels: Vec<usize> = model
+                    .params()
+                    .iter()
+                    .map(|p| p.value.elem_count())
+                    .collect();
+                Some(ParamOwners::new(
+                    &numels,
+                    groups.dp.rank(),
+                    groups.dp.world_size(),
+                )?)
+            }
+        };
+        let bucket_bytes = brrr_dp::bucket_bytes(&config);
         Ok(TpTrainer {
             model,
             opt,
@@ -96,6 +118,8 @@ impl<B: Backend> TpTrainer<B> {
             tracer: Arc::new(Tracer::disabled()),
             scaler,
             recompute,
+            owners,
+            bucket_bytes,
         })
     }
 
@@ -203,11 +227,8 @@ impl<B: Backend> TpTrainer<B> {
     /// sequence parallelism), then everything averaged over the data-parallel group.
     pub fn finish_grads(&mut self) -> Result<()> {
         self.model.reduce_replicated_grads()?;
-        if self.dp.world_size() > 1 {
-            let mut params: Vec<&mut Param<B>> = self.model.params_mut();
-            all_reduce_grads_scaled(&self.dp, &mut params, true)?;
-        }
-        Ok(())
+        let mut params: Vec<&mut Param<B>> = self.model.params_mut();
+        average_grads(&self.dp, &mut params, self.bucket_bytes)
     }
 
     /// fp16: unscales this rank's gradients and agrees on the overflow flag with MAX
@@ -268,8 +289,20 @@ impl<B: Backend> TpTrainer<B> {
         let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
         tracer.in_span("adamw", || {
             let params = self.model.params_mut();
-            self.opt
-                .step_scaled(params, lr as f32, coef, None, found_inf)
+            match &self.owners {
+                None => self
+                    .opt
+                    .step_scaled(params, lr as f32, coef, None, found_inf),
+                Some(o) => o.step(
+                    &self.dp,
+                    &mut self.opt,
+                    params,
+                    lr as f32,
+                    coef,
+                    None,
+                    found_inf,
+                ),
+            }
         })?;
         let (loss_scale, skipped) = self.update_scale()?;
         // As the one-device trainer: a step with a non-finite loss is not counted.
@@ -300,6 +333,24 @@ impl<B: Backend> TpTrainer<B> {
 }
 
 impl<B: Backend> TpTrainer<B> {
+    /// How many parameters' moments this rank's optimizer keeps (all of its shard's,
+    /// or under `--zero 1` those its data-parallel rank owns).
+    pub fn opt_moments(&self) -> usize {
+        self.opt.moments.len()
+    }
+
+    /// Parameter `i`'s moments (this rank's shard of them), from whichever
+    /// data-parallel rank keeps them under `--zero 1` (collective over the group then).
+    fn moments_of(&self, i: usize, numel: usize) -> Result<Option<(Vec<f32>, Vec<f32>)>> {
+        match &self.owners {
+            Some(o) => o.moments(&self.dp, &self.opt, i, numel),
+            None => match self.opt.moments.get(i) {
+                Some((m, v)) => Ok(Some((m.to_vec_f32()?, v.to_vec_f32()?))),
+                None => Ok(None),
+            },
+        }
+    }
+
     /// Mean loss over `val` (global batches, this rank's data-parallel rows), averaged
     /// over the data-parallel group; nothing kept for a backward. Collective.
     pub fn evaluate(&mut self, val: &[Batch]) -> Result<f32> {
@@ -328,11 +379,16 @@ impl<B: Backend> TpTrainer<B> {
         for (i, p) in self.model.params().into_iter().enumerate() {
             // Under mixed precision the f32 master is the run's weight.
             let (value, shape) = whole(&p.name, p.master.as_ref().unwrap_or(&p.value))?;
-            let moments = match self.opt.moments.get(i) {
-                Some((m, v)) => Some((
-                    HostData::F32(whole(&p.name, m)?.0),
-                    HostData::F32(whole(&p.name, v)?.0),
-                )),
+            let moments = match self.moments_of(i, p.value.elem_count())? {
+                Some((m, v)) => {
+                    let shard = |x: Vec<f32>| {
+                        Tensor::from_f32(&self.backend, &x, p.value.shape().clone(), DType::F32)
+                    };
+                    Some((
+                        HostData::F32(whole(&p.name, &shard(m)?)?.0),
+                        HostData::F32(whole(&p.name, &shard(v)?)?.0),
+                    ))
+                }
                 None => None,
             };
             params.push(ParamState {

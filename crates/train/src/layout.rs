@@ -27,13 +27,15 @@ pub struct Layout {
     pub pp: usize,
     /// Sequence parallelism with `--tp` (`--sp`, Korthikanti et al. 2022).
     pub sp: bool,
-    /// ZeRO stage with `--dp` alone (`--zero`): 0 DDP, 1 moments, 2 + gradients, 3 +
-    /// parameters sharded.
+    /// ZeRO stage over the `--dp` replicas (`--zero`): 0 DDP, 1 moments, 2 + gradients,
+    /// 3 + parameters sharded; with `--tp` or `--pp`, stage 1 (by whole parameters,
+    /// brrr-dp's `ParamOwners`).
     pub zero: u8,
     /// The pipeline schedule with `--pp` (`--schedule`): gpipe, 1f1b, interleaved:V,
     /// zb-h1, zb-h2.
     pub schedule: String,
-    /// Gradient bucket size in MiB with `--dp` (`--bucket-mb`); `None`: PyTorch's 25.
+    /// Gradient bucket size in MiB of the `--dp` average (`--bucket-mb`); `None`:
+    /// PyTorch's 25.
     pub bucket_mb: Option<f64>,
 }
 
@@ -63,13 +65,6 @@ pub enum EngineKind {
     TensorParallel,
     /// brrr-pp's `PipelineEngine` (`dp × tp × pp`).
     Pipeline,
-}
-
-fn refuse(what: &str, layout: &str) -> Result<()> {
-    Err(Error::invalid(
-        "train",
-        format!("{what} with {layout} is not supported yet"),
-    ))
 }
 
 impl Layout {
@@ -183,15 +178,28 @@ impl Layout {
     /// The feature matrix: what each engine does not do yet. Everything not refused
     /// here runs in every layout.
     fn validate_features(&self, _cfg: &TrainConfig) -> Result<()> {
-        match self.engine() {
-            EngineKind::OneDevice | EngineKind::DataParallel => Ok(()),
-            EngineKind::TensorParallel | EngineKind::Pipeline => {
-                let name = if self.pp > 1 { "--pp" } else { "--tp" };
-                if self.zero > 0 || self.bucket_mb.is_some() {
-                    return refuse("--zero/--bucket-mb", name);
-                }
-                Ok(())
-            }
+        match (self.engine(), self.zero) {
+            (EngineKind::TensorParallel, 2..) => Err(Error::invalid(
+                "train",
+                format!(
+                    "--zero {} with --tp is not supported yet: --zero 1 shards the \
+                     optimizer's moments over --dp",
+                    self.zero
+                ),
+            )),
+            // Not "yet": the combination gains nothing (DeepSpeed refuses it as well).
+            (EngineKind::Pipeline, 2..) => Err(Error::invalid(
+                "train",
+                format!(
+                    "--zero {} with --pp: a pipeline keeps every gradient until the \
+                     step ends (it accumulates them over the micro-batches), so sharding \
+                     gradients saves nothing, and sharding parameters would gather each \
+                     stage's weights again for every micro-batch (DeepSpeed refuses both); \
+                     use --zero 1",
+                    self.zero
+                ),
+            )),
+            _ => Ok(()),
         }
     }
 }
@@ -238,12 +246,17 @@ mod tests {
                 "--checkpoint with --dp {dp} --tp {tp}"
             );
         }
-        let c = cfg(|c| {
-            c.layout.tp = 2;
-            c.layout.zero = 1;
-        });
-        let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("--zero") && e.contains("--tp"), "{e}");
+        for (tp, pp) in [(2, 1), (1, 2), (2, 2)] {
+            let c =
+                cfg(|c| (c.layout.dp, c.layout.tp, c.layout.pp, c.layout.zero) = (2, tp, pp, 1));
+            assert!(c.validate().is_ok(), "--zero 1 with --tp {tp} --pp {pp}");
+            for zero in [2, 3] {
+                let c = cfg(|c| (c.layout.tp, c.layout.pp, c.layout.zero) = (tp, pp, zero));
+                let e = c.validate().unwrap_err().to_string();
+                let name = if pp > 1 { "--pp" } else { "--tp" };
+                assert!(e.contains("--zero") && e.contains(name), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -247,3 +247,70 @@ fn recomputation_changes_no_bit_and_lowers_the_peak() {
         }
     }
 }
+
+/// `--dp 2 --tp 2 --zero 1`: each data-parallel rank keeps the moments of about half
+/// of its shard's parameters and broadcasts what it updated, so losses, norms, weights
+/// and the gathered checkpoint (moments included) are bit for bit `--zero 0`'s; small
+/// gradient buckets (`--bucket-mb`) change no bit either with two replicas (a sum of
+/// two is the same in any order).
+#[test]
+fn zero1_and_buckets_change_no_bit() {
+    let mut cfg = config();
+    cfg.grad_accum = 1;
+    let data = batches(&cfg);
+    let run = |cfg: &TrainConfig, sp: bool| {
+        let layout = ParallelLayout {
+            dp: 2,
+            tp: 2,
+            pp: 1,
+        };
+        run_in_process(4, |world| {
+            let be = CpuBackend::new();
+            let groups = ParallelGroups::new(world, layout)?;
+            let mut t = TpTrainer::new(&be, cfg.clone(), TpConfig { tp: 2, sp }, groups)?;
+            let mut stats = Vec::new();
+            for b in &data {
+                let st = t.step(std::slice::from_ref(b))?;
+                stats.push((st.loss, st.grad_norm));
+            }
+            let moments = t.opt_moments();
+            let state = t.state(String::new(), String::new())?;
+            let saved: Vec<_> = state
+                .params
+                .iter()
+                .map(|p| {
+                    (
+                        p.value.to_f32(),
+                        p.moments.as_ref().map(|(m, v)| (m.to_f32(), v.to_f32())),
+                    )
+                })
+                .collect();
+            Ok((stats, saved, moments))
+        })
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect::<Vec<_>>()
+    };
+    for sp in [false, true] {
+        let plain = run(&cfg, sp);
+        let mut z = cfg.clone();
+        z.layout.zero = 1;
+        let sharded = run(&z, sp);
+        let mut b = cfg.clone();
+        b.layout.bucket_mb = Some(0.001);
+        let bucketed = run(&b, sp);
+        for (r, ((a, sa, ma), ((z, sz, mz), (b, sb, _)))) in
+            plain.iter().zip(sharded.iter().zip(&bucketed)).enumerate()
+        {
+            assert_eq!(a, z, "sp {sp} rank {r}: --zero 1 losses and norms");
+            assert_eq!(sa, sz, "sp {sp} rank {r}: --zero 1 checkpoint");
+            assert_eq!(a, b, "sp {sp} rank {r}: --bucket-mb losses and norms");
+            assert_eq!(sa, sb, "sp {sp} rank {r}: --bucket-mb checkpoint");
+            // Each replica holds the moments of part of the shard's parameters.
+            assert!(
+                *mz < *ma && *mz > 0,
+                "sp {sp} rank {r}: {mz} of {ma} moments"
+            );
+        }
+    }
+}
