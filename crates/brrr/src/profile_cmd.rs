@@ -1,12 +1,13 @@
-//! `brrr train --profile`: the run on a [`ProfiledBackend`], then a table of where the
-//! steps' time went, op kind by op kind, judged against this machine's roofline.
+//! `brrr train --profile`: the run on a [`ProfiledBackend`] (each rank's, in a parallel
+//! layout), then a table of where one rank's steps' time went, op kind by op kind,
+//! judged against this machine's roofline.
 //!
 //! The trainer's phase spans and the backend's op spans go into one tracer, so the
 //! table is computed from the op spans that lie inside the `step` spans (evaluation,
 //! checkpoints and the model's initialisation are left out), and `--trace` shows the ops
 //! nested inside `forward`, `backward` and `adamw`.
 
-use crate::train::{self, BackendKind, Summary, TrainArgs};
+use crate::train::{self, BackendKind, Summary, TrainArgs, layout_from_args};
 use brrr_amp::AmpMode;
 use brrr_backend::{Backend, BackendInfo, Error, Result};
 use brrr_cpu::CpuBackend;
@@ -20,28 +21,56 @@ use std::sync::Arc;
 /// Runs `brrr train --profile` on `args.backend` and prints the table.
 pub fn run(args: &TrainArgs) -> Result<Summary> {
     match args.backend {
-        BackendKind::Cpu => run_on(CpuBackend::new(), args),
+        BackendKind::Cpu => run_on(&|_| Ok(CpuBackend::new()), args),
+        // The local rank's GPU, as an unprofiled run's ranks take them.
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => run_on(brrr_cuda::CudaBackend::new(0)?, args),
+        BackendKind::Cuda => run_on(
+            &|r| brrr_cuda::CudaBackend::new(r.device % brrr_cuda::device_count()?.max(1)),
+            args,
+        ),
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => run_on(brrr_wgpu::WgpuBackend::new_blocking()?, args),
+        BackendKind::Wgpu => run_on(&|_| brrr_wgpu::WgpuBackend::new_blocking(), args),
         #[allow(unreachable_patterns)]
         other => Err(train::not_built(other)),
     }
 }
 
-/// Trains on `backend` wrapped in a [`ProfiledBackend`], then prints [`report`].
-pub fn run_on<B: Backend>(backend: B, args: &TrainArgs) -> Result<Summary> {
+/// Trains with every rank's backend (from `make`) wrapped in a [`ProfiledBackend`],
+/// then prints [`report`] of the observed rank (world rank 0 in-process; this
+/// process's rank under a launcher). The other ranks' wrappers record nothing.
+pub fn run_on<B: Backend>(
+    make: &(dyn Fn(brrr_launch::Rank) -> Result<B> + Sync),
+    args: &TrainArgs,
+) -> Result<Summary> {
     let tracer = Arc::new(Tracer::new());
-    let profiled = ProfiledBackend::with_tracer(backend, tracer.clone())?;
-    let summary = train::run_with_tracer(profiled.clone(), args, Some(tracer.clone()))?;
-    let info = profiled.info();
-    let text = report(
-        &tracer.to_chrome_value(),
-        &info,
-        profiled.synchronizes_each_op(),
-        summary.amp,
-    );
+    let observed = std::sync::Mutex::new(None);
+    let profiled = |rank: brrr_launch::Rank| {
+        let p = match rank.observed {
+            true => ProfiledBackend::with_tracer(make(rank)?, tracer.clone())?,
+            false => ProfiledBackend::unrecorded(make(rank)?),
+        };
+        if rank.observed
+            && let Ok(mut o) = observed.lock()
+        {
+            *o = Some((p.info(), p.synchronizes_each_op()));
+        }
+        Ok(p)
+    };
+    let summary = train::run_on(&profiled, args, Some(tracer.clone()))?;
+    let (info, synchronized) = observed
+        .lock()
+        .ok()
+        .and_then(|mut o| o.take())
+        .ok_or_else(|| Error::invalid("train --profile", "no rank was profiled"))?;
+    let mut text = report(&tracer.to_chrome_value(), &info, synchronized, summary.amp);
+    let world = layout_from_args(args).world();
+    if world > 1 {
+        let flags = layout_from_args(args).flags();
+        text = format!(
+            "one rank of {world} ({flags}): world rank 0 in-process, this process's rank \
+             under a launcher; collectives run between its ops\n{text}"
+        );
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())

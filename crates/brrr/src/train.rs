@@ -151,8 +151,9 @@ pub struct TrainArgs {
     pub trace: Option<PathBuf>,
     /// Time every op (synchronising after each) and print a table per op kind at the
     /// end: calls, time, share of the steps, GFLOP/s, GB/s and regime (brrr-profile).
-    /// With --trace the trace holds the op spans too.
-    #[arg(long, conflicts_with_all = ["tp", "dp", "pp", "schedule", "micro_batches"])]
+    /// With --trace the trace holds the op spans too. With --dp, --tp or --pp every
+    /// rank is profiled and the table is world rank 0's.
+    #[arg(long)]
     pub profile: bool,
     /// Activation recomputation: none, every:K (keep every K-th block's input), sqrt
     /// (√n groups, Chen et al. 2016), selective (recompute attention's scores only,
@@ -691,17 +692,6 @@ pub fn gpu_peak_kind(amp: AmpMode) -> (brrr_perf::DType, brrr_perf::Unit, &'stat
 /// Runs `brrr train`: checks everything, then starts the run with brrr-launch.
 pub fn run(args: &TrainArgs) -> Result<Summary> {
     if args.profile {
-        let layout = layout_from_args(args);
-        if layout.engine() != EngineKind::OneDevice {
-            return Err(Error::invalid(
-                "train",
-                format!(
-                    "--profile with --dp, --tp or --pp is not supported yet: it times one \
-                     device's ops (this run has {})",
-                    layout.flags()
-                ),
-            ));
-        }
         return crate::profile_cmd::run(args);
     }
     let Some(plan) = plan(args, args.backend == BackendKind::Cpu)? else {
@@ -714,20 +704,20 @@ pub fn run(args: &TrainArgs) -> Result<Summary> {
     Ok(obs.summary(&plan, &outcome))
 }
 
-/// `brrr train` on one device of a backend you built (a profiling wrapper): the phases
-/// go into `tracer` when given, written to `--trace`.
-pub fn run_with_tracer<B: Backend>(
-    backend: B,
+/// `brrr train` on backends you build (`make` gives each rank its own: a profiling
+/// wrapper of its device), in every layout: the observed rank's phases go into
+/// `tracer` when given, written to `--trace`.
+pub fn run_on<B: Backend>(
+    make: &(dyn Fn(brrr_launch::Rank) -> Result<B> + Sync),
     args: &TrainArgs,
     tracer: Option<Arc<Tracer>>,
 ) -> Result<Summary> {
-    let is_cpu = backend.info().name == "cpu";
-    let Some(plan) = plan(args, is_cpu)? else {
+    let Some(plan) = plan(args, args.backend == BackendKind::Cpu)? else {
         return finished_summary(args);
     };
     let job = plan.job(args);
     let mut obs = CliObserver::new(&plan, args.quiet);
-    let outcome = brrr_launch::train_on_with(backend, &job, &plan.data, &mut obs, tracer)?;
+    let outcome = brrr_launch::launch_on(&job, &plan.data, &mut obs, make, tracer)?;
     obs.pb.finish_and_clear();
     Ok(obs.summary(&plan, &outcome))
 }

@@ -321,6 +321,8 @@ impl<B: Backend> DataParallel<B> {
     /// others): each bucket's collective starts as soon as the backward has finished its
     /// gradients, and runs on the communicator's thread while the backward continues.
     pub fn step(&mut self) -> Result<StepStats> {
+        let tracer = self.tracer.clone();
+        let _step = tracer.span("step");
         let t0 = Instant::now();
         let lr = self.config.schedule().lr(self.step);
         self.comm.reset_stats();

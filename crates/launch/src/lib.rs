@@ -160,6 +160,48 @@ pub fn launch_with(
     data: &DataSpec,
     lead: &mut (dyn Observer + Send),
 ) -> Result<Outcome> {
+    run_world(job, lead, &|rank: Rank, lead| {
+        rank_on(job.backend, rank.device, rank.comm, job, data, lead)
+    })
+}
+
+/// Where one rank runs: its device index (the local rank under a launcher, the rank
+/// in-process), its world's communicator, and whether it is the one this process
+/// observes (in-process, world rank 0; under a launcher, this process's rank).
+#[derive(Clone, Copy)]
+pub struct Rank<'a> {
+    /// The device index for the rank's backend.
+    pub device: usize,
+    /// The world (`None`: one device, no world).
+    pub comm: Option<&'a Communicator>,
+    /// Whether this is the rank a profiler or tracer of this process follows.
+    pub observed: bool,
+}
+
+/// [`launch_with`] on backends you build: `make(rank)` gives each rank its backend (a
+/// profiling wrapper of its device, a GPU of your choice); `tracer`, shared with the
+/// observed rank's backend, say, records that rank's phases and is written to
+/// `job.trace`. Every layout; one device too.
+pub fn launch_on<B: Backend>(
+    job: &Job,
+    data: &DataSpec,
+    lead: &mut (dyn Observer + Send),
+    make: &(dyn Fn(Rank) -> Result<B> + Sync),
+    tracer: Option<Arc<Tracer>>,
+) -> Result<Outcome> {
+    run_world(job, lead, &|rank: Rank, lead| {
+        let tracer = tracer.clone().filter(|_| rank.observed);
+        train_rank(make(rank)?, rank.comm, job, data, lead, tracer)
+    })
+}
+
+/// One rank's run: its place in the world, and world rank 0's observer (`None` on
+/// the others).
+type RankFn<'a> = dyn Fn(Rank, Option<&mut dyn Observer>) -> Result<Outcome> + Sync + 'a;
+
+/// Starts `job`'s world (one device, threads of this process, or this process under a
+/// launcher) and runs `rank` on each of its ranks; rank 0's outcome.
+fn run_world(job: &Job, lead: &mut (dyn Observer + Send), rank: &RankFn) -> Result<Outcome> {
     job.validate()?;
     let env = LaunchEnv::from_env()?;
     let want = job.config.layout.world();
@@ -176,10 +218,20 @@ pub fn launch_with(
         }
         let comm = brrr_collectives::from_env()?;
         let lead = (comm.rank() == 0).then_some(lead as &mut dyn Observer);
-        return rank_on(job.backend, env.local_rank, Some(&comm), job, data, lead);
+        let me = Rank {
+            device: env.local_rank,
+            comm: Some(&comm),
+            observed: true,
+        };
+        return rank(me, lead);
     }
     if want == 1 && job.config.layout.engine() == EngineKind::OneDevice {
-        return rank_on(job.backend, 0, None, job, data, Some(lead));
+        let me = Rank {
+            device: 0,
+            comm: None,
+            observed: true,
+        };
+        return rank(me, Some(lead));
     }
     let lead = Mutex::new(Some(lead));
     let results = run_in_process(want, |comm| {
@@ -188,14 +240,12 @@ pub fn launch_with(
             _ => None,
         };
         let mine = mine.map(|l| l as &mut dyn Observer);
-        Ok(rank_on(
-            job.backend,
-            comm.rank(),
-            Some(comm),
-            job,
-            data,
-            mine,
-        )?)
+        let me = Rank {
+            device: comm.rank(),
+            comm: Some(comm),
+            observed: comm.rank() == 0,
+        };
+        Ok(rank(me, mine)?)
     });
     first_error_or_rank0(
         results

@@ -75,6 +75,13 @@ impl<B: Backend> ProfiledBackend<B> {
         Ok(Self::build(inner, tracer))
     }
 
+    /// Wraps `inner` recording nothing (a disabled tracer: no spans, no times), but
+    /// waiting for the device after each op as a recording wrapper does: the other
+    /// ranks of a profiled parallel run, which so keep the profiled rank's pace.
+    pub fn unrecorded(inner: B) -> Self {
+        Self::build(inner, Arc::new(Tracer::disabled()))
+    }
+
     fn build(inner: B, tracer: Arc<Tracer>) -> Self {
         ProfiledBackend {
             inner,

@@ -1,5 +1,5 @@
 //! `brrr train --profile`: the table is printed, the trace holds op spans inside the
-//! phases, and the run trains exactly as without profiling.
+//! phases, and the run trains exactly as without profiling, on one device or many.
 
 use brrr::metrics::read_rows;
 use std::path::Path;
@@ -29,7 +29,7 @@ fn small(out: &Path) -> Vec<String> {
         "--seq-len",
         "16",
         "--n-layer",
-        "1",
+        "2",
         "--n-embd",
         "32",
         "--n-head",
@@ -110,8 +110,40 @@ fn profile_prints_the_table_and_traces_ops_inside_phases() {
     );
 }
 
+/// A parallel run is profiled too: every rank runs on a profiled backend, the table is
+/// world rank 0's and says so, and it trains bit for bit as without profiling.
 #[test]
-fn profile_refuses_parallel_runs() {
-    let (ok, e) = brrr(&["train", "--profile", "--dp", "2"]);
-    assert!(!ok && e.contains("--profile") && e.contains("--dp"), "{e}");
+fn profile_times_rank_0_of_a_parallel_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    for layout in [&["--dp", "2"][..], &["--pp", "2"]] {
+        let name = layout.join("");
+        let run = |dir: &str, profile: bool| {
+            let mut argv = small(&tmp.path().join(format!("{name}{dir}")));
+            argv.extend(layout.iter().map(|s| s.to_string()));
+            if profile {
+                argv.push("--profile".into());
+            }
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            brrr(&argv)
+        };
+        let (ok, text) = run("profiled", true);
+        assert!(ok, "{text}");
+        for needle in [
+            "one rank of 2",
+            "op profile: 2 step(s) after the first",
+            "gemm",
+        ] {
+            assert!(
+                text.contains(needle),
+                "{layout:?}: no {needle:?} in:\n{text}"
+            );
+        }
+        let (ok, text) = run("plain", false);
+        assert!(ok, "{text}");
+        assert_eq!(
+            losses(&tmp.path().join(format!("{name}plain"))),
+            losses(&tmp.path().join(format!("{name}profiled"))),
+            "{layout:?}"
+        );
+    }
 }
