@@ -16,8 +16,7 @@ use std::path::{Path, PathBuf};
 pub enum CkptCommand {
     /// One single-device checkpoint from a data-parallel run's shards (`dp/`) or a
     /// pipeline run's stage files (`pp/`): the weights, AdamW moments, step and data
-    /// position that `brrr sample` and `brrr train --resume` with one device or `--tp`
-    /// read.
+    /// position that `brrr sample` and `brrr train --resume` in any layout read.
     Consolidate(ConsolidateArgs),
 }
 

@@ -848,12 +848,11 @@ fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Vec<Strin
     let mut notes = Vec::new();
     let changes = layout_changes(args, &cfg.layout);
     if !changes.is_empty() {
-        // A run may go on in another layout from one whole checkpoint (one device and
-        // --tp read it; `brrr ckpt consolidate` writes it from --dp or --pp shards).
+        // A run may go on in another layout from one whole checkpoint (every engine
+        // reads it; `brrr ckpt consolidate` writes it from --dp or --pp files).
         let to = changed_layout(args, &cfg.layout);
-        let whole = dir.join(CHECKPOINT_FILE).exists();
-        match to.engine() {
-            EngineKind::OneDevice | EngineKind::TensorParallel if whole => {
+        match dir.join(CHECKPOINT_FILE).exists() {
+            true => {
                 notes.push(format!(
                     "{} (the run had {})",
                     to.flags(),
@@ -861,9 +860,9 @@ fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Vec<Strin
                 ));
                 cfg.layout = to;
             }
-            _ => conflicts.extend(changes.into_iter().map(|c| {
+            false => conflicts.extend(changes.into_iter().map(|c| {
                 c + " (another layout resumes only from one whole checkpoint: `brrr ckpt \
-                     consolidate`, then --resume with one device or --tp)"
+                     consolidate`, then --resume in any layout)"
             })),
         }
     }

@@ -197,6 +197,71 @@ impl<B: Backend> DataParallel<B> {
         self.data.set_position(&h.data_position)
     }
 
+    /// Restores from one whole checkpoint (a one-device or `--tp` run's, or `brrr ckpt
+    /// consolidate`'s of any layout): this rank takes its chunk of every bucket of
+    /// parameters and moments, whatever `--dp` and `--zero` wrote it, so a run goes on
+    /// with another number of replicas (`--dp 2` → `--dp 4`).
+    pub fn restore_state(&mut self, state: &TrainState) -> Result<()> {
+        const OP: &str = "DataParallel::restore_state";
+        if state.config.model != self.config.model {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the saved model {:?} is not this run's {:?}",
+                    state.config.model, self.config.model
+                ),
+            ));
+        }
+        if state.data_fingerprint != self.data.fingerprint() {
+            return Err(Error::invalid(
+                OP,
+                "the data differs from the one this run was trained on",
+            ));
+        }
+        // Parameter `i`'s value (0) or moment (1, 2) from the state, zeros before the
+        // first step.
+        let whole = |i: usize, k: usize| -> Result<Vec<f32>> {
+            let slot = &self.layout.params[i];
+            let p = state.param(&slot.name).ok_or_else(|| {
+                Error::Parse(format!("checkpoint has no tensor \"model.{}\"", slot.name))
+            })?;
+            let host = match (k, &p.moments) {
+                (0, _) => p.value.to_f32(),
+                (_, None) => vec![0.0; slot.numel],
+                (1, Some((m, _))) => m.to_f32(),
+                (_, Some((_, v))) => v.to_f32(),
+            };
+            if host.len() != slot.numel {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "{}: {} values saved, the model has {}",
+                        slot.name,
+                        host.len(),
+                        slot.numel
+                    ),
+                ));
+            }
+            Ok(host)
+        };
+        let mut arrays: [Vec<f32>; 3] = Default::default();
+        for g in 0..self.groups.len() {
+            for (k, array) in arrays.iter_mut().enumerate() {
+                array.extend(self.chunk_of(g, |i| whole(i, k))?);
+            }
+        }
+        self.restore_chunks(&arrays)?;
+        if let (Some(s), Some(ls)) = (&mut self.scaler, &state.loss_scaler) {
+            s.restore_state(ls.scale, &[ls.growth_tracker, ls.hysteresis_tracker])?;
+        }
+        self.step = state.step;
+        match self.dp.zero {
+            0 => self.opt.step = state.adamw_step,
+            _ => self.adamw_step = state.adamw_step,
+        }
+        self.data.set_position(&state.data_position)
+    }
+
     /// The whole run's state as one device would hold it, put together from every
     /// rank's chunks with all-gathers (a collective: every rank calls it, and every rank
     /// gets the same state). What [`crate::consolidate`] must reproduce from the files.

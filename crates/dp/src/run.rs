@@ -55,8 +55,15 @@ impl<B: Backend> Engine for DataParallel<B> {
         self.save_shard(&dir.join(DP_DIR)).map(drop)
     }
 
+    /// This layout's shards when `dir` has them, else one whole checkpoint (a run of
+    /// another layout, consolidated): the replicas then take their chunks of it.
     async fn restore_from(&mut self, dir: &Path) -> Result<()> {
-        self.load_shard(&dir.join(DP_DIR))
+        let shards = dir.join(DP_DIR);
+        let whole = dir.join(brrr_train::CHECKPOINT_FILE);
+        if !crate::shard_path(&shards, self.rank, self.dp.world).exists() && whole.exists() {
+            return self.restore_state(&brrr_train::load_state(dir)?);
+        }
+        self.load_shard(&shards)
     }
 
     fn describe(&self) -> String {

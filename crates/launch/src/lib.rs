@@ -261,29 +261,37 @@ fn run_world(job: &Job, lead: &mut (dyn Observer + Send), rank: &RankFn) -> Resu
 pub fn saved_step(dir: &std::path::Path, config: &TrainConfig) -> Result<u64> {
     use brrr_train::run_dir::{DP_DIR, PP_DIR};
     let l = &config.layout;
-    let path = match l.engine() {
-        EngineKind::OneDevice | EngineKind::TensorParallel => dir.join(brrr_train::CHECKPOINT_FILE),
+    let whole = dir.join(brrr_train::CHECKPOINT_FILE);
+    let own = match l.engine() {
+        EngineKind::OneDevice | EngineKind::TensorParallel => whole.clone(),
         EngineKind::DataParallel => brrr_dp::shard_path(&dir.join(DP_DIR), 0, l.dp),
         EngineKind::Pipeline => brrr_pp::stage_shard_path(&dir.join(PP_DIR), 0, l.pp, 0, l.tp),
+    };
+    // A layout's own files first, else one whole checkpoint (the engines restore in
+    // the same order).
+    let path = match own.exists() || !whole.exists() {
+        true => own,
+        false => whole.clone(),
     };
     if !path.exists() {
         return Err(Error::file(
             &path,
             format!(
                 "not found: the run in {} has no checkpoint for its layout ({}); a run \
-                 resumes in the layout it was saved in (`brrr ckpt consolidate` turns a \
-                 data-parallel run's shards into one checkpoint)",
+                 resumes in the layout it was saved in, or in any layout from one whole \
+                 checkpoint (`brrr ckpt consolidate` writes it from a parallel run's files)",
                 dir.display(),
                 l.flags()
             ),
         ));
     }
     match l.engine() {
+        _ if path == whole => Ok(brrr_train::TrainState::load(&path)?.step),
+        EngineKind::DataParallel => Ok(brrr_dp::read_shard_header(&path)?.step),
+        EngineKind::Pipeline => Ok(brrr_pp::read_stage_header(&path)?.step),
         EngineKind::OneDevice | EngineKind::TensorParallel => {
             Ok(brrr_train::TrainState::load(&path)?.step)
         }
-        EngineKind::DataParallel => Ok(brrr_dp::read_shard_header(&path)?.step),
-        EngineKind::Pipeline => Ok(brrr_pp::read_stage_header(&path)?.step),
     }
 }
 

@@ -343,3 +343,69 @@ impl<B: Backend> PipelineStage<B> {
         Ok(header)
     }
 }
+
+impl<B: Backend> PipelineStage<B> {
+    /// Takes this stage's parameters and moments from one whole checkpoint (a one-device
+    /// or `--tp` run's, or `brrr ckpt consolidate`'s of any layout), sliced for this
+    /// tensor rank, so a run goes on as a pipeline from another layout. The step counts,
+    /// the loss scale and the data's position are the engine's to restore.
+    pub fn restore_state(&mut self, state: &brrr_train::TrainState) -> Result<()> {
+        const OP: &str = "PipelineStage::restore_state";
+        if state.config.model != self.config {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the saved model {:?} is not this run's {:?}",
+                    state.config.model, self.config
+                ),
+            ));
+        }
+        let (r, n, heads) = (self.tp_rank(), self.tp_size(), self.config.n_head);
+        let backend = self.backend().clone();
+        let slice = |name: &str, host: &brrr_backend::HostData, shape: &[usize]| {
+            let full = Tensor::from_host(&backend, host, shape.to_vec())?;
+            brrr_tp::shard::shard_by_name(name, &full, heads, r, n)
+        };
+        let mut moments = Vec::new();
+        for p in self.params_mut() {
+            let saved = state.param(&p.name).ok_or_else(|| {
+                Error::Parse(format!("checkpoint has no tensor \"model.{}\"", p.name))
+            })?;
+            let value = slice(&p.name, &saved.value, &saved.shape)?;
+            if value.dims() != p.value.dims() {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "{}: saved {:?}, this stage holds {:?}",
+                        p.name,
+                        value.dims(),
+                        p.value.dims()
+                    ),
+                ));
+            }
+            let value = value.to_dtype(DType::F32)?;
+            match &mut p.master {
+                // Mixed precision: the saved f32 weights become the master, and the
+                // compute copy is rounded from them.
+                Some(master) => {
+                    p.value = value.to_dtype(p.value.dtype())?;
+                    *master = value;
+                }
+                None => p.value = value,
+            }
+            if let Some((m, v)) = saved.moments.as_ref().filter(|_| state.adamw_step > 0) {
+                moments.push((
+                    slice(&p.name, m, &saved.shape)?,
+                    slice(&p.name, v, &saved.shape)?,
+                ));
+            }
+            p.zero_grad()?;
+        }
+        self.opt.moments = match self.owners() {
+            Some(o) if !moments.is_empty() => o.mine(moments),
+            _ => moments,
+        };
+        self.opt.step = state.adamw_step;
+        Ok(())
+    }
+}

@@ -265,6 +265,26 @@ impl<B: Backend> PipelineEngine<B> {
 
 /// Rows `d·B/D .. (d+1)·B/D` of a micro-batch of `batch` rows: replica `d` of `dp`
 /// (the layout's validation has checked that `dp` divides `batch`).
+impl<B: Backend> PipelineEngine<B> {
+    /// Restores from one whole checkpoint: the stage's slice of it, the loss scale,
+    /// the steps and the data's position.
+    fn restore_whole(&mut self, state: &brrr_train::TrainState) -> Result<()> {
+        if state.data_fingerprint != self.data.fingerprint() {
+            return Err(Error::invalid(
+                "PipelineEngine::restore",
+                "the data differs from the one this run was trained on",
+            ));
+        }
+        self.stage.restore_state(state)?;
+        if let (Some(s), Some(ls)) = (&mut self.scaler, &state.loss_scaler) {
+            s.restore_state(ls.scale, &[ls.growth_tracker, ls.hysteresis_tracker])?;
+        }
+        self.data.set_position(&state.data_position)?;
+        self.step = state.step;
+        Ok(())
+    }
+}
+
 fn replica_rows(batch: usize, dp: usize, d: usize) -> Range<usize> {
     let rows = batch / dp.max(1);
     d * rows..(d + 1) * rows
@@ -429,7 +449,13 @@ impl<B: Backend> Engine for PipelineEngine<B> {
         Ok(())
     }
 
+    /// This layout's stage files when `dir` has them, else one whole checkpoint (a run
+    /// of another layout, consolidated), sliced into this rank's stage.
     async fn restore_from(&mut self, dir: &Path) -> Result<()> {
+        let whole = dir.join(brrr_train::CHECKPOINT_FILE);
+        if !self.stage.checkpoint_path(&dir.join(PP_DIR)).exists() && whole.exists() {
+            return self.restore_whole(&brrr_train::load_state(dir)?);
+        }
         let header = self.stage.load_checkpoint(&dir.join(PP_DIR))?;
         // A file without the scaler's state leaves the scale at its initial value.
         if let (Some(s), Some(saved)) = (&mut self.scaler, header.loss_scaler) {

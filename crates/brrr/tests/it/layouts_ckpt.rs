@@ -1,8 +1,9 @@
 //! One checkpoint story in every layout: `brrr sample` reads a run of any layout (a
 //! data-parallel or pipeline run's shards are put together in memory); a pipeline run
-//! consolidated into one checkpoint goes on with one device or with `--tp 2`, and its
-//! losses follow the pipeline run that never stopped; a pipeline run killed with
-//! SIGKILL after an evaluation resumes bit for bit.
+//! consolidated into one checkpoint goes on with one device, `--tp 2`, `--dp 4` or
+//! another pipeline, and a `--dp 2` run with `--dp 4 --zero 3`, their losses following
+//! the run that never stopped; a pipeline run killed with SIGKILL after an evaluation
+//! resumes bit for bit.
 
 use brrr::ckpt_cmd::{ConsolidateArgs, run_consolidate};
 use brrr::metrics::read_rows;
@@ -94,6 +95,8 @@ fn a_consolidated_pipeline_run_goes_on_in_another_layout() {
             (|a: &mut TrainArgs| (a.pp, a.tp) = (Some(1), Some(1))) as SetLayout,
         ),
         ("tp", |a| (a.pp, a.tp) = (Some(1), Some(2))),
+        ("dp", |a| (a.pp, a.tp, a.dp) = (Some(1), Some(1), Some(4))),
+        ("pp-without-tp", |a| (a.pp, a.tp) = (Some(2), Some(1))),
     ] {
         let mut first = pp(name);
         first.stop_after = Some(2);
@@ -130,6 +133,53 @@ fn a_consolidated_pipeline_run_goes_on_in_another_layout() {
             );
         }
     }
+}
+
+/// `--dp 2` → `--dp 4 --zero 3`: the consolidated shards of two replicas start four,
+/// which take their chunks of it, and the losses follow the two replicas' run.
+#[test]
+fn a_consolidated_data_parallel_run_goes_on_with_more_replicas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let dp2 = |out: &str| TrainArgs {
+        dp: Some(2),
+        zero: Some(1),
+        ..args(d, out)
+    };
+    train::run(&dp2("straight")).unwrap();
+    let want = losses(&d.join("straight"));
+    let mut first = dp2("grown");
+    first.stop_after = Some(2);
+    train::run(&first).unwrap();
+    let run = d.join("grown");
+    run_consolidate(&ConsolidateArgs {
+        run_dir: run.clone(),
+        ..ConsolidateArgs::default()
+    })
+    .unwrap();
+    let more = TrainArgs {
+        resume: Some(run.clone()),
+        out: None,
+        quiet: true,
+        dp: Some(4),
+        zero: Some(3),
+        ..TrainArgs::default()
+    };
+    assert_eq!(train::run(&more).unwrap().steps_done, 5);
+    let got = losses(&run);
+    assert_eq!(got[..2], want[..2]);
+    for (x, y) in got.iter().zip(&want) {
+        assert!(
+            (x - y).abs() <= 1e-4 * y,
+            "{got:?} vs the two replicas' {want:?}"
+        );
+    }
+    // It goes on as four replicas from their own shards now.
+    let again = TrainArgs {
+        steps: Some(6),
+        ..more
+    };
+    assert_eq!(train::run(&again).unwrap().steps_done, 6);
 }
 
 /// Steps of a run directory's metrics, read until `rows` are there or the process ended.
