@@ -733,6 +733,28 @@ async function dataParallel(browser) {
   await page.close();
 }
 
+async function serving(browser) {
+  console.log('serving');
+  const page = await open(browser, '/serving');
+  await page.waitForSelector('[data-testid="serve-steps"]', { timeout: 60000 });
+  const chapter = await page.$eval('[data-testid="chapter-link"]', (a) => a.getAttribute('href'));
+  check(chapter === 'book/serving.html', `links the book chapter (${chapter})`);
+  const steps = await value(page, 'serve-steps');
+  check(steps > 0, `the default requests take ${steps} steps`);
+  // One request alone: its 96-token prompt (within the 128-token budget) in one step that
+  // samples the first of its 24 tokens, then one step per further token.
+  await setSize(page, 'serve-requests', 1);
+  const one = await waitValue(page, 'serve-steps', (v) => v === 24);
+  check(one === 24, `one request: 1 prefill step + 23 decodes = 24 steps (got ${one})`);
+  const computed = await value(page, 'serve-computed');
+  check(computed === 96 + 23, `it computes its prompt and 23 decodes: 119 tokens (got ${computed})`);
+  await setSize(page, 'serve-requests', 12);
+  await waitValue(page, 'serve-steps', (v) => v === steps);
+  await page.waitForSelector('[data-testid="serve-timeline"] svg rect', { timeout: 10000 });
+  await shot(page, 'serving');
+  await page.close();
+}
+
 (async () => {
   fs.mkdirSync(shots, { recursive: true });
   const browser = await puppeteer.launch({ executablePath: CHROME, headless: true, args: FLAGS });
@@ -740,7 +762,7 @@ async function dataParallel(browser) {
     const only = process.env.BRRR_E2E_ONLY;
     for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing], ['collectives', collectives],
       ['mixed-precision', mixedPrecision], ['data-loading', dataLoading], ['data-parallel', dataParallel],
-      ['tensor-parallel', tensorParallel], ['pipeline', pipelinePage], ['profile', profilePage]]) {
+      ['tensor-parallel', tensorParallel], ['pipeline', pipelinePage], ['profile', profilePage], ['serving', serving]]) {
       if (only && !only.split(',').includes(name)) {
         console.log(`${name}: SKIPPED (BRRR_E2E_ONLY=${only})`);
         continue;

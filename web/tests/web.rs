@@ -111,3 +111,36 @@ async fn the_app_renders_the_landing_page_and_the_roofline() {
             .is_some()
     );
 }
+
+/// The serving page runs brrr-serve's scheduler in wasm: its step count is the logic's
+/// for the default requests, and the timeline is drawn.
+#[wasm_bindgen_test]
+async fn the_serving_page_schedules_the_default_requests() {
+    use brrr_web::logic::serving::{ServingInput, view};
+    let want = view(&ServingInput::default()).unwrap().batched.steps;
+    let document = web_sys::window().unwrap().document().unwrap();
+    let root = document.create_element("div").unwrap();
+    document.body().unwrap().append_child(&root).unwrap();
+    yew::Renderer::<App>::with_root(root.clone()).render();
+    web_sys::window()
+        .unwrap()
+        .location()
+        .set_hash("#/serving")
+        .unwrap();
+    let mut steps = None;
+    for _ in 0..50 {
+        tick().await;
+        steps = root.query_selector("[data-testid=serve-steps]").unwrap();
+        if steps.is_some() {
+            break;
+        }
+    }
+    let steps = steps.expect("the serving page shows its steps");
+    let got: f64 = steps.get_attribute("data-value").unwrap().parse().unwrap();
+    assert_eq!(got, want as f64);
+    assert!(
+        root.query_selector("[data-testid=serve-timeline] svg rect")
+            .unwrap()
+            .is_some()
+    );
+}

@@ -61,6 +61,9 @@ pub enum Route {
     /// [`PageId::Profile`].
     #[at("/profile")]
     Profile,
+    /// [`PageId::Serving`].
+    #[at("/serving")]
+    Serving,
     /// Anything else.
     #[not_found]
     #[at("/404")]
@@ -84,6 +87,7 @@ impl Route {
             PageId::Pipeline => Route::Pipeline,
             PageId::DataParallel => Route::DataParallel,
             PageId::Profile => Route::Profile,
+            PageId::Serving => Route::Serving,
         }
     }
 }
@@ -105,6 +109,7 @@ pub fn render(route: Route) -> Html {
         Route::Pipeline => html! { <pages::pipeline::PipelinePage /> },
         Route::DataParallel => html! { <pages::data_parallel::DataParallelPage /> },
         Route::Profile => html! { <pages::profile::ProfilePage /> },
+        Route::Serving => html! { <pages::serving::ServingPage /> },
         Route::NotFound => html! {
             <section class="page">
                 <h1>{ "Not found" }</h1>

@@ -17,6 +17,7 @@ pub mod puzzles;
 
 pub mod roofline;
 pub mod sampling;
+pub mod serving;
 
 pub mod site;
 pub mod tensor_parallel;

@@ -31,6 +31,8 @@ pub enum PageId {
     Pipeline,
     /// Data parallelism (brrr-dp): bucket all-reduces under the backward, ZeRO memory.
     DataParallel,
+    /// Continuous batching, paged KV blocks and prefix caching (brrr-serve's scheduler).
+    Serving,
 }
 
 /// What the site says about a page.
@@ -51,7 +53,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 13] = [
+pub const PAGES: [PageInfo; 14] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -186,6 +188,17 @@ pub const PAGES: [PageInfo; 13] = [
         chapter: "regimes.html",
         crates: &["brrr_profile", "brrr_train", "brrr_cpu"],
     },
+    PageInfo {
+        id: PageId::Serving,
+        path: "/serving",
+        title: "Serving",
+        blurb: "Requests arriving, a KV cache of blocks, a token budget per step: brrr-serve's \
+                scheduler batches them continuously, cuts long prompts into chunks, preempts \
+                when the cache is full and reuses a shared prompt prefix; every step's tokens \
+                and blocks on a timeline, beside the same requests served one at a time.",
+        chapter: "serving.html",
+        crates: &["brrr_serve"],
+    },
 ];
 
 /// Where the book is served, beside the app.
@@ -230,6 +243,7 @@ mod tests {
             PageId::Pipeline,
             PageId::DataParallel,
             PageId::Profile,
+            PageId::Serving,
         ] {
             assert_eq!(PAGES.iter().filter(|p| p.id == id).count(), 1, "{id:?}");
             assert_eq!(page(id).id, id);

@@ -12,5 +12,6 @@ pub mod pipeline;
 pub mod profile;
 pub mod puzzles;
 pub mod roofline;
+pub mod serving;
 pub mod tensor_parallel;
 pub mod train;

@@ -1,0 +1,149 @@
+//! The serving page: set the requests, the KV cache and the token budget; brrr-serve's
+//! scheduler runs them (through `crate::logic::serving`), and the page draws each step's
+//! tokens by request (prefill chunks pale, decodes solid), the KV blocks in use and
+//! cached under it, and the totals beside the same requests served one at a time.
+
+use crate::app::components::{Banner, BannerKind, PageHeader, SizeInput, Stat, Toggle};
+use crate::app::util::edit;
+use crate::logic::serving::{
+    MAX_BLOCKS, MAX_OUTPUT, MAX_PROMPT, MAX_REQUESTS, ServingInput, ServingView, view,
+};
+use crate::logic::site::PageId;
+use yew::prelude::*;
+
+/// Drawing size of the timeline (the SVG scales to the page's width).
+const WIDTH: f64 = 1000.0;
+const TOKENS_H: f64 = 180.0;
+const BLOCKS_H: f64 = 90.0;
+
+/// The serving page.
+#[function_component(ServingPage)]
+pub fn serving_page() -> Html {
+    let input = use_state(ServingInput::default);
+    let result = view(&input);
+    html! {
+        <section class="page">
+            <PageHeader id={PageId::Serving} />
+            <div class="layout">
+                <aside class="panel controls">{ controls(&input) }</aside>
+                <div class="results">
+                    { match &result {
+                        Ok(v) => results(&input, v),
+                        Err(e) => html! { <Banner kind={BannerKind::Error}>{ e.clone() }</Banner> },
+                    } }
+                </div>
+            </div>
+        </section>
+    }
+}
+
+fn controls(input: &UseStateHandle<ServingInput>) -> Html {
+    let size = |id: &'static str,
+                label: &'static str,
+                value: usize,
+                (min, max): (usize, usize),
+                set: fn(&mut ServingInput, usize)| {
+        let on_change = edit(input, move |i: &mut ServingInput, v: u64| {
+            set(i, usize::try_from(v).unwrap_or(1));
+        });
+        html! { <SizeInput id={id} label={label} value={value as u64} min={min as u64} max={max as u64} {on_change} /> }
+    };
+    html! {
+        <>
+            { size("serve-requests", "requests", input.requests, (1, MAX_REQUESTS), |i, v| i.requests = v) }
+            { size("serve-gap", "steps between arrivals", input.arrival_gap, (0, 64), |i, v| i.arrival_gap = v) }
+            { size("serve-prompt", "prompt tokens", input.prompt, (1, MAX_PROMPT), |i, v| {
+                i.prompt = v;
+                i.shared_prefix = i.shared_prefix.min(v);
+            }) }
+            { size("serve-shared", "shared prefix tokens", input.shared_prefix, (0, input.prompt), |i, v| i.shared_prefix = v) }
+            { size("serve-output", "output tokens", input.output, (1, MAX_OUTPUT), |i, v| i.output = v) }
+            { size("serve-block", "tokens per KV block", input.block_size, (1, 64), |i, v| i.block_size = v) }
+            { size("serve-blocks", "KV blocks", input.num_blocks, (1, MAX_BLOCKS), |i, v| i.num_blocks = v) }
+            { size("serve-budget", "tokens per step", input.max_batch_tokens, (1, 2048), |i, v| i.max_batch_tokens = v) }
+            { size("serve-seqs", "requests running at most", input.max_seqs, (1, MAX_REQUESTS), |i, v| i.max_seqs = v) }
+            <Toggle id="serve-prefix" label="prefix caching" checked={input.prefix_caching}
+                on_change={edit(input, |i: &mut ServingInput, on: bool| i.prefix_caching = on)} />
+            <p class="muted small">{ "The model is a stand-in that always samples the same token: \
+                what the scheduler does depends only on how many tokens each request has and wants." }</p>
+        </>
+    }
+}
+
+fn results(input: &ServingInput, v: &ServingView) -> Html {
+    let (b, one) = (&v.batched, &v.one_at_a_time);
+    let speedup = one.steps as f64 / b.steps.max(1) as f64;
+    let mean = |l: &[usize]| l.iter().sum::<usize>() as f64 / l.len().max(1) as f64;
+    html! {
+        <>
+            if b.cut || one.cut {
+                <Banner kind={BannerKind::Info}>{ "A run needed more steps than the page simulates; its numbers are for the steps run." }</Banner>
+            }
+            <div class="stats">
+                <Stat label="Steps, continuous batching" text={b.steps.to_string()} value={b.steps as f64} id="serve-steps" strong=true
+                    note={format!("{speedup:.1}× fewer than one request at a time ({})", one.steps)} />
+                <Stat label="Mean latency" text={format!("{:.1} steps", mean(&b.latency))} value={mean(&b.latency)} id="serve-latency"
+                    note={format!("arrival to last token; {:.1} one at a time", mean(&one.latency))} />
+                <Stat label="Tokens computed" text={b.computed.to_string()} value={b.computed as f64} id="serve-computed"
+                    note={format!("{} prompt tokens from the prefix cache", b.prefix_hits)} />
+                <Stat label="Preemptions" text={b.preemptions.to_string()} value={b.preemptions as f64} id="serve-preempt"
+                    note={format!("peak {} of {} KV blocks in use", b.peak_blocks, input.num_blocks)} />
+            </div>
+            { timeline(input, v) }
+        </>
+    }
+}
+
+/// A request's colour: hues spread around the wheel.
+fn colour(i: usize, decode: bool) -> String {
+    let hue = (i * 137) % 360;
+    match decode {
+        true => format!("hsl({hue}, 65%, 45%)"),
+        false => format!("hsl({hue}, 65%, 78%)"),
+    }
+}
+
+fn timeline(input: &ServingInput, v: &ServingView) -> Html {
+    let n = v.steps.len().max(1);
+    let w = WIDTH / n as f64;
+    let budget = input.max_batch_tokens.max(1) as f64;
+    let total = input.num_blocks.max(1) as f64;
+    let columns = v.steps.iter().enumerate().map(|(t, s)| {
+        let x = t as f64 * w;
+        let mut y = TOKENS_H;
+        let bars = s.work.iter().map(|&(i, len, decode)| {
+            let h = TOKENS_H * len as f64 / budget;
+            y -= h;
+            let kind = if decode { "decode" } else { "prefill" };
+            html! {
+                <rect x={format!("{x:.2}")} y={format!("{y:.2}")} width={format!("{:.2}", w.max(0.5))} height={format!("{h:.2}")} fill={colour(i, decode)}>
+                    <title>{ format!("step {t}: request {i}, {len} {kind} token(s)") }</title>
+                </rect>
+            }
+        }).collect::<Html>();
+        let used = BLOCKS_H * s.blocks_used as f64 / total;
+        let cached = BLOCKS_H * (s.blocks_used.max(s.blocks_cached)) as f64 / total;
+        let base = TOKENS_H + 12.0 + BLOCKS_H;
+        html! {
+            <g>
+                { bars }
+                <rect x={format!("{x:.2}")} y={format!("{:.2}", base - cached)} width={format!("{:.2}", w.max(0.5))} height={format!("{cached:.2}")} fill="#cfd8e3" />
+                <rect x={format!("{x:.2}")} y={format!("{:.2}", base - used)} width={format!("{:.2}", w.max(0.5))} height={format!("{used:.2}")} fill="#5b6b80">
+                    <title>{ format!("step {t}: {} blocks in use, {} cached, {} running, {} waiting", s.blocks_used, s.blocks_cached, s.running, s.waiting) }</title>
+                </rect>
+            </g>
+        }
+    });
+    let height = TOKENS_H + 12.0 + BLOCKS_H + 4.0;
+    html! {
+        <div class="panel" data-testid="serve-timeline">
+            <svg viewBox={format!("0 0 {WIDTH} {height:.0}")} width="100%" role="img" aria-label="serving timeline">
+                <line x1="0" x2={WIDTH.to_string()} y1="0.5" y2="0.5" stroke="#999" stroke-dasharray="4 3" />
+                { for columns }
+            </svg>
+            <p class="muted small">{ "Top: each step's tokens by request, up to the budget (the dashed line); \
+                pale is prefill, solid is decode. Bottom: KV blocks in use (dark) and kept for \
+                prefix caching (light), out of the whole cache. Hover for numbers." }</p>
+        </div>
+    }
+}
