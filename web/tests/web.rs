@@ -72,6 +72,12 @@ async fn tick() {
 
 #[wasm_bindgen_test]
 async fn the_app_renders_the_landing_page_and_the_roofline() {
+    // The tests share one page: start at the landing route whatever ran before.
+    web_sys::window()
+        .unwrap()
+        .location()
+        .set_hash("#/")
+        .unwrap();
     let document = web_sys::window().unwrap().document().unwrap();
     let root = document.create_element("div").unwrap();
     document.body().unwrap().append_child(&root).unwrap();
@@ -143,4 +149,11 @@ async fn the_serving_page_schedules_the_default_requests() {
             .unwrap()
             .is_some()
     );
+    // Leave the shared page as the other tests expect it.
+    root.remove();
+    web_sys::window()
+        .unwrap()
+        .location()
+        .set_hash("#/")
+        .unwrap();
 }

@@ -142,8 +142,9 @@ fn timeline(input: &ServingInput, v: &ServingView) -> Html {
                 { for columns }
             </svg>
             <p class="muted small">{ "Top: each step's tokens by request, up to the budget (the dashed line); \
-                pale is prefill, solid is decode. Bottom: KV blocks in use (dark) and kept for \
-                prefix caching (light), out of the whole cache. Hover for numbers." }</p>
+                pale is prefill, solid is decode: one token per request, the thin strips at the \
+                bottom. Bottom: KV blocks in use (dark) and kept for prefix caching (light), out \
+                of the whole cache. Hover for numbers." }</p>
         </div>
     }
 }
