@@ -289,7 +289,7 @@ fn run_cell(layout: &Layout, feature: &Feature, fx: &Fixture, id: usize) -> Cell
         if let Err(e) = train::run(&a) {
             assert!(
                 !out.join("metrics.csv").exists(),
-                "refused, yet wrote {}",
+                "refused ({e}), yet wrote {}",
                 out.display()
             );
             return Err(e.to_string());
@@ -315,7 +315,7 @@ fn run_cell(layout: &Layout, feature: &Feature, fx: &Fixture, id: usize) -> Cell
         Err(e) => {
             assert!(
                 !out.join("metrics.csv").exists(),
-                "refused, yet wrote {}",
+                "refused ({e}), yet wrote {}",
                 out.display()
             );
             Err(e.to_string())
