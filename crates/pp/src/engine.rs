@@ -424,8 +424,12 @@ impl<B: Backend> Engine for PipelineEngine<B> {
     async fn save_to(&mut self, dir: &Path) -> Result<()> {
         let tracer = self.tracer.clone();
         let _span = tracer.span("checkpoint");
-        // Collective over the replicas under `--zero 1` (each keeps a part).
-        let moments = self.stage.gather_moments(&self.dp)?;
+        // Collective over the replicas under `--zero 1` (each keeps a part); otherwise
+        // only the writing replica reads its own.
+        let moments = match (self.stage.owners().is_some(), self.replica == 0) {
+            (false, false) => Vec::new(),
+            _ => self.stage.gather_moments(&self.dp)?,
+        };
         if self.replica == 0 {
             let position = self.data.position();
             let scaler = match &self.scaler {
