@@ -96,7 +96,7 @@ pub use optim::{AdamW, AdamWConfig, clip_grad_norm_on_device};
 pub use optim::{clip_grad_norm, grad_norm};
 pub use param::{Module, Param};
 pub use schedule::CosineSchedule;
-pub use segments::Segments;
+pub use segments::{Segments, forward_selective};
 pub use stage::{BlocksStage, EmbeddingStage, GptStages, HeadStage};
 /// Native only: they read tensors back to the host, which blocks.
 #[cfg(not(target_arch = "wasm32"))]

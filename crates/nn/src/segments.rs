@@ -7,7 +7,7 @@
 //! and ends with its gradient, and what the embeddings need (token ids, packed
 //! positions, a tensor-parallel exit) differs by model.
 
-use crate::{Gpt, MicroBatch, Module};
+use crate::{CausalSelfAttention, Gpt, MicroBatch, Module};
 use brrr_backend::{Backend, Result};
 use brrr_tensor::Tensor;
 
@@ -55,6 +55,21 @@ pub trait Segments<B: Backend> {
     fn head_discard(&mut self, mb: MicroBatch) -> Result<()>;
 }
 
+/// Runs `forward` on `layer` with its attention keeping no scores when `selective`
+/// (they are recomputed in its backward), then puts the switch back: the block forward
+/// of every [`Segments`] implementation.
+pub fn forward_selective<B: Backend, L>(
+    layer: &mut L,
+    attn: fn(&mut L) -> &mut CausalSelfAttention<B>,
+    selective: bool,
+    forward: impl FnOnce(&mut L) -> Result<Tensor<B>>,
+) -> Result<Tensor<B>> {
+    attn(layer).recompute_scores = selective;
+    let out = forward(layer);
+    attn(layer).recompute_scores = false;
+    out
+}
+
 impl<B: Backend> Segments<B> for Gpt<B> {
     type Targets = Tensor<B>;
 
@@ -69,11 +84,12 @@ impl<B: Backend> Segments<B> for Gpt<B> {
         x: &Tensor<B>,
         selective: bool,
     ) -> Result<Tensor<B>> {
-        let block = &mut self.h[l];
-        block.attn.recompute_scores = selective;
-        let out = block.forward(mb, x);
-        block.attn.recompute_scores = false;
-        out
+        forward_selective(
+            &mut self.h[l],
+            |b| &mut b.attn,
+            selective,
+            |b| b.forward(mb, x),
+        )
     }
 
     fn block_backward(&mut self, mb: MicroBatch, l: usize, dy: &Tensor<B>) -> Result<Tensor<B>> {

@@ -12,7 +12,7 @@
 
 use crate::parts::{StageBlocks, StageHead};
 use brrr_backend::{Backend, Error, Result};
-use brrr_nn::{MicroBatch, Module, Segments};
+use brrr_nn::{MicroBatch, Module, Segments, forward_selective};
 use brrr_tensor::Tensor;
 
 impl<B: Backend> StageBlocks<B> {
@@ -32,13 +32,20 @@ impl<B: Backend> StageBlocks<B> {
         x: &Tensor<B>,
         selective: bool,
     ) -> Result<Tensor<B>> {
-        self.attentions_mut()[i].recompute_scores = selective;
-        let out = match self {
-            StageBlocks::Plain(s) => s.h[i].forward(mb, x),
-            StageBlocks::Tensor(s) => s.h[i].forward(mb, x),
-        };
-        self.attentions_mut()[i].recompute_scores = false;
-        out
+        match self {
+            StageBlocks::Plain(s) => forward_selective(
+                &mut s.h[i],
+                |b| &mut b.attn,
+                selective,
+                |b| b.forward(mb, x),
+            ),
+            StageBlocks::Tensor(s) => forward_selective(
+                &mut s.h[i],
+                |b| &mut b.attn,
+                selective,
+                |b| b.forward(mb, x),
+            ),
+        }
     }
 
     /// Block `i`'s backward: fused, or the zero-bubble B (`input_only`).

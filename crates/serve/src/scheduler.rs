@@ -267,7 +267,7 @@ impl Scheduler {
             let reused = self.reuse_prefix(id)?;
             let want = self.pending(id).min(budget);
             if !self.reserve(id, want)? {
-                self.forget_prefix(id)?;
+                self.forget_computed(id)?;
                 break; // no room: it waits, nobody is preempted for a newcomer
             }
             self.prefix_hit_tokens += reused as u64;
@@ -385,9 +385,10 @@ impl Scheduler {
         Ok(seq.computed)
     }
 
-    /// Gives back what [`Scheduler::reuse_prefix`] took, for a sequence that goes on
-    /// waiting (its cached blocks stay reusable, and evictable, meanwhile).
-    fn forget_prefix(&mut self, id: SeqId) -> Result<(), Refused> {
+    /// Frees `id`'s blocks and counts nothing of it computed: a preempted sequence, or
+    /// one that goes on waiting after [`Scheduler::reuse_prefix`] (its cached blocks stay
+    /// reusable, and evictable, meanwhile).
+    fn forget_computed(&mut self, id: SeqId) -> Result<(), Refused> {
         let seq = self
             .seqs
             .get_mut(&id)
@@ -401,13 +402,7 @@ impl Scheduler {
     /// Frees `id`'s blocks and puts it at the front of the queue, to be recomputed.
     fn preempt(&mut self, id: SeqId) -> Result<(), Refused> {
         self.running.retain(|&r| r != id);
-        let seq = self
-            .seqs
-            .get_mut(&id)
-            .ok_or_else(|| Refused(format!("sequence {id} is unknown")))?;
-        self.allocator.free_table(&mut seq.table).map_err(Refused)?;
-        seq.computed = 0;
-        seq.keys.clear();
+        self.forget_computed(id)?;
         self.waiting.push_front(id);
         self.preemptions += 1;
         Ok(())

@@ -9,7 +9,7 @@ use brrr_backend::{Backend, Error, Result};
 use brrr_collectives::Communicator;
 use brrr_nn::{
     Block, CausalSelfAttention, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Mlp, Module,
-    Param, Segments, Stash, with_segments,
+    Param, Segments, Stash, forward_selective, with_segments,
 };
 use brrr_tensor::Tensor;
 use std::collections::BTreeSet;
@@ -535,11 +535,12 @@ impl<B: Backend> Segments<B> for TpGpt<B> {
         x: &Tensor<B>,
         selective: bool,
     ) -> Result<Tensor<B>> {
-        let block = &mut self.h[l];
-        block.attn.recompute_scores = selective;
-        let out = block.forward(mb, x);
-        block.attn.recompute_scores = false;
-        out
+        forward_selective(
+            &mut self.h[l],
+            |b| &mut b.attn,
+            selective,
+            |b| b.forward(mb, x),
+        )
     }
 
     fn block_backward(&mut self, mb: MicroBatch, l: usize, dy: &Tensor<B>) -> Result<Tensor<B>> {
