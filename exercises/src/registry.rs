@@ -301,5 +301,11 @@ pub fn all() -> Vec<Exercise> {
             task: "one continuous-batching step: decodes first, prompts in chunks, a token budget",
             check: serving::batch_step::check,
         },
+        Exercise {
+            chapter: SERVING,
+            module: "serving::accept_draft",
+            task: "speculative decoding's acceptance rule: keep, or draw from the residual",
+            check: serving::accept_draft::check,
+        },
     ]
 }

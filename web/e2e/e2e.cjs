@@ -751,6 +751,15 @@ async function serving(browser) {
   await setSize(page, 'serve-requests', 12);
   await waitValue(page, 'serve-steps', (v) => v === steps);
   await page.waitForSelector('[data-testid="serve-timeline"] svg rect', { timeout: 10000 });
+  // Speculative decoding: brrr-serve's acceptance rule in wasm. A draft that is the
+  // target keeps every proposal.
+  const alpha = await value(page, 'spec-alpha');
+  check(alpha > 0.3 && alpha < 1, `a 70% draft keeps some proposals: α = ${alpha}`);
+  await setSize(page, 'spec-quality', 100);
+  const perfect = await waitValue(page, 'spec-alpha', (v) => v === 1);
+  check(perfect === 1, `a perfect draft keeps every proposal (α = ${perfect})`);
+  await setSize(page, 'spec-quality', 70);
+  await page.waitForSelector('[data-testid="spec-chart"] svg path', { timeout: 10000 });
   await shot(page, 'serving');
   await page.close();
 }

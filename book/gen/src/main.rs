@@ -9,7 +9,7 @@
 //!
 //! Every number and figure in the book's chapters comes from here, computed by the
 //! crates: brrr-perf's estimators and spec table, brrr-nn's models, brrr-cpu's memory
-//! counters, brrr-exercises' lists.
+//! counters, brrr-serve's formulas, brrr-exercises' lists.
 
 mod amp;
 mod checkpointing;
@@ -24,6 +24,7 @@ mod memory;
 mod pipeline;
 mod readme;
 mod regimes;
+mod serving;
 mod training;
 
 use std::collections::BTreeMap;
@@ -45,6 +46,7 @@ fn generate() -> Result<BTreeMap<String, String>, String> {
         collectives::files()?,
         data::files()?,
         pipeline::files()?,
+        serving::files(),
         exercises::files(),
     ];
     for (name, text) in all.into_iter().flatten() {

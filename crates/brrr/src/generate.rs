@@ -5,10 +5,15 @@
 use crate::data::ByteTokenizer;
 use crate::sample::load_model;
 use brrr_backend::{Error, Result};
-use brrr_serve::{EngineConfig, EngineStats, LlmEngine, SamplingParams};
+use brrr_cpu::CpuBackend;
+use brrr_nn::Gpt;
+use brrr_serve::{
+    EngineConfig, EngineStats, LlmEngine, SamplingParams, SpeculativeDecoder, SpeculativeStats,
+};
+use brrr_train::TrainConfig;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Flags of `brrr generate`.
@@ -48,14 +53,23 @@ pub struct GenerateArgs {
     /// start already put in the KV cache (prefix caching is on by default).
     #[arg(long)]
     pub no_prefix_caching: bool,
+    /// Speculative decoding: a smaller run trained on the same tokenizer proposes
+    /// tokens that this run verifies (prompts are then decoded one at a time).
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Tokens the draft proposes per step (with `--draft`).
+    #[arg(long, default_value_t = 4, requires = "draft")]
+    pub speculate: usize,
 }
 
 /// What `brrr generate` produced.
 pub struct Generated {
     /// Each prompt followed by its continuation.
     pub texts: Vec<String>,
-    /// The engine's counters.
+    /// The engine's counters (zero with a draft).
     pub stats: EngineStats,
+    /// Speculative decoding's counters, with a draft.
+    pub speculative: Option<SpeculativeStats>,
     /// Requests preempted (their cache freed and recomputed) for lack of blocks.
     pub preemptions: u64,
     /// Wall time of the decoding.
@@ -65,6 +79,22 @@ pub struct Generated {
 impl Generated {
     /// One line on what the engine did.
     pub fn summary(&self) -> String {
+        if let Some(s) = &self.speculative {
+            return format!(
+                "{} prompt(s): {} tokens generated in {} target forwards ({:.2} tokens each) \
+                 and {} draft forwards; {:.0}% of proposals accepted (the distributions \
+                 predict {:.0}%), {:.1} s, {:.0} tokens/s",
+                self.texts.len(),
+                s.generated,
+                s.target_forwards,
+                s.tokens_per_step(),
+                s.draft_forwards,
+                100.0 * s.acceptance_rate(),
+                100.0 * s.predicted_acceptance(),
+                self.seconds,
+                s.generated as f64 / self.seconds.max(1e-9),
+            );
+        }
         format!(
             "{} prompt(s): {} tokens generated in {} steps ({} tokens computed), {:.1} s, \
              {:.0} tokens/s, {} preemption(s)",
@@ -100,16 +130,6 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
             })
             .collect(),
     };
-    let per_request = cfg.model.block_size.div_ceil(args.block_size.max(1));
-    let config = EngineConfig {
-        block_size: args.block_size,
-        num_blocks: args.kv_blocks.unwrap_or(per_request * prompts.len()),
-        max_batch_tokens: args.max_batch_tokens,
-        max_seqs: prompts.len().max(1),
-        vocab_limit: Some(ByteTokenizer::VOCAB_SIZE),
-        prefix_caching: !args.no_prefix_caching,
-    };
-    let mut engine = LlmEngine::new(model, config)?;
     let params = SamplingParams {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -119,7 +139,16 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         seed: args.seed,
     };
     let t0 = Instant::now();
-    let outputs = engine.generate(&prompts, &params)?;
+    let (outputs, stats, speculative, preemptions) = match &args.draft {
+        Some(draft) => {
+            let (outputs, s) = speculative(model, draft, args.speculate, &prompts, &params)?;
+            (outputs, EngineStats::default(), Some(s), 0)
+        }
+        None => {
+            let (outputs, stats, preemptions) = batched(model, &cfg, args, &prompts, &params)?;
+            (outputs, stats, None, preemptions)
+        }
+    };
     let seconds = t0.elapsed().as_secs_f64();
     let texts = prompts
         .iter()
@@ -132,8 +161,60 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         .collect();
     Ok(Generated {
         texts,
-        stats: engine.stats(),
-        preemptions: engine.scheduler().preemptions,
+        stats,
+        speculative,
+        preemptions,
         seconds,
     })
+}
+
+/// The prompts one at a time through a [`SpeculativeDecoder`] with the run at `draft`.
+fn speculative(
+    target: Gpt<CpuBackend>,
+    draft: &Path,
+    k: usize,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+) -> Result<(Vec<Vec<u32>>, SpeculativeStats)> {
+    let (draft, _) = load_model(draft, &mut ChaCha8Rng::seed_from_u64(0))?;
+    let vocab = Some(ByteTokenizer::VOCAB_SIZE);
+    let mut dec = SpeculativeDecoder::new(target, draft, k, vocab)?;
+    let outputs = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let seed = params.seed.wrapping_add(i as u64);
+            dec.generate(
+                p,
+                &SamplingParams {
+                    seed,
+                    ..params.clone()
+                },
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((outputs, dec.stats()))
+}
+
+/// The prompts together through the serving engine: outputs, counters, preemptions.
+fn batched(
+    model: Gpt<CpuBackend>,
+    cfg: &TrainConfig,
+    args: &GenerateArgs,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+) -> Result<(Vec<Vec<u32>>, EngineStats, u64)> {
+    let per_request = cfg.model.block_size.div_ceil(args.block_size.max(1));
+    let config = EngineConfig {
+        block_size: args.block_size,
+        num_blocks: args.kv_blocks.unwrap_or(per_request * prompts.len()),
+        max_batch_tokens: args.max_batch_tokens,
+        max_seqs: prompts.len().max(1),
+        vocab_limit: Some(ByteTokenizer::VOCAB_SIZE),
+        prefix_caching: !args.no_prefix_caching,
+    };
+    let mut engine = LlmEngine::new(model, config)?;
+    let outputs = engine.generate(prompts, params)?;
+    let preemptions = engine.scheduler().preemptions;
+    Ok((outputs, engine.stats(), preemptions))
 }

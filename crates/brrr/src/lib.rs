@@ -53,4 +53,5 @@ pub mod pipeline_cmd;
 pub mod profile_cmd;
 pub mod recompute;
 pub mod sample;
+pub mod spec_bench;
 pub mod train;

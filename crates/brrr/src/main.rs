@@ -99,6 +99,9 @@ enum BenchCommand {
     /// Step time, tokens/s and memory of one training step in f32, bf16 and fp16
     /// (`brrr train --amp`).
     Amp(brrr::amp_bench::AmpBenchArgs),
+    /// Speculative decoding with a draft run, for several k: acceptance rate, tokens per
+    /// target forward and speed-up, next to the formulas.
+    Speculative(brrr::spec_bench::SpecBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -160,6 +163,11 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
         Command::Bench(BenchCommand::Reduce(args)) => run_bench_reduce(&args),
         Command::Bench(BenchCommand::Amp(args)) => run_bench_amp(&args),
+        Command::Bench(BenchCommand::Speculative(args)) => {
+            let mut progress = |what: &str| eprintln!("measuring {what}");
+            brrr::spec_bench::run(&args, &mut progress)
+                .and_then(|b| say(format_args!("{}", brrr::spec_bench::table(&b).trim_end())))
+        }
         Command::Data(DataCommand::Prepare(args)) => data_cmd::run_prepare(&args).and_then(|r| {
             perf_cmd::write_stdout(&r.to_string())
                 .map_err(|e| brrr_backend::Error::io("writing the summary to stdout", e))

@@ -95,13 +95,8 @@ impl<B: Backend> LlmEngine<B> {
         let slots = config
             .num_blocks
             .checked_mul(config.block_size)
-            .filter(|&s| s <= u32::MAX as usize)
             .ok_or_else(|| Error::invalid("serve", "the KV cache has more than 2^32 slots"))?;
-        let backend = model.wte.weight.value.backend().clone();
-        let cache = KvCache::new(&backend, c.n_layer, slots, c.n_embd, model.dtype())?;
-        for (i, block) in model.h.iter_mut().enumerate() {
-            block.attn.cache = Some(Box::new(cache.layer(i)));
-        }
+        let cache = attach_cache(&mut model, slots)?;
         Ok(LlmEngine {
             model,
             cache,
@@ -267,30 +262,69 @@ impl<B: Backend> LlmEngine<B> {
                 last.push((offset + s.len - 1) as u32);
             }
         }
-        self.cache.set_batch(seqs)?;
-        let backend = self.model.wte.weight.value.backend().clone();
-        let n = ids.len();
-        let ids = Tensor::from_u32(&backend, &ids, [1, n])?;
-        let pos = Tensor::from_u32(&backend, &pos, [1, n])?;
-        let mb = MicroBatch::default();
-        let model = &mut self.model;
-        let logits = (|| {
-            let x = model.hidden_mb(mb, &ids, Some(&pos))?; // [1, S, C]
-            if last.is_empty() {
-                return Ok(Vec::new());
-            }
-            let c = x.dims()[2];
-            let rows = Tensor::from_u32(&backend, &last, [1, last.len()])?
-                .embedding(&x.reshape([n, c])?)?;
-            model.logits_mb(mb, &rows)?.to_vec_f32()
-        })();
-        // Inference keeps nothing for a backward.
-        model.clear_saved();
-        let logits = logits?;
-        let v = model.config.vocab_size;
-        let keep = self.config.vocab_limit.unwrap_or(v).min(v);
-        Ok(logits.chunks(v).map(|row| row[..keep].to_vec()).collect())
+        forward_rows(
+            &mut self.model,
+            &self.cache,
+            seqs,
+            &ids,
+            &pos,
+            &last,
+            self.config.vocab_limit,
+        )
     }
+}
+
+/// A KV cache of `slots` token slots for `model`, every layer's attention pointed at it.
+pub(crate) fn attach_cache<B: Backend>(model: &mut Gpt<B>, slots: usize) -> Result<KvCache<B>> {
+    if slots > u32::MAX as usize {
+        return Err(Error::invalid(
+            "serve",
+            "the KV cache has more than 2^32 slots",
+        ));
+    }
+    let c = model.config.clone();
+    let backend = model.wte.weight.value.backend().clone();
+    let cache = KvCache::new(&backend, c.n_layer, slots, c.n_embd, model.dtype())?;
+    for (i, block) in model.h.iter_mut().enumerate() {
+        block.attn.cache = Some(Box::new(cache.layer(i)));
+    }
+    Ok(cache)
+}
+
+/// One forward of `model` over the tokens `ids` at positions `pos`, flattened into one
+/// row `[1, S]`, through `cache` as `seqs` describe it; returns the logits of the rows
+/// `rows` only (each cut to its first `keep` entries) on the host.
+pub(crate) fn forward_rows<B: Backend>(
+    model: &mut Gpt<B>,
+    cache: &KvCache<B>,
+    seqs: Vec<BatchSeq>,
+    ids: &[u32],
+    pos: &[u32],
+    rows: &[u32],
+    keep: Option<usize>,
+) -> Result<Vec<Vec<f32>>> {
+    cache.set_batch(seqs)?;
+    let backend = model.wte.weight.value.backend().clone();
+    let n = ids.len();
+    let ids = Tensor::from_u32(&backend, ids, [1, n])?;
+    let pos = Tensor::from_u32(&backend, pos, [1, n])?;
+    let mb = MicroBatch::default();
+    let logits = (|| {
+        let x = model.hidden_mb(mb, &ids, Some(&pos))?; // [1, S, C]
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let c = x.dims()[2];
+        let picked =
+            Tensor::from_u32(&backend, rows, [1, rows.len()])?.embedding(&x.reshape([n, c])?)?;
+        model.logits_mb(mb, &picked)?.to_vec_f32()
+    })();
+    // Inference keeps nothing for a backward.
+    model.clear_saved();
+    let logits = logits?;
+    let v = model.config.vocab_size;
+    let keep = keep.unwrap_or(v).min(v);
+    Ok(logits.chunks(v).map(|row| row[..keep].to_vec()).collect())
 }
 
 /// `logits[i] - logsumexp(logits)`, in f64 (the row's largest logit subtracted first).

@@ -13,6 +13,10 @@
 //!   every step; preemption by recomputation when blocks run out, never a crash.
 //! - [`sample_token`], [`SamplingParams`]: greedy, temperature, top-k, top-p, stop
 //!   tokens, a seed per request.
+//! - [`speculative::verify`] and [`SpeculativeDecoder`]: speculative decoding, a draft
+//!   model's proposals kept or replaced by the exact acceptance rule (Leviathan et al.
+//!   2023), so the tokens follow the target's distribution; the expected speed-up
+//!   against `k` ([`expected_speedup`]).
 //! - [`KvCache`] and [`LlmEngine`] (feature `engine`, the default): the cache on the
 //!   backend, attended through `brrr_nn::CausalSelfAttention::cache`, so the model is
 //!   the training code's, walked by the same `Block::forward`; one forward per step
@@ -56,13 +60,19 @@ pub mod engine;
 pub mod kv;
 pub mod sampling;
 pub mod scheduler;
+pub mod speculative;
+#[cfg(all(feature = "engine", not(target_arch = "wasm32")))]
+pub mod speculative_decoder;
 
 pub use block::{BlockAllocator, BlockTable, OutOfBlocks};
 #[cfg(all(feature = "engine", not(target_arch = "wasm32")))]
 pub use engine::{EngineConfig, EngineStats, LlmEngine, StepOutput};
 #[cfg(feature = "engine")]
 pub use kv::{BatchSeq, KvCache, LayerCache, kv_bytes_per_token};
-pub use sampling::{SamplingParams, sample_token};
+pub use sampling::{SamplingParams, probabilities, sample_token};
 pub use scheduler::{
     FinishReason, Refused, Scheduled, Scheduler, SchedulerConfig, SeqId, Sequence,
 };
+pub use speculative::{Verdict, expected_speedup, expected_tokens_per_step, verify};
+#[cfg(all(feature = "engine", not(target_arch = "wasm32")))]
+pub use speculative_decoder::{SpeculativeDecoder, SpeculativeStats};

@@ -81,11 +81,57 @@ pub fn sample_token(
         ..SamplingParams::default()
     }
     .validate()?;
-    let mut order: Vec<usize> = (0..logits.len()).collect();
-    // Stable: equal logits keep index order, so greedy takes the first of a tie.
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    let (order, weights) = nucleus(logits, temperature, top_k, top_p);
     if temperature == 0.0 {
         return Ok(order[0]);
+    }
+    // The largest logit has weight exp(0) = 1, so total >= 1 and the range is never empty.
+    let total: f64 = weights.iter().sum();
+    let mut r = rng.random_range(0.0..total);
+    for (w, &i) in weights.iter().zip(&order) {
+        if r < *w {
+            return Ok(i);
+        }
+        r -= w;
+    }
+    Ok(order[weights.len() - 1])
+}
+
+/// The distribution [`sample_token`] samples from, over every index of `logits`: zero
+/// outside the top-k and top-p cut, one-hot on the largest logit when `temperature = 0`.
+/// Speculative decoding needs it whole ([`crate::speculative::verify`]).
+pub fn probabilities(
+    logits: &[f32],
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+) -> Result<Vec<f64>, String> {
+    if logits.is_empty() || logits.iter().any(|x| !x.is_finite()) {
+        return Err("logits are empty or not finite: no distribution to sample from".into());
+    }
+    SamplingParams {
+        temperature,
+        top_p,
+        ..SamplingParams::default()
+    }
+    .validate()?;
+    let (order, weights) = nucleus(logits, temperature, top_k, top_p);
+    let total: f64 = weights.iter().sum();
+    let mut p = vec![0.0; logits.len()];
+    for (w, &i) in weights.iter().zip(&order) {
+        p[i] = w / total;
+    }
+    Ok(p)
+}
+
+/// The indices from most to least likely and the unnormalised weights of those kept
+/// (one weight, 1, for greedy). Stable: equal logits keep index order, so greedy takes
+/// the first of a tie.
+fn nucleus(logits: &[f32], temperature: f32, top_k: usize, top_p: f32) -> (Vec<usize>, Vec<f64>) {
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    if temperature == 0.0 {
+        return (order, vec![1.0]);
     }
     let k = if top_k == 0 {
         logits.len()
@@ -109,16 +155,7 @@ pub fn sample_token(
             .map_or(weights.len(), |i| i + 1);
         weights.truncate(keep);
     }
-    // The largest logit has weight exp(0) = 1, so total >= 1 and the range is never empty.
-    let total: f64 = weights.iter().sum();
-    let mut r = rng.random_range(0.0..total);
-    for (w, &i) in weights.iter().zip(&order) {
-        if r < *w {
-            return Ok(i);
-        }
-        r -= w;
-    }
-    Ok(order[weights.len() - 1])
+    (order, weights)
 }
 
 #[cfg(test)]

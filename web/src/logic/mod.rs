@@ -18,6 +18,7 @@ pub mod puzzles;
 pub mod roofline;
 pub mod sampling;
 pub mod serving;
+pub mod speculative;
 
 pub mod site;
 pub mod tensor_parallel;

@@ -683,6 +683,45 @@ fn generate_batches_prompts_into_samples_greedy_texts() {
         assert!(ok, "{stderr}");
         assert_eq!(*got, want.trim_end_matches('\n'), "prompt {prompt:?}");
     }
+    // Speculative decoding with the run as its own draft: the same greedy texts, every
+    // proposal accepted.
+    let (ok, spec, stderr) = brrr(&[
+        "generate",
+        &run,
+        "--prompt",
+        "th",
+        "--prompt",
+        "the ",
+        "--max-tokens",
+        "3",
+        "--temperature",
+        "0",
+        "--draft",
+        &run,
+        "--speculate",
+        "2",
+    ]);
+    assert!(ok, "{stderr}");
+    assert_eq!(spec, text);
+    assert!(stderr.contains("100% of proposals accepted"), "{stderr}");
+    let (ok, table, stderr) = brrr(&[
+        "bench",
+        "speculative",
+        &run,
+        "--draft",
+        &run,
+        "--k",
+        "2",
+        "--prompts",
+        "2",
+        "--prompt-len",
+        "8",
+        "--max-tokens",
+        "6",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(table.contains("| 2 | 1.000 | 1.000 | 3.00 | 3.00 |"), "{table}");
+    fails_with(&["generate", &run, "--speculate", "2"], "--draft");
     fails_with(&["generate", &run, "--top-p", "0"], "top_p");
     fails_with(&["generate", &run, "--block-size", "0"], "at least 1");
     let long = "the lazy dog ".repeat(50);

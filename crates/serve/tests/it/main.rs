@@ -2,3 +2,4 @@
 //! (`cargo test -p brrr-serve --test it NAME` runs the tests matching NAME).
 
 mod engine;
+mod speculative;

@@ -2,13 +2,18 @@
 //! scheduler runs them (through `crate::logic::serving`), and the page draws each step's
 //! tokens by request (prefill chunks pale, decodes solid), the KV blocks in use and
 //! cached under it, and the totals beside the same requests served one at a time.
+//! Below, speculative decoding: brrr-serve's acceptance rule on stand-in distributions,
+//! tokens per target forward and speed-up against `k` beside the formulas.
 
-use crate::app::components::{Banner, BannerKind, PageHeader, SizeInput, Stat, Toggle};
+use crate::app::components::{
+    Banner, BannerKind, Chart, PageHeader, Series, SeriesStyle, SizeInput, Stat, Toggle,
+};
 use crate::app::util::edit;
 use crate::logic::serving::{
     MAX_BLOCKS, MAX_OUTPUT, MAX_PROMPT, MAX_REQUESTS, ServingInput, ServingView, view,
 };
 use crate::logic::site::PageId;
+use crate::logic::speculative::{SpecInput, SpecView};
 use yew::prelude::*;
 
 /// Drawing size of the timeline (the SVG scales to the page's width).
@@ -21,6 +26,8 @@ const BLOCKS_H: f64 = 90.0;
 pub fn serving_page() -> Html {
     let input = use_state(ServingInput::default);
     let result = view(&input);
+    let spec = use_state(SpecInput::default);
+    let spec_result = crate::logic::speculative::view(&spec);
     html! {
         <section class="page">
             <PageHeader id={PageId::Serving} />
@@ -29,6 +36,16 @@ pub fn serving_page() -> Html {
                 <div class="results">
                     { match &result {
                         Ok(v) => results(&input, v),
+                        Err(e) => html! { <Banner kind={BannerKind::Error}>{ e.clone() }</Banner> },
+                    } }
+                </div>
+            </div>
+            <h2>{ "Speculative decoding" }</h2>
+            <div class="layout">
+                <aside class="panel controls">{ spec_controls(&spec) }</aside>
+                <div class="results">
+                    { match &spec_result {
+                        Ok(v) => spec_results(&spec, v),
                         Err(e) => html! { <Banner kind={BannerKind::Error}>{ e.clone() }</Banner> },
                     } }
                 </div>
@@ -146,5 +163,72 @@ fn timeline(input: &ServingInput, v: &ServingView) -> Html {
                 bottom. Bottom: KV blocks in use (dark) and kept for prefix caching (light), out \
                 of the whole cache. Hover for numbers." }</p>
         </div>
+    }
+}
+
+fn spec_controls(input: &UseStateHandle<SpecInput>) -> Html {
+    let quality = edit(input, |i: &mut SpecInput, v: u64| {
+        i.quality = u32::try_from(v).unwrap_or(100)
+    });
+    let cost = edit(input, |i: &mut SpecInput, v: u64| {
+        i.cost = u32::try_from(v).unwrap_or(200)
+    });
+    html! {
+        <>
+            <SizeInput id="spec-quality" label="draft quality (% of the target's distribution)" value={u64::from(input.quality)} min={0} max={100} linear=true on_change={quality} />
+            <SizeInput id="spec-cost" label="draft forward's cost (% of the target's)" value={u64::from(input.cost)} min={0} max={200} linear=true on_change={cost} />
+            <p class="muted small">{ "brrr-serve's acceptance rule, run on stand-in distributions: \
+                the draft's is the target's mixed with noise. A proposal x is kept with probability \
+                min(1, p(x)/q(x)); the first one rejected is replaced by a draw from max(0, p − q). \
+                Each k runs 1,000 steps." }</p>
+        </>
+    }
+}
+
+fn spec_results(input: &SpecInput, v: &SpecView) -> Html {
+    let best = &v.rows[v.best_k - 1];
+    let points = |f: fn(&crate::logic::speculative::SpecRow) -> f64| {
+        v.rows
+            .iter()
+            .map(|r| (r.k as f64, f(r)))
+            .collect::<Vec<_>>()
+    };
+    let series = vec![
+        Series::new(
+            "tokens per target forward, measured",
+            "#2b6cb0",
+            SeriesStyle::Points,
+            points(|r| r.tokens),
+        ),
+        Series::new(
+            "(1 − α^(k+1)) / (1 − α)",
+            "#2b6cb0",
+            SeriesStyle::Line,
+            points(|r| r.tokens_formula),
+        ),
+        Series::new(
+            "speed-up, measured",
+            "#c05621",
+            SeriesStyle::Points,
+            points(|r| r.speedup),
+        ),
+        Series::new(
+            "the formula over k·c + 1",
+            "#c05621",
+            SeriesStyle::Line,
+            points(|r| r.speedup_formula),
+        ),
+    ];
+    html! {
+        <>
+            <div class="stats">
+                <Stat label="Acceptance rate α" text={format!("{:.2}", v.alpha)} value={v.alpha} id="spec-alpha" strong=true
+                    note={format!("Σ min(p, q) predicts {:.2}", v.alpha_predicted)} />
+                <Stat label="Best k" text={v.best_k.to_string()} value={v.best_k as f64} id="spec-best-k"
+                    note={format!("{:.2}× the target alone, {:.2} tokens a forward (c = {:.2})", best.speedup, best.tokens, f64::from(input.cost) / 100.0)} />
+            </div>
+            <Chart id="spec-chart" x_label="k (draft tokens proposed per step)" y_label="tokens per forward / speed-up"
+                series={series} y_include={Some(0.0)} />
+        </>
     }
 }
