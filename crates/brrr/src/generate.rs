@@ -9,6 +9,7 @@ use brrr_cpu::CpuBackend;
 use brrr_nn::Gpt;
 use brrr_serve::{
     EngineConfig, EngineStats, LlmEngine, SamplingParams, SpeculativeDecoder, SpeculativeStats,
+    WeightFormat, quantize_weights,
 };
 use brrr_train::TrainConfig;
 use rand::SeedableRng;
@@ -57,6 +58,10 @@ pub struct GenerateArgs {
     /// tokens that this run verifies (prompts are then decoded one at a time).
     #[arg(long)]
     pub draft: Option<PathBuf>,
+    /// Store the linear weights as int8, int4 (groups of 32), int4-gN or fp8, and
+    /// decode with exactly those values (the draft's too).
+    #[arg(long)]
+    pub weights: Option<WeightFormat>,
     /// Tokens the draft proposes per step (with `--draft`).
     #[arg(long, default_value_t = 4, requires = "draft")]
     pub speculate: usize,
@@ -117,7 +122,10 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
             format!("--max-tokens {} is too many", args.max_tokens),
         ));
     }
-    let (model, cfg) = load_model(&args.dir, &mut ChaCha8Rng::seed_from_u64(0))?;
+    let (mut model, cfg) = load_model(&args.dir, &mut ChaCha8Rng::seed_from_u64(0))?;
+    if let Some(format) = args.weights {
+        quantize_weights(&mut model, format)?;
+    }
     let tok = ByteTokenizer;
     let prompts: Vec<Vec<u32>> = match args.prompts.is_empty() {
         true => vec![vec![u32::from(b'\n')]],
@@ -141,7 +149,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let t0 = Instant::now();
     let (outputs, stats, speculative, preemptions) = match &args.draft {
         Some(draft) => {
-            let (outputs, s) = speculative(model, draft, args.speculate, &prompts, &params)?;
+            let (outputs, s) = speculative(model, draft, args, &prompts, &params)?;
             (outputs, EngineStats::default(), Some(s), 0)
         }
         None => {
@@ -172,13 +180,16 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
 fn speculative(
     target: Gpt<CpuBackend>,
     draft: &Path,
-    k: usize,
+    args: &GenerateArgs,
     prompts: &[Vec<u32>],
     params: &SamplingParams,
 ) -> Result<(Vec<Vec<u32>>, SpeculativeStats)> {
-    let (draft, _) = load_model(draft, &mut ChaCha8Rng::seed_from_u64(0))?;
+    let (mut draft, _) = load_model(draft, &mut ChaCha8Rng::seed_from_u64(0))?;
+    if let Some(format) = args.weights {
+        quantize_weights(&mut draft, format)?;
+    }
     let vocab = Some(ByteTokenizer::VOCAB_SIZE);
-    let mut dec = SpeculativeDecoder::new(target, draft, k, vocab)?;
+    let mut dec = SpeculativeDecoder::new(target, draft, args.speculate, vocab)?;
     let outputs = prompts
         .iter()
         .enumerate()

@@ -51,6 +51,7 @@ pub mod metrics;
 pub mod numerics;
 pub mod pipeline_cmd;
 pub mod profile_cmd;
+pub mod quant_bench;
 pub mod recompute;
 pub mod sample;
 pub mod spec_bench;

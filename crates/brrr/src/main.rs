@@ -102,6 +102,9 @@ enum BenchCommand {
     /// Speculative decoding with a draft run, for several k: acceptance rate, tokens per
     /// target forward and speed-up, next to the formulas.
     Speculative(brrr::spec_bench::SpecBenchArgs),
+    /// Weight-only quantization of a run (int8, int4, fp8): the weights' bytes and the
+    /// validation perplexity of each format against the model as trained.
+    Quant(brrr::quant_bench::QuantBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -163,6 +166,15 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
         Command::Bench(BenchCommand::Reduce(args)) => run_bench_reduce(&args),
         Command::Bench(BenchCommand::Amp(args)) => run_bench_amp(&args),
+        Command::Bench(BenchCommand::Quant(args)) => {
+            let mut progress = |what: &str| eprintln!("measuring {what}");
+            brrr::quant_bench::run(&args, &mut progress).and_then(|rows| {
+                say(format_args!(
+                    "{}",
+                    brrr::quant_bench::table(&rows).trim_end()
+                ))
+            })
+        }
         Command::Bench(BenchCommand::Speculative(args)) => {
             let mut progress = |what: &str| eprintln!("measuring {what}");
             brrr::spec_bench::run(&args, &mut progress)

@@ -17,6 +17,9 @@
 //!   model's proposals kept or replaced by the exact acceptance rule (Leviathan et al.
 //!   2023), so the tokens follow the target's distribution; the expected speed-up
 //!   against `k` ([`expected_speedup`]).
+//! - [`Quantized`], [`WeightFormat`] and [`quantize_weights`]: weight-only int8 (per
+//!   channel), int4 (group-wise) and fp8 (E4M3) storage, and a model computing with
+//!   exactly those values (emulated: the product still runs in the model's dtype).
 //! - [`KvCache`] and [`LlmEngine`] (feature `engine`, the default): the cache on the
 //!   backend, attended through `brrr_nn::CausalSelfAttention::cache`, so the model is
 //!   the training code's, walked by the same `Block::forward`; one forward per step
@@ -58,6 +61,9 @@ pub mod block;
 pub mod engine;
 #[cfg(feature = "engine")]
 pub mod kv;
+pub mod quant;
+#[cfg(feature = "engine")]
+pub mod quantize_model;
 pub mod sampling;
 pub mod scheduler;
 pub mod speculative;
@@ -69,6 +75,9 @@ pub use block::{BlockAllocator, BlockTable, OutOfBlocks};
 pub use engine::{EngineConfig, EngineStats, LlmEngine, StepOutput};
 #[cfg(feature = "engine")]
 pub use kv::{BatchSeq, KvCache, LayerCache, kv_bytes_per_token};
+pub use quant::{Quantized, WeightFormat};
+#[cfg(feature = "engine")]
+pub use quantize_model::{QuantReport, quantize_weights};
 pub use sampling::{SamplingParams, probabilities, sample_token};
 pub use scheduler::{
     FinishReason, Refused, Scheduled, Scheduler, SchedulerConfig, SeqId, Sequence,

@@ -720,8 +720,33 @@ fn generate_batches_prompts_into_samples_greedy_texts() {
         "6",
     ]);
     assert!(ok, "{stderr}");
-    assert!(table.contains("| 2 | 1.000 | 1.000 | 3.00 | 3.00 |"), "{table}");
+    assert!(
+        table.contains("| 2 | 1.000 | 1.000 | 3.00 | 3.00 |"),
+        "{table}"
+    );
     fails_with(&["generate", &run, "--speculate", "2"], "--draft");
+    // Weight-only quantization: the table has every format, and generate decodes with
+    // int8 weights.
+    let (ok, table, stderr) = brrr(&["bench", "quant", &run, "--tokens", "256"]);
+    assert!(ok, "{stderr}");
+    for row in [
+        "| f32 (as trained) |",
+        "| int8 |",
+        "| int4-g32 |",
+        "| fp8-e4m3 |",
+    ] {
+        assert!(table.contains(row), "{row} not in {table}");
+    }
+    let (ok, _, stderr) = brrr(&["generate", &run, "--max-tokens", "3", "--weights", "int4"]);
+    assert!(ok, "{stderr}");
+    fails_with(
+        &["bench", "quant", &run, "--formats", "int3"],
+        "unknown weight format",
+    );
+    fails_with(
+        &["generate", &run, "--weights", "int4-g0"],
+        "unknown weight format",
+    );
     fails_with(&["generate", &run, "--top-p", "0"], "top_p");
     fails_with(&["generate", &run, "--block-size", "0"], "at least 1");
     let long = "the lazy dog ".repeat(50);
