@@ -57,8 +57,9 @@ impl SpecRow {
     fn tokens_per_s(&self) -> f64 {
         self.stats.generated as f64 / self.seconds.max(1e-9)
     }
+    /// Seconds per target forward (a one-token forward at k = 0, a verifying one else).
     fn seconds_per_forward(&self) -> f64 {
-        self.seconds / self.stats.target_forwards.max(1) as f64
+        self.stats.target_seconds / self.stats.target_forwards.max(1) as f64
     }
 }
 
@@ -138,6 +139,8 @@ fn measure(
         accepted: after.accepted - before.accepted,
         generated: after.generated - before.generated,
         alpha_sum: after.alpha_sum - before.alpha_sum,
+        target_seconds: after.target_seconds - before.target_seconds,
+        draft_seconds: after.draft_seconds - before.draft_seconds,
     };
     Ok(SpecRow { k, stats, seconds })
 }
@@ -170,34 +173,42 @@ pub fn run(args: &SpecBenchArgs, progress: &mut dyn FnMut(&str)) -> Result<SpecB
     })
 }
 
-/// The table: measured figures next to the formulas'.
+/// The table: measured figures next to the formulas'. Two speed-up formulas: the
+/// paper's, which assumes a verifying forward costs one decode, and the same with the
+/// verifying forward's measured cost.
 pub fn table(b: &SpecBench) -> String {
-    let c = b.draft_alone.seconds_per_forward() / b.target_alone.seconds_per_forward();
+    let one = b.target_alone.seconds_per_forward();
+    let c = b.draft_alone.seconds_per_forward() / one;
     let base = b.target_alone.tokens_per_s();
     let mut out = format!(
         "target alone: {:.0} tokens/s ({:.2} ms a forward); draft alone: {:.0} tokens/s; \
          cost ratio c = {c:.3}\n\n",
         base,
-        1e3 * b.target_alone.seconds_per_forward(),
+        1e3 * one,
         b.draft_alone.tokens_per_s()
     );
     out.push_str(
-        "| k | α measured | α predicted | tokens / target forward | formula | tokens/s | \
-         speed-up | formula (α, c) |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| k | α measured | α predicted | tokens / target forward | formula | verifying \
+         forward / one decode | tokens/s | speed-up | formula (α, c) | formula, measured \
+         costs |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in &b.rows {
         let (s, alpha) = (&r.stats, r.stats.acceptance_rate());
+        let verify = r.seconds_per_forward() / one;
+        let tokens = expected_tokens_per_step(alpha, r.k);
         let _ = writeln!(
             out,
-            "| {} | {:.3} | {:.3} | {:.2} | {:.2} | {:.0} | {:.2}× | {:.2}× |",
+            "| {} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2}× | {:.0} | {:.2}× | {:.2}× | {:.2}× |",
             r.k,
             alpha,
             s.predicted_acceptance(),
             s.tokens_per_step(),
-            expected_tokens_per_step(alpha, r.k),
+            tokens,
+            verify,
             r.tokens_per_s(),
             r.tokens_per_s() / base,
-            expected_speedup(alpha, r.k, c)
+            expected_speedup(alpha, r.k, c),
+            tokens / (r.k as f64 * c + verify)
         );
     }
     out

@@ -19,6 +19,7 @@ use brrr_backend::{Backend, Error, Result};
 use brrr_nn::Gpt;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
 
 /// Counters since the decoder was built.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -36,6 +37,10 @@ pub struct SpeculativeStats {
     /// `Σ min(p, q)` over the verified proposals' positions: the acceptance rate the
     /// two models' distributions predict, summed ([`acceptance_probability`]).
     pub alpha_sum: f64,
+    /// Seconds spent in target forwards (each ends reading its logits back).
+    pub target_seconds: f64,
+    /// Seconds spent in draft forwards.
+    pub draft_seconds: f64,
 }
 
 impl SpeculativeStats {
@@ -219,6 +224,7 @@ impl<B: Backend> SpeculativeDecoder<B> {
         let len = tokens.len();
         let mut seq = tokens.to_vec();
         let mut draft = Vec::with_capacity(k);
+        let t0 = Instant::now();
         for _ in 0..k {
             let logits = self.draft.forward(&seq, seq.len() - 1, self.vocab_limit)?;
             let q = probs(&logits[0])?;
@@ -226,12 +232,14 @@ impl<B: Backend> SpeculativeDecoder<B> {
             seq.push(x as u32);
             draft.push(q);
         }
+        let t1 = Instant::now();
         let target = self
             .target
             .forward(&seq, len - 1, self.vocab_limit)?
             .iter()
             .map(|l| probs(l))
             .collect::<Result<Vec<_>>>()?;
+        let t2 = Instant::now();
         let verdict = verify(&target, &draft, &seq[len..], rng).map_err(invalid)?;
         let a = verdict.accepted;
         // Positions past the first rejected proposal hold tokens that are gone.
@@ -244,6 +252,8 @@ impl<B: Backend> SpeculativeDecoder<B> {
         s.tested += tested as u64;
         s.accepted += a as u64;
         s.generated += a as u64 + 1;
+        s.draft_seconds += (t1 - t0).as_secs_f64();
+        s.target_seconds += (t2 - t1).as_secs_f64();
         s.alpha_sum += (0..tested)
             .map(|i| acceptance_probability(&target[i], &draft[i]))
             .sum::<f64>();
