@@ -44,7 +44,7 @@ const DATA: &str = "Data loading: shards, prefetching, packing and balance";
 const TENSOR_PARALLEL: &str = "Tensor parallelism";
 const PIPELINE: &str = "Pipeline parallelism";
 const DATA_PARALLEL: &str = "Data parallelism: DDP, buckets and ZeRO";
-const SERVING: &str = "Serving: KV cache, paging and continuous batching";
+const SERVING: &str = "Serving: KV cache, batching, quantization, speculation and a server";
 
 /// Every exercise, in book order (the GPU puzzles come after, see [`crate::puzzles::all`]).
 pub fn all() -> Vec<Exercise> {

@@ -31,6 +31,9 @@ enum Command {
     /// Continue several prompts at once with the serving engine (paged KV cache,
     /// continuous batching); prints each text, then what the engine did.
     Generate(brrr::generate::GenerateArgs),
+    /// Serve a trained run over HTTP: an OpenAI-compatible /v1/completions (streaming
+    /// too), /health and /metrics, until Ctrl-C or SIGTERM.
+    Serve(brrr::serve_cmd::ServeArgs),
     /// Benchmarks that print tables.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -161,6 +164,13 @@ fn main() -> ExitCode {
             let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             perf_cmd::write_stdout(&format!("{text}\n"))
                 .map_err(|e| brrr_backend::Error::io("writing the texts to stdout", e))
+        }),
+        Command::Serve(args) => brrr::serve_cmd::run(&args, &mut |url| {
+            eprintln!(
+                "serving {} at {url}: POST /v1/completions, GET /health, GET /metrics \
+                 (Ctrl-C or SIGTERM stops)",
+                args.dir.display()
+            )
         }),
         Command::Bench(BenchCommand::Gemm(args)) => run_bench_gemm(&args),
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),

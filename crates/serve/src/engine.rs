@@ -114,6 +114,11 @@ impl<B: Backend> LlmEngine<B> {
         self.model
     }
 
+    /// The served model's shape (its context length, `block_size`, bounds every request).
+    pub fn model_config(&self) -> &brrr_nn::GptConfig {
+        &self.model.config
+    }
+
     /// The scheduler: queues, blocks, preemptions.
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler

@@ -25,8 +25,12 @@
 //!   the training code's, walked by the same `Block::forward`; one forward per step
 //!   over every scheduled token, flattened into one row with its positions.
 //!
-//! The bookkeeping (blocks, scheduler, sampling) has no backend and compiles for
-//! wasm32 (`default-features = false`).
+//! - [`server`] (feature `http`): an OpenAI-compatible HTTP server (axum on tokio)
+//!   with streaming, `/health` and Prometheus `/metrics`, limits answered with 4xx
+//!   JSON, cancellation when a client leaves, and a graceful stop.
+//!
+//! The bookkeeping (blocks, scheduler, sampling, the speculative rule, the quantization
+//! formats) has no backend and compiles for wasm32 (`default-features = false`).
 //!
 //! ## Example
 //!
@@ -66,6 +70,8 @@ pub mod quant;
 pub mod quantize_model;
 pub mod sampling;
 pub mod scheduler;
+#[cfg(all(feature = "http", not(target_arch = "wasm32")))]
+pub mod server;
 pub mod speculative;
 #[cfg(all(feature = "engine", not(target_arch = "wasm32")))]
 pub mod speculative_decoder;

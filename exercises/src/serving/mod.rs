@@ -1,4 +1,4 @@
-//! Chapter "Serving: KV cache, paging and continuous batching" (`book/src/serving.md`).
+//! Chapter "Serving: KV cache, batching, quantization, speculation and a server" (`book/src/serving.md`).
 
 pub mod accept_draft;
 pub mod batch_step;

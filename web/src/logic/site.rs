@@ -195,7 +195,9 @@ pub const PAGES: [PageInfo; 14] = [
         blurb: "Requests arriving, a KV cache of blocks, a token budget per step: brrr-serve's \
                 scheduler batches them continuously, cuts long prompts into chunks, preempts \
                 when the cache is full and reuses a shared prompt prefix; every step's tokens \
-                and blocks on a timeline, beside the same requests served one at a time.",
+                and blocks on a timeline, beside the same requests served one at a time. \
+                Below, speculative decoding's acceptance rule: tokens per forward and \
+                speed-up against k.",
         chapter: "serving.html",
         crates: &["brrr_serve"],
     },

@@ -752,3 +752,52 @@ fn generate_batches_prompts_into_samples_greedy_texts() {
     let long = "the lazy dog ".repeat(50);
     fails_with(&["generate", &run, "--prompt", &long], "context");
 }
+
+/// `brrr serve`: a completion over loopback, then SIGTERM stops it cleanly.
+#[cfg(unix)]
+#[test]
+fn serve_answers_over_loopback_and_stops_on_sigterm() {
+    use std::io::{BufRead, BufReader, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tiny_run(tmp.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brrr"))
+        .args(["serve", &run, "--port", "0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    // "serving RUN at http://127.0.0.1:PORT: POST ..."
+    let url = line
+        .split("http://")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let addr: String = url
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+        .collect();
+    let addr = addr.trim_end_matches(':');
+    let body = r#"{"prompt": "the ", "max_tokens": 4, "temperature": 0}"#;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("\"completion_tokens\":4"), "{response}");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "{status}: {rest}");
+}

@@ -2,4 +2,6 @@
 //! (`cargo test -p brrr-serve --test it NAME` runs the tests matching NAME).
 
 mod engine;
+#[cfg(feature = "http")]
+mod server;
 mod speculative;
