@@ -54,6 +54,7 @@ pub mod profile_cmd;
 pub mod quant_bench;
 pub mod recompute;
 pub mod sample;
+pub mod serve_bench;
 pub mod serve_cmd;
 pub mod spec_bench;
 pub mod train;

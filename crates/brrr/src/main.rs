@@ -108,6 +108,9 @@ enum BenchCommand {
     /// Weight-only quantization of a run (int8, int4, fp8): the weights' bytes and the
     /// validation perplexity of each format against the model as trained.
     Quant(brrr::quant_bench::QuantBenchArgs),
+    /// A load generator for brrr serve: Poisson arrivals at several rates; throughput,
+    /// TTFT and TPOT p50/p99, goodput, and a latency-against-throughput SVG.
+    Serve(brrr::serve_bench::ServeBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -176,6 +179,15 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
         Command::Bench(BenchCommand::Reduce(args)) => run_bench_reduce(&args),
         Command::Bench(BenchCommand::Amp(args)) => run_bench_amp(&args),
+        Command::Bench(BenchCommand::Serve(args)) => {
+            let mut progress = |what: &str| eprintln!("{what}");
+            brrr::serve_bench::run(&args, &mut progress).and_then(|rows| {
+                say(format_args!(
+                    "{}",
+                    brrr::serve_bench::table(&rows).trim_end()
+                ))
+            })
+        }
         Command::Bench(BenchCommand::Quant(args)) => {
             let mut progress = |what: &str| eprintln!("measuring {what}");
             brrr::quant_bench::run(&args, &mut progress).and_then(|rows| {

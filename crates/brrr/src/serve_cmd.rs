@@ -59,6 +59,23 @@ pub struct ServeArgs {
     pub no_prefix_caching: bool,
 }
 
+impl ServeArgs {
+    /// The defaults for `dir` on a free loopback port, taking as many requests at once
+    /// as a load generator sends (`brrr bench serve`).
+    pub fn for_bench(dir: PathBuf) -> Result<Self> {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let dir = dir.to_string_lossy().to_string();
+        let argv = ["serve", &dir, "--port", "0", "--max-concurrent", "4096"];
+        <Flags as clap::Parser>::try_parse_from(argv)
+            .map(|f| f.serve)
+            .map_err(|e| Error::invalid("serve", e.to_string()))
+    }
+}
+
 struct Bytes;
 
 impl Tokenizer for Bytes {

@@ -800,4 +800,25 @@ fn serve_answers_over_loopback_and_stops_on_sigterm() {
     let mut rest = String::new();
     stderr.read_to_string(&mut rest).unwrap();
     assert!(status.success(), "{status}: {rest}");
+    // The load generator against its own in-process server.
+    let (ok, table, stderr) = brrr(&[
+        "bench",
+        "serve",
+        &run,
+        "--rates",
+        "50",
+        "--requests",
+        "6",
+        "--prompt-len",
+        "2..4",
+        "--output-len",
+        "2..3",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(table.contains("| 50 | 6 | 0 |"), "{table}");
+    fails_with(
+        &["bench", "serve", &run, "--prompt-len", "5..2"],
+        "MIN..MAX",
+    );
+    fails_with(&["bench", "serve", "--url", "localhost:1"], "http://");
 }
