@@ -68,6 +68,78 @@ pub enum EstimateCommand {
     /// Pipeline schedules: bubble fraction, pipeline time and activations in flight
     /// per stage, for each schedule.
     Pipeline(PipelineEstimateArgs),
+    /// Serving: KV-cache bytes per token, the largest batch that fits, and the decode
+    /// step's bandwidth and compute bounds per batch size.
+    Serve(ServeEstimateArgs),
+}
+
+/// `brrr estimate serve`.
+#[derive(Args, Debug, Clone)]
+pub struct ServeEstimateArgs {
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// GPU.
+    #[arg(long, default_value = "h100")]
+    pub gpu: String,
+    /// Weight storage: bf16, fp16, fp32, fp8, int8 or int4.
+    #[arg(long, default_value = "bf16")]
+    pub weights: String,
+    /// KV-cache storage: bf16, fp16, fp32 or fp8.
+    #[arg(long, default_value = "bf16")]
+    pub kv: String,
+    /// Tokens each request holds [default: the model's sequence length].
+    #[arg(long)]
+    pub context: Option<u64>,
+    /// Share of the GPU's memory for weights and cache.
+    #[arg(long, default_value_t = 0.9)]
+    pub memory_fraction: f64,
+    /// Batch sizes to show.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 8, 64, 256])]
+    pub batches: Vec<u64>,
+    /// JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Bytes per element of a storage name, and whether the format exists for `what`.
+fn storage_bytes(name: &str, what: &str, ints: bool) -> Result<f64, Box<dyn std::error::Error>> {
+    Ok(match name.to_ascii_lowercase().as_str() {
+        "fp32" | "f32" => 4.0,
+        "bf16" | "fp16" | "f16" => 2.0,
+        "fp8" => 1.0,
+        "int8" if ints => 1.0,
+        "int4" if ints => 0.5,
+        other => {
+            return Err(format!(
+                "unknown {what} storage {other:?}: bf16, fp16, fp32, fp8{}",
+                if ints { ", int8 or int4" } else { "" }
+            )
+            .into());
+        }
+    })
+}
+
+fn run_serve(a: &ServeEstimateArgs) -> CmdResult {
+    let cfg = a
+        .model
+        .resolve()?
+        .ok_or("estimate serve needs a model: --model PRESET or --layers/--hidden/--heads")?;
+    let weight_bytes = storage_bytes(&a.weights, "weight", true)?;
+    let setup = brrr_perf::serve::ServeSetup {
+        weight_bytes,
+        kv_bytes: storage_bytes(&a.kv, "KV", false)?,
+        context: a.context.unwrap_or(cfg.seq_len),
+        memory_fraction: a.memory_fraction,
+        compute: if weight_bytes == 4.0 {
+            specs::DType::F32
+        } else {
+            specs::DType::Bf16
+        },
+    };
+    let gpu = specs::gpu(&a.gpu)?;
+    let e = brrr_perf::serve::estimate_serve(&cfg, &gpu, &setup, &a.batches)?;
+    print(&report::serve_report(&cfg, &gpu, &e, &setup), a.json)
 }
 
 /// `brrr estimate pipeline`.
@@ -407,6 +479,7 @@ pub fn run_estimate(args: &EstimateArgs) -> CmdResult {
         EstimateCommand::Memory(a) => run_memory(a),
         EstimateCommand::Time(a) => run_time(a),
         EstimateCommand::Comms(a) => run_comms(a),
+        EstimateCommand::Serve(a) => run_serve(a),
         // It simulates brrr-pp's schedules, which this module does not link: the
         // binary routes it to `brrr::pipeline_cmd::estimate_table` with `pipeline_per_layer`.
         EstimateCommand::Pipeline(_) => Err(

@@ -26,6 +26,7 @@ pub mod memory;
 pub mod plot;
 pub mod report;
 pub mod roofline;
+pub mod serve;
 pub mod specs;
 pub mod table;
 pub mod tensor_parallel;

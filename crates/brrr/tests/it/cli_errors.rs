@@ -822,3 +822,27 @@ fn serve_answers_over_loopback_and_stops_on_sigterm() {
     );
     fails_with(&["bench", "serve", "--url", "localhost:1"], "http://");
 }
+
+/// `estimate serve`: the cache's bytes per token and the largest batch, and storage
+/// names checked.
+#[test]
+fn estimate_serve_reports_the_cache_and_the_decode_bound() {
+    let out = succeeds_finite(&["estimate", "serve", "--model", "gpt2", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["estimate"]["kv_bytes_per_token"], 36_864.0, "{out}");
+    assert!(j["estimate"]["max_batch"].as_u64().unwrap() > 1000, "{out}");
+    let fp8 = succeeds_finite(&[
+        "estimate", "serve", "--model", "gpt2", "--kv", "fp8", "--json",
+    ]);
+    let j8: serde_json::Value = serde_json::from_str(&fp8).unwrap();
+    assert_eq!(j8["estimate"]["kv_bytes_per_token"], 18_432.0);
+    fails_with(
+        &["estimate", "serve", "--model", "gpt2", "--weights", "int3"],
+        "unknown weight storage",
+    );
+    fails_with(
+        &["estimate", "serve", "--model", "gpt2", "--kv", "int4"],
+        "unknown KV storage",
+    );
+    fails_with(&["estimate", "serve"], "needs a model");
+}
