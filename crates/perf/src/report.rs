@@ -1013,6 +1013,72 @@ pub fn comms_report(inp: &CommsInputs) -> Result<Report> {
     Ok(r)
 }
 
+/// `brrr estimate serve`: the cache's bytes per token, the batch that fits, and the
+/// decode step at each batch size against the roofline.
+pub fn serve_report(
+    cfg: &TransformerConfig,
+    gpu: &GpuSpec,
+    e: &crate::serve::ServeEstimate,
+    s: &crate::serve::ServeSetup,
+) -> Report {
+    let mut r = Report::new(
+        format!("Serving {} params on {}", table::count(e.params), gpu.id),
+        json!({"estimate": to_json(e), "setup": to_json(s), "gpu": gpu.id}),
+    );
+    r.note(format!(
+        "weights: {} ({} bytes a parameter); KV cache: {} a token (2 · {} layers · {} wide · {} bytes)",
+        table::bytes_binary(e.weight_bytes),
+        s.weight_bytes,
+        table::bytes_binary(e.kv_bytes_per_token),
+        cfg.layers,
+        cfg.hidden,
+        s.kv_bytes
+    ));
+    r.note(format!(
+        "cache: {} of {} ({}% usable) holds {} tokens: {} requests of {} tokens at once",
+        table::bytes_binary(e.cache_bytes),
+        table::bytes_binary(gpu.memory_bytes),
+        100.0 * s.memory_fraction,
+        table::count(e.max_tokens),
+        e.max_batch,
+        s.context
+    ));
+    let mut t = Table::new([
+        "batch",
+        "bytes read",
+        "FLOPs",
+        "at bandwidth",
+        "at peak",
+        "bound",
+        "tokens/s at most",
+    ]);
+    for row in &e.rows {
+        t.row([
+            row.batch.to_string(),
+            table::bytes(row.bytes),
+            table::count(row.flops),
+            format!("{:.3} ms", 1e3 * row.memory_s),
+            format!("{:.3} ms", 1e3 * row.compute_s),
+            if row.memory_bound {
+                "memory"
+            } else {
+                "compute"
+            }
+            .to_string(),
+            table::count(row.tokens_per_s),
+        ]);
+    }
+    r.table(
+        "One decode step (weights read once, each request's cache read whole)",
+        t,
+    );
+    r.note(
+        "Decode reads every weight once a step whatever the batch, so batching multiplies \
+         tokens per second until the caches' bytes or the compute peak take over.",
+    );
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1103,70 +1169,4 @@ mod tests {
             recompute: Recompute::None,
         }
     }
-}
-
-/// `brrr estimate serve`: the cache's bytes per token, the batch that fits, and the
-/// decode step at each batch size against the roofline.
-pub fn serve_report(
-    cfg: &TransformerConfig,
-    gpu: &GpuSpec,
-    e: &crate::serve::ServeEstimate,
-    s: &crate::serve::ServeSetup,
-) -> Report {
-    let mut r = Report::new(
-        format!("Serving {} params on {}", table::count(e.params), gpu.id),
-        json!({"estimate": to_json(e), "setup": to_json(s), "gpu": gpu.id}),
-    );
-    r.note(format!(
-        "weights: {} ({} bytes a parameter); KV cache: {} a token (2 · {} layers · {} wide · {} bytes)",
-        table::bytes_binary(e.weight_bytes),
-        s.weight_bytes,
-        table::bytes_binary(e.kv_bytes_per_token),
-        cfg.layers,
-        cfg.hidden,
-        s.kv_bytes
-    ));
-    r.note(format!(
-        "cache: {} of {} ({}% usable) holds {} tokens: {} requests of {} tokens at once",
-        table::bytes_binary(e.cache_bytes),
-        table::bytes_binary(gpu.memory_bytes),
-        100.0 * s.memory_fraction,
-        table::count(e.max_tokens),
-        e.max_batch,
-        s.context
-    ));
-    let mut t = Table::new([
-        "batch",
-        "bytes read",
-        "FLOPs",
-        "at bandwidth",
-        "at peak",
-        "bound",
-        "tokens/s at most",
-    ]);
-    for row in &e.rows {
-        t.row([
-            row.batch.to_string(),
-            table::bytes(row.bytes),
-            table::count(row.flops),
-            format!("{:.3} ms", 1e3 * row.memory_s),
-            format!("{:.3} ms", 1e3 * row.compute_s),
-            if row.memory_bound {
-                "memory"
-            } else {
-                "compute"
-            }
-            .to_string(),
-            table::count(row.tokens_per_s),
-        ]);
-    }
-    r.table(
-        "One decode step (weights read once, each request's cache read whole)",
-        t,
-    );
-    r.note(
-        "Decode reads every weight once a step whatever the batch, so batching multiplies \
-         tokens per second until the caches' bytes or the compute peak take over.",
-    );
-    r
 }
