@@ -222,8 +222,8 @@ fn spec_results(input: &SpecInput, v: &SpecView) -> Html {
     html! {
         <>
             <div class="stats">
-                <Stat label="Acceptance rate α" text={format!("{:.2}", v.alpha)} value={v.alpha} id="spec-alpha" strong=true
-                    note={format!("Σ min(p, q) predicts {:.2}", v.alpha_predicted)} />
+                <Stat label="Acceptance rate" text={format!("{:.2}", v.alpha)} value={v.alpha} id="spec-alpha" strong=true
+                    note={format!("α, proposals kept; Σ min(p, q) predicts {:.2}", v.alpha_predicted)} />
                 <Stat label="Best k" text={v.best_k.to_string()} value={v.best_k as f64} id="spec-best-k"
                     note={format!("{:.2}× the target alone, {:.2} tokens a forward (c = {:.2})", best.speedup, best.tokens, f64::from(input.cost) / 100.0)} />
             </div>
