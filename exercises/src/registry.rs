@@ -303,6 +303,12 @@ pub fn all() -> Vec<Exercise> {
         },
         Exercise {
             chapter: SERVING,
+            module: "serving::prefix_hits",
+            task: "the prompt tokens a prefix cache saves: shared full blocks, the last token computed",
+            check: serving::prefix_hits::check,
+        },
+        Exercise {
+            chapter: SERVING,
             module: "serving::accept_draft",
             task: "speculative decoding's acceptance rule: keep, or draw from the residual",
             check: serving::accept_draft::check,

@@ -41,10 +41,26 @@ pub struct GenerateArgs {
     /// Seed of the first prompt's random stream (the i-th prompt's is seed + i).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The KV cache, the step budget and the weights' format.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Speculative decoding: a smaller run trained on the same tokenizer proposes
+    /// tokens that this run verifies (prompts are then decoded one at a time).
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Tokens the draft proposes per step (with `--draft`).
+    #[arg(long, default_value_t = 4, requires = "draft")]
+    pub speculate: usize,
+}
+
+/// The serving engine's flags, shared by `brrr generate` and `brrr serve`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EngineArgs {
     /// Token slots per KV-cache block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// KV-cache blocks [default: enough for every prompt to fill the model's context].
+    /// KV-cache blocks [default: enough for every request running at once to fill the
+    /// model's context].
     #[arg(long)]
     pub kv_blocks: Option<usize>,
     /// Tokens one step computes at most (decodes and prompt chunks together).
@@ -54,17 +70,33 @@ pub struct GenerateArgs {
     /// start already put in the KV cache (prefix caching is on by default).
     #[arg(long)]
     pub no_prefix_caching: bool,
-    /// Speculative decoding: a smaller run trained on the same tokenizer proposes
-    /// tokens that this run verifies (prompts are then decoded one at a time).
-    #[arg(long)]
-    pub draft: Option<PathBuf>,
     /// Store the linear weights as int8, int4 (groups of 32), int4-gN or fp8, and
-    /// decode with exactly those values (the draft's too).
+    /// decode with exactly those values (a draft's too).
     #[arg(long)]
     pub weights: Option<WeightFormat>,
-    /// Tokens the draft proposes per step (with `--draft`).
-    #[arg(long, default_value_t = 4, requires = "draft")]
-    pub speculate: usize,
+}
+
+impl EngineArgs {
+    /// The engine for a model of `context` tokens with `max_seqs` requests running.
+    pub fn config(&self, context: usize, max_seqs: usize) -> EngineConfig {
+        let per_request = context.div_ceil(self.block_size.max(1));
+        EngineConfig {
+            block_size: self.block_size,
+            num_blocks: self.kv_blocks.unwrap_or(per_request * max_seqs.max(1)),
+            max_batch_tokens: self.max_batch_tokens,
+            max_seqs: max_seqs.max(1),
+            vocab_limit: Some(ByteTokenizer::VOCAB_SIZE),
+            prefix_caching: !self.no_prefix_caching,
+        }
+    }
+
+    /// `model` with its linear weights in `--weights`' format, if given.
+    pub fn quantize(&self, model: &mut Gpt<CpuBackend>) -> Result<()> {
+        if let Some(format) = self.weights {
+            quantize_weights(model, format)?;
+        }
+        Ok(())
+    }
 }
 
 /// What `brrr generate` produced.
@@ -123,9 +155,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         ));
     }
     let (mut model, cfg) = load_model(&args.dir, &mut ChaCha8Rng::seed_from_u64(0))?;
-    if let Some(format) = args.weights {
-        quantize_weights(&mut model, format)?;
-    }
+    args.engine.quantize(&mut model)?;
     let tok = ByteTokenizer;
     let prompts: Vec<Vec<u32>> = match args.prompts.is_empty() {
         true => vec![vec![u32::from(b'\n')]],
@@ -185,9 +215,7 @@ fn speculative(
     params: &SamplingParams,
 ) -> Result<(Vec<Vec<u32>>, SpeculativeStats)> {
     let (mut draft, _) = load_model(draft, &mut ChaCha8Rng::seed_from_u64(0))?;
-    if let Some(format) = args.weights {
-        quantize_weights(&mut draft, format)?;
-    }
+    args.engine.quantize(&mut draft)?;
     let vocab = Some(ByteTokenizer::VOCAB_SIZE);
     let mut dec = SpeculativeDecoder::new(target, draft, args.speculate, vocab)?;
     let outputs = prompts
@@ -215,15 +243,7 @@ fn batched(
     prompts: &[Vec<u32>],
     params: &SamplingParams,
 ) -> Result<(Vec<Vec<u32>>, EngineStats, u64)> {
-    let per_request = cfg.model.block_size.div_ceil(args.block_size.max(1));
-    let config = EngineConfig {
-        block_size: args.block_size,
-        num_blocks: args.kv_blocks.unwrap_or(per_request * prompts.len()),
-        max_batch_tokens: args.max_batch_tokens,
-        max_seqs: prompts.len().max(1),
-        vocab_limit: Some(ByteTokenizer::VOCAB_SIZE),
-        prefix_caching: !args.no_prefix_caching,
-    };
+    let config = args.engine.config(cfg.model.block_size, prompts.len());
     let mut engine = LlmEngine::new(model, config)?;
     let outputs = engine.generate(prompts, params)?;
     let preemptions = engine.scheduler().preemptions;

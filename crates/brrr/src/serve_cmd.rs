@@ -3,10 +3,11 @@
 //! flight then get `--grace-s` seconds to finish.
 
 use crate::data::ByteTokenizer;
+use crate::generate::EngineArgs;
 use crate::sample::load_model;
 use brrr_backend::{Error, Result};
+use brrr_serve::LlmEngine;
 use brrr_serve::server::{EngineHandle, ServerConfig, Tokenizer, router, serve};
-use brrr_serve::{EngineConfig, LlmEngine, WeightFormat, quantize_weights};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::path::PathBuf;
@@ -24,15 +25,6 @@ pub struct ServeArgs {
     /// Port (0: any free one, printed at start).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Token slots per KV-cache block.
-    #[arg(long, default_value_t = 16)]
-    pub block_size: usize,
-    /// KV-cache blocks [default: enough for --max-seqs requests at full context].
-    #[arg(long)]
-    pub kv_blocks: Option<usize>,
-    /// Tokens one step computes at most (decodes and prompt chunks together).
-    #[arg(long, default_value_t = 512)]
-    pub max_batch_tokens: usize,
     /// Requests in the batch at once at most (more wait in the queue).
     #[arg(long, default_value_t = 32)]
     pub max_seqs: usize,
@@ -51,12 +43,9 @@ pub struct ServeArgs {
     /// Seconds requests in flight get to finish after Ctrl-C or SIGTERM.
     #[arg(long, default_value_t = 30)]
     pub grace_s: u64,
-    /// Store the linear weights as int8, int4, int4-gN or fp8.
-    #[arg(long)]
-    pub weights: Option<WeightFormat>,
-    /// Do not reuse KV blocks of prompt prefixes computed before.
-    #[arg(long)]
-    pub no_prefix_caching: bool,
+    /// The KV cache, the step budget and the weights' format.
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 impl ServeArgs {
@@ -116,18 +105,8 @@ pub fn run(args: &ServeArgs, ready: &mut dyn FnMut(&str)) -> Result<()> {
     let a = args.clone();
     let handle = EngineHandle::spawn(move || {
         let (mut model, cfg) = load_model(&a.dir, &mut ChaCha8Rng::seed_from_u64(0))?;
-        if let Some(format) = a.weights {
-            quantize_weights(&mut model, format)?;
-        }
-        let per_request = cfg.model.block_size.div_ceil(a.block_size.max(1));
-        let config = EngineConfig {
-            block_size: a.block_size,
-            num_blocks: a.kv_blocks.unwrap_or(per_request * a.max_seqs.max(1)),
-            max_batch_tokens: a.max_batch_tokens,
-            max_seqs: a.max_seqs,
-            vocab_limit: Some(ByteTokenizer::VOCAB_SIZE),
-            prefix_caching: !a.no_prefix_caching,
-        };
+        a.engine.quantize(&mut model)?;
+        let config = a.engine.config(cfg.model.block_size, a.max_seqs);
         LlmEngine::new(model, config)
     })?;
     let server = ServerConfig {

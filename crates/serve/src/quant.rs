@@ -122,8 +122,12 @@ pub fn e4m3_code(x: f32) -> u8 {
 
 fn scale_of(values: &[f32], top: f32) -> f32 {
     let absmax = values.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-    // Rounded to f16 first, so the codes are computed with the scale that is stored.
-    f16::from_f32(if absmax > 0.0 { absmax / top } else { 1.0 }).to_f32()
+    // Rounded to f16 first, so the codes are computed with the scale that is stored;
+    // never below f16's smallest step, so tiny weights do not divide by a zero scale,
+    // and never above its largest value, so huge ones do not get an infinite one.
+    let s = if absmax > 0.0 { absmax / top } else { 1.0 };
+    let (lo, hi) = (f16::MIN_POSITIVE_SUBNORMAL.to_f32(), f16::MAX.to_f32());
+    f16::from_f32(s.clamp(lo, hi)).to_f32()
 }
 
 impl Quantized {
@@ -311,6 +315,13 @@ mod tests {
             assert!((a - b).abs() <= 1.0 / 7.0 * 0.51, "{a} vs {b}");
         }
         assert!(Quantized::quantize(&[f32::NAN; 4], 1, 4, WeightFormat::Int8).is_err());
+        // Tiny weights keep a nonzero scale: finite codes, values near zero.
+        let tiny = Quantized::quantize(&[1e-9, -1e-9], 1, 2, WeightFormat::Int8).unwrap();
+        assert!(
+            tiny.dequantize()
+                .iter()
+                .all(|x| x.is_finite() && x.abs() < 1e-6)
+        );
         let zeros = Quantized::quantize(&[0.0; 4], 1, 4, WeightFormat::Int4 { group: 2 }).unwrap();
         assert_eq!(zeros.dequantize(), vec![0.0; 4]);
         for s in ["int8", "int4", "int4-g128", "fp8"] {

@@ -72,16 +72,7 @@ pub fn sample_token(
     top_p: f32,
     rng: &mut impl Rng,
 ) -> Result<usize, String> {
-    if logits.is_empty() || logits.iter().any(|x| !x.is_finite()) {
-        return Err("logits are empty or not finite: no distribution to sample from".into());
-    }
-    SamplingParams {
-        temperature,
-        top_p,
-        ..SamplingParams::default()
-    }
-    .validate()?;
-    let (order, weights) = nucleus(logits, temperature, top_k, top_p);
+    let (order, weights) = nucleus(logits, temperature, top_k, top_p)?;
     if temperature == 0.0 {
         return Ok(order[0]);
     }
@@ -106,16 +97,7 @@ pub fn probabilities(
     top_k: usize,
     top_p: f32,
 ) -> Result<Vec<f64>, String> {
-    if logits.is_empty() || logits.iter().any(|x| !x.is_finite()) {
-        return Err("logits are empty or not finite: no distribution to sample from".into());
-    }
-    SamplingParams {
-        temperature,
-        top_p,
-        ..SamplingParams::default()
-    }
-    .validate()?;
-    let (order, weights) = nucleus(logits, temperature, top_k, top_p);
+    let (order, weights) = nucleus(logits, temperature, top_k, top_p)?;
     let total: f64 = weights.iter().sum();
     let mut p = vec![0.0; logits.len()];
     for (w, &i) in weights.iter().zip(&order) {
@@ -126,12 +108,27 @@ pub fn probabilities(
 
 /// The indices from most to least likely and the unnormalised weights of those kept
 /// (one weight, 1, for greedy). Stable: equal logits keep index order, so greedy takes
-/// the first of a tie.
-fn nucleus(logits: &[f32], temperature: f32, top_k: usize, top_p: f32) -> (Vec<usize>, Vec<f64>) {
+/// the first of a tie. Errors on empty or non-finite logits, or a bad temperature or
+/// `top_p`.
+fn nucleus(
+    logits: &[f32],
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+) -> Result<(Vec<usize>, Vec<f64>), String> {
+    if logits.is_empty() || logits.iter().any(|x| !x.is_finite()) {
+        return Err("logits are empty or not finite: no distribution to sample from".into());
+    }
+    SamplingParams {
+        temperature,
+        top_p,
+        ..SamplingParams::default()
+    }
+    .validate()?;
     let mut order: Vec<usize> = (0..logits.len()).collect();
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
     if temperature == 0.0 {
-        return (order, vec![1.0]);
+        return Ok((order, vec![1.0]));
     }
     let k = if top_k == 0 {
         logits.len()
@@ -155,7 +152,7 @@ fn nucleus(logits: &[f32], temperature: f32, top_k: usize, top_p: f32) -> (Vec<u
             .map_or(weights.len(), |i| i + 1);
         weights.truncate(keep);
     }
-    (order, weights)
+    Ok((order, weights))
 }
 
 #[cfg(test)]

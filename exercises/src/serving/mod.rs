@@ -3,4 +3,5 @@
 pub mod accept_draft;
 pub mod batch_step;
 pub mod kv_cache_size;
+pub mod prefix_hits;
 pub mod token_slots;

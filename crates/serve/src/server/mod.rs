@@ -99,15 +99,14 @@ pub fn router(engine: EngineHandle, tokenizer: Arc<dyn Tokenizer>, config: Serve
             get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
         )
         .route("/metrics", get(metrics))
-        .fallback(|| async {
-            error(
-                StatusCode::NOT_FOUND,
-                "no such route: POST /v1/completions, GET /health, GET /metrics",
-            )
-        })
+        .fallback(|| async { error(StatusCode::NOT_FOUND, ROUTES) })
+        .method_not_allowed_fallback(|| async { error(StatusCode::METHOD_NOT_ALLOWED, ROUTES) })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .with_state(state)
 }
+
+/// What a wrong route or method is told.
+const ROUTES: &str = "the routes are POST /v1/completions, GET /health and GET /metrics";
 
 /// Serves `router` on `listener` until `shutdown` completes; requests in flight then
 /// run to their end.

@@ -298,6 +298,9 @@ fn bad_requests_get_a_4xx_with_a_json_error() {
     }
     let (status, text) = server.request("GET", "/v2/nothing", "");
     assert_eq!(status, 404, "{text}");
+    assert!(text.contains("POST /v1/completions"), "{text}");
+    let (status, text) = server.request("GET", "/v1/completions", "");
+    assert_eq!(status, 405, "{text}");
     assert!(text.contains("\"error\""), "{text}");
     assert_eq!(
         server.metric("brrr_requests_rejected_total"),
