@@ -45,8 +45,10 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Speculative decoding: a smaller run trained on the same tokenizer proposes
-    /// tokens that this run verifies (prompts are then decoded one at a time).
-    #[arg(long)]
+    /// tokens that this run verifies (prompts are then decoded one at a time, each
+    /// model with a contiguous cache of its context, so the paged cache's flags are
+    /// refused with it).
+    #[arg(long, conflicts_with_all = ["block_size", "kv_blocks", "max_batch_tokens", "no_prefix_caching"])]
     pub draft: Option<PathBuf>,
     /// Tokens the draft proposes per step (with `--draft`).
     #[arg(long, default_value_t = 4, requires = "draft")]

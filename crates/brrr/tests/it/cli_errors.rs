@@ -725,6 +725,11 @@ fn generate_batches_prompts_into_samples_greedy_texts() {
         "{table}"
     );
     fails_with(&["generate", &run, "--speculate", "2"], "--draft");
+    // The paged cache's flags mean nothing to the speculative decoder: refused, by name.
+    fails_with(
+        &["generate", &run, "--draft", &run, "--kv-blocks", "4"],
+        "--kv-blocks",
+    );
     // Weight-only quantization: the table has every format, and generate decodes with
     // int8 weights.
     let (ok, table, stderr) = brrr(&["bench", "quant", &run, "--tokens", "256"]);

@@ -103,88 +103,96 @@ impl Metrics {
         observe(&self.e2e, total);
     }
 
+    /// Every counter and gauge: name, Prometheus type, help text, value.
+    fn scalars(&self) -> [(&'static str, &'static str, &'static str, &AtomicU64); 12] {
+        let c = "counter";
+        let g = "gauge";
+        [
+            (
+                "brrr_requests_total",
+                c,
+                "Requests accepted.",
+                &self.requests,
+            ),
+            (
+                "brrr_requests_finished_total",
+                c,
+                "Requests finished.",
+                &self.finished,
+            ),
+            (
+                "brrr_requests_aborted_total",
+                c,
+                "Requests cancelled (client gone or timed out).",
+                &self.aborted,
+            ),
+            (
+                "brrr_requests_rejected_total",
+                c,
+                "Requests refused with a 4xx.",
+                &self.rejected,
+            ),
+            (
+                "brrr_prompt_tokens_total",
+                c,
+                "Prompt tokens of accepted requests.",
+                &self.prompt_tokens,
+            ),
+            (
+                "brrr_generation_tokens_total",
+                c,
+                "Tokens generated.",
+                &self.generated_tokens,
+            ),
+            (
+                "brrr_prefix_cache_hit_tokens_total",
+                c,
+                "Prompt tokens taken from the prefix cache.",
+                &self.prefix_hit_tokens,
+            ),
+            (
+                "brrr_preemptions_total",
+                c,
+                "Requests preempted for lack of KV blocks.",
+                &self.preemptions,
+            ),
+            (
+                "brrr_requests_running",
+                g,
+                "Requests in the batch.",
+                &self.running,
+            ),
+            (
+                "brrr_requests_waiting",
+                g,
+                "Requests queued.",
+                &self.waiting,
+            ),
+            (
+                "brrr_kv_blocks_used",
+                g,
+                "KV-cache blocks in use.",
+                &self.kv_blocks_used,
+            ),
+            (
+                "brrr_kv_blocks_total",
+                g,
+                "KV-cache blocks in all.",
+                &self.kv_blocks_total,
+            ),
+        ]
+    }
+
     /// The Prometheus text.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let mut scalar = |name: &str, kind: &str, help: &str, v: &AtomicU64| {
+        for (name, kind, help, v) in self.scalars() {
             let _ = writeln!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}",
                 v.load(Relaxed)
             );
-        };
-        scalar(
-            "brrr_requests_total",
-            "counter",
-            "Requests accepted.",
-            &self.requests,
-        );
-        scalar(
-            "brrr_requests_finished_total",
-            "counter",
-            "Requests finished.",
-            &self.finished,
-        );
-        scalar(
-            "brrr_requests_aborted_total",
-            "counter",
-            "Requests cancelled (client gone or timed out).",
-            &self.aborted,
-        );
-        scalar(
-            "brrr_requests_rejected_total",
-            "counter",
-            "Requests refused with a 4xx.",
-            &self.rejected,
-        );
-        scalar(
-            "brrr_prompt_tokens_total",
-            "counter",
-            "Prompt tokens of accepted requests.",
-            &self.prompt_tokens,
-        );
-        scalar(
-            "brrr_generation_tokens_total",
-            "counter",
-            "Tokens generated.",
-            &self.generated_tokens,
-        );
-        scalar(
-            "brrr_prefix_cache_hit_tokens_total",
-            "counter",
-            "Prompt tokens taken from the prefix cache.",
-            &self.prefix_hit_tokens,
-        );
-        scalar(
-            "brrr_preemptions_total",
-            "counter",
-            "Requests preempted for lack of KV blocks.",
-            &self.preemptions,
-        );
-        scalar(
-            "brrr_requests_running",
-            "gauge",
-            "Requests in the batch.",
-            &self.running,
-        );
-        scalar(
-            "brrr_requests_waiting",
-            "gauge",
-            "Requests queued.",
-            &self.waiting,
-        );
-        scalar(
-            "brrr_kv_blocks_used",
-            "gauge",
-            "KV-cache blocks in use.",
-            &self.kv_blocks_used,
-        );
-        scalar(
-            "brrr_kv_blocks_total",
-            "gauge",
-            "KV-cache blocks in all.",
-            &self.kv_blocks_total,
-        );
+        }
         let prompt = self.prompt_tokens.load(Relaxed);
         let rate = self.prefix_hit_tokens.load(Relaxed) as f64 / prompt.max(1) as f64;
         let _ = writeln!(
