@@ -31,6 +31,9 @@ echo "==== bundle: building the GPU test binaries"
 cargo test --release --no-run --message-format=json \
     -p brrr-conformance --test cuda --test train_cuda --test wgpu --test train_wgpu --test layouts \
     -p brrr-cuda --test gpu --test nvrtc >"$tmp/artifacts.json"
+# NCCL's one-rank check lives in brrr-collectives' unit tests (feature cuda).
+cargo test --release --no-run --message-format=json -p brrr-collectives --features cuda --lib \
+    >>"$tmp/artifacts.json"
 python3 - "$tmp/artifacts.json" "$tmp" <<'PY'
 import json, shutil, sys
 artifacts, dest = sys.argv[1], sys.argv[2]
@@ -42,15 +45,17 @@ for line in open(artifacts):
         continue
     if m.get("reason") != "compiler-artifact" or not m.get("executable"):
         continue
-    if not m["profile"]["test"] or m["target"]["kind"] != ["test"]:
+    kind = m["target"]["kind"]
+    if not m["profile"]["test"] or kind not in (["test"], ["lib"]):
         continue
     package = m["package_id"].split("#")[-1].split("@")[0]
-    name = f"test-{package}-{m['target']['name']}"
+    name = f"test-{package}-{'lib' if kind == ['lib'] else m['target']['name']}"
     shutil.copy2(m["executable"], f"{dest}/{name}")
     found.append(name)
 wanted = {"test-brrr-conformance-cuda", "test-brrr-conformance-train_cuda",
           "test-brrr-conformance-wgpu", "test-brrr-conformance-train_wgpu",
-          "test-brrr-cuda-gpu", "test-brrr-cuda-nvrtc", "test-brrr-conformance-layouts"}
+          "test-brrr-cuda-gpu", "test-brrr-cuda-nvrtc", "test-brrr-conformance-layouts",
+          "test-brrr-collectives-lib"}
 missing = wanted - set(found)
 if missing:
     sys.exit(f"bundle: cargo did not report {sorted(missing)}")

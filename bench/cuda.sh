@@ -3,7 +3,7 @@
 #
 #   bench/cuda.sh              # everything
 #   STEPS=50 BATCH=16 bench/cuda.sh
-#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train amp profile data wgpu
+#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train amp profile data wgpu nccl serve
 #
 # 1. conformance: the op-by-op suite on CUDA against brrr-cpu (cuBLAS and every own GEMM
 #    kernel) and `brrr train`'s loop against the CPU run; then the GPU-only tests of
@@ -28,6 +28,10 @@
 #    against the CPU, GEMM GFLOP/s per WGSL kernel version, the element-wise overhead /
 #    bandwidth sweep and the reductions with few outputs (one pass against the split).
 #    Needs a Vulkan loader (libvulkan.so.1) and the NVIDIA ICD.
+# 8. nccl: brrr-collectives' NCCL communicator with one rank (what one GPU allows).
+# 9. serve: `brrr bench decode` on the 124M preset in f32 and bf16 at batch 1, 8 and 64
+#    (tokens/s against the memory-bandwidth bound), the same through Hugging Face
+#    transformers (bench/transformers_decode.py), and brrr on wgpu (Vulkan) when present.
 #
 # Needs: an NVIDIA driver, a CUDA toolkit's NVRTC and cuBLAS (12.x or 13.x), for the
 # PyTorch rows python3 with torch, and either cargo or a bundle of prebuilt binaries from
@@ -90,7 +94,7 @@ gpu_tests() {
     cargo test --release -p "$pkg" "${args[@]}" -- --nocapture --test-threads=1 --skip emulat
 }
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train amp profile data wgpu)
+[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train amp profile data wgpu nccl serve)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 failed=()
 step() { # step NAME CMD... : runs CMD, tees output to $OUT/NAME.log, records failure
@@ -147,7 +151,7 @@ if want libs; then
     libdir="$OUT/cuda-libs"
     mkdir -p "$libdir"
     echo "==== libs: linking CUDA libraries into $libdir"
-    for lib in libnvrtc.so libcublas.so libcublasLt.so; do
+    for lib in libnvrtc.so libcublas.so libcublasLt.so libnccl.so; do
         f=$(find_lib "$lib")
         if [[ -z $f ]]; then
             echo "  $lib: not found (install the CUDA toolkit, or set CUDA_HOME)"
@@ -245,6 +249,36 @@ if want wgpu; then
     else
         echo "==== wgpu: FAILED (no Vulkan loader: libvulkan.so.1 is not installed)"
         failed+=(wgpu)
+    fi
+fi
+
+# ---- 8. NCCL with one rank ------------------------------------------------------------------
+if want nccl; then
+    nccl_test() {
+        if [[ -n $BUNDLE ]]; then
+            "$BUNDLE/test-brrr-collectives-lib" nccl --nocapture --test-threads=1
+        else
+            cargo test --release -p brrr-collectives --features cuda --lib nccl -- --nocapture
+        fi
+    }
+    step nccl nccl_test
+fi
+
+# ---- 9. serving: decode steps against the bandwidth bound, and the transformers peer -------
+if want serve; then
+    DECODE=(--preset gpt2-124m --batches 1,8,64 --prompt-len 64 --new-tokens 32)
+    for dt in f32 bf16; do
+        step "decode-brrr-$dt" brrr bench decode --backend cuda --dtype "$dt" "${DECODE[@]}"
+        if $PYTHON -c "import torch, transformers" 2>/dev/null; then
+            step "decode-transformers-$dt" $PYTHON bench/transformers_decode.py --dtype "$dt" \
+                --preset gpt2-124m --batches 1,8,64 --prompt-len 64 --new-tokens 32 \
+                --json "$OUT/transformers-decode-$dt.json"
+        else
+            echo "==== decode-transformers-$dt: skipped (python3 has no torch or transformers)"
+        fi
+    done
+    if ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
+        step decode-brrr-wgpu brrr bench decode --backend wgpu --dtype f32 "${DECODE[@]}"
     fi
 fi
 

@@ -45,6 +45,7 @@ pub mod bench_collectives;
 pub mod ckpt;
 pub mod ckpt_cmd;
 pub mod data;
+pub mod decode_bench;
 pub mod generate;
 pub mod launch;
 pub mod metrics;

@@ -111,6 +111,9 @@ enum BenchCommand {
     /// A load generator for brrr serve: Poisson arrivals at several rates; throughput,
     /// TTFT and TPOT p50/p99, goodput, and a latency-against-throughput SVG.
     Serve(brrr::serve_bench::ServeBenchArgs),
+    /// The serving engine's decode steps at several batch sizes on any backend: tokens/s
+    /// next to the bound memory bandwidth sets.
+    Decode(brrr::decode_bench::DecodeBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -179,6 +182,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Overhead(args)) => run_bench_overhead(&args),
         Command::Bench(BenchCommand::Reduce(args)) => run_bench_reduce(&args),
         Command::Bench(BenchCommand::Amp(args)) => run_bench_amp(&args),
+        Command::Bench(BenchCommand::Decode(args)) => run_bench_decode(&args),
         Command::Bench(BenchCommand::Serve(args)) => {
             let mut progress = |what: &str| eprintln!("{what}");
             brrr::serve_bench::run(&args, &mut progress).and_then(|rows| {
@@ -279,6 +283,25 @@ fn run_bench_amp(args: &brrr::amp_bench::AmpBenchArgs) -> brrr_backend::Result<(
         other => return Err(train::not_built(other)),
     };
     say(format_args!("{}", table(&rows)))
+}
+
+fn run_bench_decode(args: &brrr::decode_bench::DecodeBenchArgs) -> brrr_backend::Result<()> {
+    use brrr::decode_bench::{run_on, table};
+    let mut progress = |what: &str| eprintln!("measuring {what}");
+    let bench = match args.backend {
+        train::BackendKind::Cpu => run_on(&brrr_cpu::CpuBackend::new(), args, &mut progress)?,
+        #[cfg(feature = "cuda")]
+        train::BackendKind::Cuda => run_on(&brrr_cuda::CudaBackend::new(0)?, args, &mut progress)?,
+        #[cfg(feature = "wgpu")]
+        train::BackendKind::Wgpu => run_on(
+            &brrr_wgpu::WgpuBackend::new_blocking()?,
+            args,
+            &mut progress,
+        )?,
+        #[allow(unreachable_patterns)]
+        other => return Err(train::not_built(other)),
+    };
+    say(format_args!("{}", table(&bench).trim_end()))
 }
 
 fn run_bench_gemm(args: &BenchGemmArgs) -> brrr_backend::Result<()> {

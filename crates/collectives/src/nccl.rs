@@ -97,18 +97,47 @@ impl NcclCommunicator {
 
 #[cfg(test)]
 mod tests {
+    /// One rank (what one GPU allows: NCCL refuses two ranks on one device): the
+    /// communicator is built through the host world, and every operation of a one-rank
+    /// world returns its input bit for bit, through device memory. Absent libnccl or a GPU
+    /// it is SKIPPED by name, unless `BRRR_REQUIRE_CUDA=1` (a GPU machine's run) makes
+    /// that a failure.
     #[test]
     fn nccl_all_reduce_or_skipped_by_name() {
         if let Err(reason) = super::availability() {
+            if std::env::var("BRRR_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
+                panic!("BRRR_REQUIRE_CUDA=1 but NCCL is unavailable: {reason}");
+            }
             brrr_backend::skip::report_skipped("nccl all-reduce (brrr-collectives)", &reason);
             return;
         }
+        // Values no reduction of one rank may change: odd bit patterns, both signs.
+        let input: Vec<f32> = (0..4099u32)
+            .map(|i| {
+                f32::from_bits(0x3f80_0001u32.wrapping_add(i.wrapping_mul(2_654_435_761) >> 9))
+                    - 1.5
+            })
+            .collect();
         let out = crate::run_in_process(1, |c| {
             let n = super::NcclCommunicator::new(c, 0)?;
-            let mut b = vec![2.0f32; 1000];
-            n.all_reduce_host(&mut b, crate::ReduceOp::Sum)?;
-            Ok(b)
+            let mut results = Vec::new();
+            for op in [
+                crate::ReduceOp::Sum,
+                crate::ReduceOp::Max,
+                crate::ReduceOp::Avg,
+            ] {
+                let mut b = input.clone();
+                n.all_reduce_host(&mut b, op)?;
+                results.push(b);
+            }
+            Ok(results)
         });
-        assert_eq!(out[0].as_ref().unwrap(), &vec![2.0f32; 1000]);
+        for (op, got) in ["sum", "max", "avg"].iter().zip(out[0].as_ref().unwrap()) {
+            let same = got
+                .iter()
+                .zip(&input)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "one-rank NCCL {op} changed its input");
+        }
     }
 }

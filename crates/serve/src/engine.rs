@@ -4,7 +4,7 @@
 use crate::kv::{BatchSeq, KvCache};
 use crate::sampling::{SamplingParams, sample_token};
 use crate::scheduler::{FinishReason, Refused, Scheduled, Scheduler, SchedulerConfig, SeqId};
-use brrr_backend::{Backend, Error, Result};
+use brrr_backend::{Backend, DType, Error, Result};
 use brrr_nn::{Gpt, MicroBatch, Module};
 use brrr_tensor::Tensor;
 
@@ -163,15 +163,15 @@ impl<B: Backend> LlmEngine<B> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let rows = self.forward(&batch)?;
+        let logits = self.forward(&batch)?;
         let mut sampled = vec![None; batch.len()];
         let mut logprobs = vec![0.0f32; batch.len()];
-        let mut rows = rows.iter();
+        let mut rows = logits.rows.iter().zip(&logits.logsumexp);
         for ((s, out), lp) in batch.iter().zip(&mut sampled).zip(&mut logprobs) {
             if !s.samples {
                 continue;
             }
-            let logits = rows
+            let (logits, lse) = rows
                 .next()
                 .ok_or_else(|| Error::invalid("serve", "a logits row is missing"))?;
             let seq = self
@@ -182,7 +182,7 @@ impl<B: Backend> LlmEngine<B> {
             let t = sample_token(logits, p.temperature, p.top_k, p.top_p, &mut seq.rng)
                 .map_err(|e| Error::invalid("serve", e))?;
             *out = Some(t as u32);
-            *lp = log_softmax_at(logits, t);
+            *lp = logits[t] - lse;
         }
         self.scheduler.complete(&batch, &sampled).map_err(refused)?;
         self.stats.steps += 1;
@@ -240,7 +240,7 @@ impl<B: Backend> LlmEngine<B> {
     /// The forward of one batch: its tokens flattened into one row `[1, S]` with their
     /// positions, the cache told where each sequence's tokens go, logits computed for
     /// each sampling sequence's last token only. Returns those rows on the host.
-    fn forward(&mut self, batch: &[Scheduled]) -> Result<Vec<Vec<f32>>> {
+    fn forward(&mut self, batch: &[Scheduled]) -> Result<LogitRows> {
         let bs = self.config.block_size;
         let (mut ids, mut pos, mut seqs, mut last) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -296,6 +296,16 @@ pub(crate) fn attach_cache<B: Backend>(model: &mut Gpt<B>, slots: usize) -> Resu
     Ok(cache)
 }
 
+/// The logits a forward returns to the host: one row per sampling sequence (cut to the
+/// vocabulary kept) and each row's log-sum-exp, for log-probabilities.
+pub(crate) struct LogitRows {
+    /// One row per sequence that samples, in the batch's order.
+    pub rows: Vec<Vec<f32>>,
+    /// `log Σ exp(row)` of each row, computed on the device (a decode step of `b`
+    /// requests would otherwise take `b` passes of `exp` over the vocabulary on the host).
+    pub logsumexp: Vec<f32>,
+}
+
 /// One forward of `model` over the tokens `ids` at positions `pos`, flattened into one
 /// row `[1, S]`, through `cache` as `seqs` describe it; returns the logits of the rows
 /// `rows` only (each cut to its first `keep` entries) on the host.
@@ -307,34 +317,37 @@ pub(crate) fn forward_rows<B: Backend>(
     pos: &[u32],
     rows: &[u32],
     keep: Option<usize>,
-) -> Result<Vec<Vec<f32>>> {
+) -> Result<LogitRows> {
     cache.set_batch(seqs)?;
     let backend = model.wte.weight.value.backend().clone();
     let n = ids.len();
     let ids = Tensor::from_u32(&backend, ids, [1, n])?;
     let pos = Tensor::from_u32(&backend, pos, [1, n])?;
     let mb = MicroBatch::default();
+    let v = model.config.vocab_size;
+    let keep = keep.unwrap_or(v).min(v);
     let logits = (|| {
         let x = model.hidden_mb(mb, &ids, Some(&pos))?; // [1, S, C]
         if rows.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         let c = x.dims()[2];
         let picked =
             Tensor::from_u32(&backend, rows, [1, rows.len()])?.embedding(&x.reshape([n, c])?)?;
-        model.logits_mb(mb, &picked)?.to_vec_f32()
+        let mut l = model.logits_mb(mb, &picked)?.to_dtype(DType::F32)?; // [1, r, V]
+        if keep < v {
+            l = l.narrow(2, 0, keep)?.contiguous()?;
+        }
+        // The largest logit subtracted first, so that exp never overflows.
+        let max = l.max_dim(-1, true)?;
+        let lse = l.sub(&max)?.exp()?.sum_dim(-1, true)?.log()?.add(&max)?;
+        Ok((l.to_vec_f32()?, lse.to_vec_f32()?))
     })();
     // Inference keeps nothing for a backward.
     model.clear_saved();
-    let logits = logits?;
-    let v = model.config.vocab_size;
-    let keep = keep.unwrap_or(v).min(v);
-    Ok(logits.chunks(v).map(|row| row[..keep].to_vec()).collect())
-}
-
-/// `logits[i] - logsumexp(logits)`, in f64 (the row's largest logit subtracted first).
-fn log_softmax_at(logits: &[f32], i: usize) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&x| f64::from(x - max).exp()).sum();
-    (f64::from(logits[i] - max) - sum.ln()) as f32
+    let (logits, logsumexp) = logits?;
+    Ok(LogitRows {
+        rows: logits.chunks(keep).map(<[f32]>::to_vec).collect(),
+        logsumexp,
+    })
 }

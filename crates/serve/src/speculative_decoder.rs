@@ -112,7 +112,7 @@ impl<B: Backend> Cached<B> {
             keep,
         )?;
         self.computed = end;
-        Ok(logits)
+        Ok(logits.rows)
     }
 }
 

@@ -8,6 +8,7 @@ mod cli_errors;
 mod collectives;
 mod common;
 mod data;
+mod decode_bench;
 mod launch_signals;
 mod layouts_ckpt;
 mod matrix;
