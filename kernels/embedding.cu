@@ -1,4 +1,5 @@
-// embedding.cu — token-embedding lookup and its backward (a scatter-add).
+// embedding.cu — token-embedding lookup, its backward (a scatter-add) and its inverse (a
+// scatter of rows).
 //
 // Forward: out[i, :] = table[ids[i], :], one block per id, threads across the row.
 // An id outside [0, rows) produces a zero row (the GPU cannot return an error; the
@@ -36,6 +37,21 @@ BRRR_DEVICE void embedding_impl(T* out, const I* ids, const T* table, u64 n, u64
         } else {
             for (u64 d = threadIdx.x; d < dim; d += blockDim.x) o[d] = from_acc<T>(0.0f);
         }
+    }
+}
+
+// Scatter: table[ids[i], :] = rows[i, :], the forward's inverse (a paged KV cache's
+// store of a step's new keys and values). One block per id, threads across the row; the
+// ids are distinct (the host's contract), so no two blocks write one row. An id outside
+// [0, rows) writes nothing.
+template <class T, class I>
+BRRR_DEVICE void scatter_rows_impl(T* table, const I* ids, const T* src, u64 n, u64 dim, u64 rows) {
+    for (u64 i = blockIdx.x; i < n; i += gridDim.x) {
+        u64 row;
+        if (!id_in_range<I>(ids[i], rows, row)) continue;
+        T* dst = table + row * dim;
+        const T* s = src + i * dim;
+        for (u64 d = threadIdx.x; d < dim; d += blockDim.x) dst[d] = s[d];
     }
 }
 
@@ -263,6 +279,11 @@ BRRR_DEVICE void embedding_backward_v3_impl(T* dtable, const I* ids, const T* do
         embedding_impl<T, I>(out, ids, table, n, dim, rows);                                   \
     }                                                                                          \
     BRRR_REGISTER(embedding_##S##_##IS)                                                        \
+    extern "C" __global__ void BRRR_ROWS scatter_rows_##S##_##IS(T* table, const I* ids, const T* src, u64 n, \
+                                                                 u64 dim, u64 rows) {          \
+        scatter_rows_impl<T, I>(table, ids, src, n, dim, rows);                                \
+    }                                                                                          \
+    BRRR_REGISTER(scatter_rows_##S##_##IS)                                                     \
     extern "C" __global__ void BRRR_FLAT embedding_backward_v2_##S##_##IS(T* dtable, const I* ids, const T* dout, \
                                                                  u64 n, u64 dim, u64 rows, u64 buckets) { \
         /* the host checked that rows (and so buckets) fit in u32 */                           \

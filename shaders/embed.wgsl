@@ -1,4 +1,4 @@
-// embed.wgsl — token embedding lookup and its gradient.
+// embed.wgsl — token embedding lookup, its gradient and its inverse (a row scatter).
 //
 // Ids are u32 or i32 (read as u32: a negative i32 becomes a huge u32 and so is out of
 // range). An id >= rows cannot raise an error from inside a kernel: the forward writes
@@ -66,5 +66,34 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let t = p.off + id * p.dim + d;
             dtable[t] = dtable[t] + dout[i * p.dim + d];
         }
+    }
+}
+
+// ==== kernel: scatter ====
+// table[ids[i], d] = rows[i, d]: the forward's inverse (a paged KV cache stores a step's
+// new keys and values this way). One invocation per element of `rows`; the ids are
+// distinct (the caller's contract), so no two invocations write one element. An id >=
+// rows writes nothing.
+struct Params {
+    n: u32,
+    dim: u32,
+    rows: u32,
+    off: u32, // the table starts here in its buffer
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> ids: array<u32>;
+@group(0) @binding(2) var<storage, read> src: array<f32>;
+@group(0) @binding(3) var<storage, read_write> table: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let e = flat_id(wid, nwg, lid);
+    if (e >= p.n * p.dim) {
+        return;
+    }
+    let id = ids[e / p.dim];
+    if (id < p.rows) {
+        table[p.off + id * p.dim + e % p.dim] = src[e];
     }
 }

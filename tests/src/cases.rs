@@ -29,6 +29,7 @@ pub const OPS: &[&str] = &[
     "gelu_backward",
     "embedding",
     "embedding_backward",
+    "scatter_rows",
     "cross_entropy",
     "cross_entropy_backward",
     "adamw",
@@ -85,6 +86,7 @@ pub(crate) enum Op {
     GeluBackward,
     Embedding(EmbeddingSpec),
     EmbeddingBackward(EmbeddingSpec),
+    ScatterRows(EmbeddingSpec),
     CrossEntropy(usize),
     CrossEntropyBackward(usize),
     AdamW {
@@ -216,6 +218,7 @@ impl Op {
             Op::GeluBackward => x.gelu_backward(&ins[0], &ins[1], &mut outs[0]),
             Op::Embedding(s) => x.embedding(s, &ins[0], &ins[1], &mut outs[0]),
             Op::EmbeddingBackward(s) => x.embedding_backward(s, &ins[0], &ins[1], &mut outs[0]),
+            Op::ScatterRows(s) => x.scatter_rows(s, &ins[0], &ins[1], &mut outs[0]),
             Op::CrossEntropy(vocab) => x.cross_entropy(&ins[0], &ins[1], *vocab, &mut outs[0]),
             Op::CrossEntropyBackward(vocab) => {
                 x.cross_entropy_backward(&ins[0], &ins[1], &ins[2], *vocab, &mut outs[0])
@@ -1267,6 +1270,43 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
                 vec![HostData::from_f64(idt, &ids), g.data(d, n * dim, -1.0, 1.0)],
                 vec![Out::init("dtable", g.data(d, total, -1.0, 1.0))],
                 tol.times(2.0),
+            )
+        });
+    }
+
+    // ---- row scatter (the embedding's inverse) ----------------------------------------
+    // Distinct ids (the op's contract): the first n of a shuffle of the rows. The rows no
+    // id names must keep the table's values, so the table starts initialised.
+    for (rows, dim, n, idt, flat) in [
+        (11usize, 5usize, 7usize, DType::U32, None),
+        (7, 1, 7, DType::I32, None),
+        (50, 64, 50, DType::I32, None),
+        (300, 40, 200, DType::U32, None),
+        (5000, 3, 1100, DType::U32, None),
+        (11, 5, 6, DType::U32, Some((7usize, 9usize))),
+        (50, 64, 30, DType::I32, Some((64, 3))),
+    ] {
+        let (at, after) = flat.unwrap_or((0, 0));
+        let spec = match flat {
+            None => EmbeddingSpec::new(dim),
+            Some(_) => EmbeddingSpec::new(dim).table_at(at, rows),
+        };
+        let total = at + rows * dim + after;
+        let label = match flat {
+            None => format!("rows={rows} dim={dim} ids={n} {idt}"),
+            Some(_) => format!("rows={rows} dim={dim} ids={n} {idt} table at {at} of {total}"),
+        };
+        b.add("scatter_rows", label, |g, d| {
+            let mut ids: Vec<f64> = (0..rows).map(|r| r as f64).collect();
+            for i in (1..rows).rev() {
+                ids.swap(i, g.below(i + 1));
+            }
+            ids.truncate(n);
+            (
+                Op::ScatterRows(spec),
+                vec![HostData::from_f64(idt, &ids), g.data(d, n * dim, -1.0, 1.0)],
+                vec![Out::init("table", g.data(d, total, -1.0, 1.0))],
+                Tol::EXACT,
             )
         });
     }

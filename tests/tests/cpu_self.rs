@@ -234,6 +234,15 @@ impl Backend for Broken {
     ) -> Result<()> {
         self.cpu.embedding(spec, ids, t, out)
     }
+    fn scatter_rows(
+        &self,
+        spec: &EmbeddingSpec,
+        ids: &CpuBuffer,
+        rows: &CpuBuffer,
+        table: &mut CpuBuffer,
+    ) -> Result<()> {
+        self.cpu.scatter_rows(spec, ids, rows, table)
+    }
     fn embedding_backward(
         &self,
         spec: &EmbeddingSpec,

@@ -332,6 +332,19 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         table: &Self::Buffer,
         out: &mut Self::Buffer,
     ) -> Result<()>;
+    /// `table[ids[i], :] = rows[i, :]`: each row written where its id says, the inverse
+    /// of [`Backend::embedding`]. A paged KV cache stores a step's new keys and values
+    /// this way, one launch for the whole batch. `table` is laid out as `spec` says;
+    /// rows of the table no id names are untouched. Ids must be distinct (a repeated id
+    /// is an error where the backend can check; on a GPU which row lands is unspecified)
+    /// and in range (an error where the backend can check; a GPU skips the row).
+    fn scatter_rows(
+        &self,
+        spec: &EmbeddingSpec,
+        ids: &Self::Buffer,
+        rows: &Self::Buffer,
+        table: &mut Self::Buffer,
+    ) -> Result<()>;
     /// `dtable[ids[i], :] += dout[i, :]`: a scatter-add, since an id may repeat.
     /// `dtable` is laid out as `spec` says the table is.
     fn embedding_backward(

@@ -508,6 +508,16 @@ impl Backend for CpuBackend {
         self.install(|| nn::embedding(spec, ids, table, out))
     }
 
+    fn scatter_rows(
+        &self,
+        spec: &EmbeddingSpec,
+        ids: &CpuBuffer,
+        rows: &CpuBuffer,
+        table: &mut CpuBuffer,
+    ) -> Result<()> {
+        self.install(|| nn::scatter_rows(spec, ids, rows, table))
+    }
+
     fn embedding_backward(
         &self,
         spec: &EmbeddingSpec,

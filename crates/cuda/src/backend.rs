@@ -1279,6 +1279,38 @@ impl Backend for CudaBackend {
         )
     }
 
+    fn scatter_rows(
+        &self,
+        spec: &EmbeddingSpec,
+        ids: &CudaBuffer,
+        rows: &CudaBuffer,
+        table: &mut CudaBuffer,
+    ) -> Result<()> {
+        const OP: &str = "scatter_rows";
+        check_index(OP, ids.dtype)?;
+        check_float(OP, table.dtype)?;
+        same_dtype(OP, table.dtype, rows.dtype)?;
+        let (at, table_rows) = spec.table_range(OP, table.len)?;
+        let (n, dim) = (ids.len, spec.dim);
+        Error::check_len(OP, mul(OP, n, dim)?, rows.len)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.launch(
+            Family::Embedding,
+            &format!("scatter_rows_{}_{}", suffix(table.dtype), suffix(ids.dtype)),
+            self.rows_cfg(n, dim),
+            &[
+                Arg::Ptr(table.ptr_at(at.start)),
+                Arg::Ptr(ids.device_ptr()),
+                Arg::Ptr(rows.device_ptr()),
+                Arg::U64(n as u64),
+                Arg::U64(dim as u64),
+                Arg::U64(table_rows as u64),
+            ],
+        )
+    }
+
     fn embedding_backward(
         &self,
         spec: &EmbeddingSpec,

@@ -634,6 +634,29 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
         })
     }
 
+    fn scatter_rows(
+        &self,
+        spec: &EmbeddingSpec,
+        ids: &Self::Buffer,
+        rows: &Self::Buffer,
+        table: &mut Self::Buffer,
+    ) -> Result<()> {
+        let t0 = self.now();
+        self.inner.scatter_rows(spec, ids, rows, table)?;
+        let dim = spec.dim;
+        // The embedding's inverse: no FLOPs; reads the ids and the rows, writes one table
+        // row per id.
+        self.finish(t0, || {
+            let n = self.n(ids).saturating_mul(dim);
+            let bytes = self
+                .bytes(ids)
+                .saturating_add(bytes_of(self.dt(rows), n))
+                .saturating_add(bytes_of(self.dt(table), n));
+            let shape = format!("ids={} dim={dim}", self.n(ids));
+            OpCall::memory("scatter_rows", self.dt(rows), shape, bytes)
+        })
+    }
+
     fn embedding_backward(
         &self,
         spec: &EmbeddingSpec,

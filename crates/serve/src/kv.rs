@@ -163,19 +163,27 @@ impl<B: Backend> CachedAttention<B> for LayerCache<B> {
         // Each token's q, k and v side by side: `[S, w]` views, rows as the cache holds them.
         let rows = qkv.reshape([s_total, 3 * w])?;
         let q = rows.narrow(1, 0, w)?.contiguous()?;
+        // Every token of the row to its slot: one scatter of keys and one of values for
+        // the whole batch.
+        let mut slot_of_row = vec![u32::MAX; s_total];
         for s in batch.iter() {
-            let t = s.new_slots.len();
-            write_rows(
-                &rows.narrow(1, w, w)?.narrow(0, s.offset, t)?,
-                kc,
-                &s.new_slots,
-            )?;
-            write_rows(
-                &rows.narrow(1, 2 * w, w)?.narrow(0, s.offset, t)?,
-                vc,
-                &s.new_slots,
-            )?;
+            let end = s.offset + s.new_slots.len();
+            let dst = slot_of_row.get_mut(s.offset..end).ok_or_else(|| {
+                Error::invalid(
+                    "LayerCache::attend",
+                    "a sequence runs past the row's tokens",
+                )
+            })?;
+            dst.copy_from_slice(&s.new_slots);
         }
+        if slot_of_row.contains(&u32::MAX) {
+            return Err(Error::invalid(
+                "LayerCache::attend",
+                "the batch does not cover every token of the row",
+            ));
+        }
+        write_rows(&rows.narrow(1, w, w)?, kc, &slot_of_row)?;
+        write_rows(&rows.narrow(1, 2 * w, w)?, vc, &slot_of_row)?;
         // Decodes (one new token each) attend together, padded to the longest context;
         // prefill chunks one by one. `order`: the batch row each output row belongs to.
         let (decodes, prefills): (Vec<&BatchSeq>, Vec<&BatchSeq>) =
@@ -299,21 +307,15 @@ fn attend_prefill<B: Backend>(
         .reshape([t, w])
 }
 
-/// Writes row `i` of `rows` into row `slots[i]` of `cache`, one copy per run of
-/// consecutive slots (a block's worth at most, usually).
+/// Writes row `i` of `rows` into row `slots[i]` of `cache`: one scatter, whatever the
+/// batch (a copy per run of consecutive slots cost a launch per request and layer).
 fn write_rows<B: Backend>(rows: &Tensor<B>, cache: &mut Tensor<B>, slots: &[u32]) -> Result<()> {
-    let rows = rows.to_dtype(cache.dtype())?;
-    let mut i = 0;
-    while i < slots.len() {
-        let mut run = 1;
-        while i + run < slots.len() && slots[i + run] == slots[i] + run as u32 {
-            run += 1;
-        }
-        let view = cache.narrow(0, slots[i] as usize, run)?.layout().clone();
-        rows.narrow(0, i, run)?.copy_into_view(cache, &view)?;
-        i += run;
+    if slots.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let rows = rows.to_dtype(cache.dtype())?;
+    let ids = Tensor::from_u32(rows.backend(), slots, [slots.len()])?;
+    ids.scatter_rows(&rows, cache)
 }
 
 /// One sequence's attention: queries `[H, T, D]` of its `T` newest tokens over keys and

@@ -398,6 +398,36 @@ impl<B: Backend> Tensor<B> {
         backend.embedding_backward(&spec, ids.buffer()?, dout.buffer()?, dtable)
     }
 
+    /// `table[ids[i]] = rows[i]` with `ids = self` (distinct ids): the embedding's
+    /// inverse, written into the table in place (a paged KV cache stores a step's new
+    /// keys and values with one of these per layer).
+    pub fn scatter_rows(&self, rows: &Tensor<B>, table: &mut Tensor<B>) -> Result<()> {
+        const OP: &str = "scatter_rows";
+        if table.rank() != 2 {
+            return Err(Error::shape(
+                OP,
+                format!("table must be [rows, dim], got {}", table.shape()),
+            ));
+        }
+        let dim = table.dims()[1];
+        if rows.elem_count() != self.elem_count() * dim {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "rows {} do not match ids {} with dim {dim}",
+                    rows.shape(),
+                    self.shape()
+                ),
+            ));
+        }
+        let (ids, rows) = (self.contiguous()?, rows.contiguous()?);
+        let n_rows = table.dims()[0];
+        let backend = self.backend.clone();
+        let (table, at) = table.contiguous_buffer_mut(OP)?;
+        let spec = EmbeddingSpec::new(dim).table_at(at, n_rows);
+        backend.scatter_rows(&spec, ids.buffer()?, rows.buffer()?, table)
+    }
+
     /// Per-row cross-entropy (f32) of logits `self` (`[.., V]`) against i32 targets
     /// with the leading shape; negative targets are ignored.
     pub fn cross_entropy(&self, targets: &Tensor<B>) -> Result<Self> {

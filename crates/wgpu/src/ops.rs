@@ -1081,6 +1081,32 @@ impl Backend for WgpuBackend {
         self.narrow(wo, out)
     }
 
+    fn scatter_rows(
+        &self,
+        spec: &EmbeddingSpec,
+        ids: &WgpuBuffer,
+        rows: &WgpuBuffer,
+        table: &mut WgpuBuffer,
+    ) -> Result<()> {
+        let name = "scatter_rows";
+        check_index(name, ids, "ids")?;
+        check_float(name, rows.dtype)?;
+        Error::check_dtype(name, rows.dtype, table.dtype)?;
+        let Some((p, total)) = embedding_params(name, spec, ids.len, table.len, rows.len)? else {
+            return Ok(());
+        };
+        let wr = self.widen(name, rows)?;
+        // A 16-bit table is widened with its contents: the rows no id names stay.
+        let wt = self.widen_out(name, table, true)?;
+        self.flat_kernel(
+            &Kernel::new(Family::Embed, "scatter"),
+            &p,
+            total,
+            &[&ids.buf, &wr.buf, &wt.buf],
+        )?;
+        self.narrow(wt, table)
+    }
+
     fn embedding_backward(
         &self,
         spec: &EmbeddingSpec,

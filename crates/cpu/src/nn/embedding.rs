@@ -77,6 +77,42 @@ fn gather_rows<T: Copy + Send + Sync>(ids: &[usize], table: &[T], dim: usize, ou
     });
 }
 
+pub(crate) fn scatter_rows(
+    spec: &EmbeddingSpec,
+    ids_buf: &HostData,
+    rows: &HostData,
+    table: &mut HostData,
+) -> Result<()> {
+    const OP: &str = "scatter_rows";
+    let dim = spec.dim;
+    let (at, table_rows) = spec.table_range(OP, table.len())?;
+    let ids = ids(OP, ids_buf, table_rows)?;
+    let n = check::mul(OP, ids.len(), dim)?;
+    check::len(OP, rows, n)?;
+    // A repeat would make the result depend on the order of the writes.
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    if let Some(i) = ids.iter().position(|&id| !seen.insert(id)) {
+        return Err(Error::invalid(
+            OP,
+            format!("id {} at position {i} repeats an earlier one", ids[i]),
+        ));
+    }
+    match (rows, &mut *table) {
+        (HostData::F16(r), HostData::F16(t)) => put_rows(&ids, &r[..n], dim, &mut t[at]),
+        (HostData::BF16(r), HostData::BF16(t)) => put_rows(&ids, &r[..n], dim, &mut t[at]),
+        (HostData::F32(r), HostData::F32(t)) => put_rows(&ids, &r[..n], dim, &mut t[at]),
+        (HostData::F64(r), HostData::F64(t)) => put_rows(&ids, &r[..n], dim, &mut t[at]),
+        (r, t) => return Err(check::dtype_error(OP, &[t, r])),
+    }
+    Ok(())
+}
+
+fn put_rows<T: Copy>(ids: &[usize], rows: &[T], dim: usize, table: &mut [T]) {
+    for (&id, row) in ids.iter().zip(rows.chunks(dim)) {
+        table[id * dim..(id + 1) * dim].copy_from_slice(row);
+    }
+}
+
 pub(crate) fn embedding_backward(
     spec: &EmbeddingSpec,
     ids_buf: &HostData,

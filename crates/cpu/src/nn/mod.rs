@@ -14,7 +14,7 @@ mod softmax;
 
 pub(crate) use activation::{gelu, gelu_backward};
 pub(crate) use attention::{attention, attention_backward};
-pub(crate) use embedding::{embedding, embedding_backward};
+pub(crate) use embedding::{embedding, embedding_backward, scatter_rows};
 pub(crate) use layernorm::{layernorm, layernorm_backward};
 pub(crate) use loss::{cross_entropy, cross_entropy_backward};
 pub(crate) use softmax::{softmax, softmax_backward, softmax_segmented};

@@ -396,6 +396,25 @@ fn nn_errors() {
         ),
     );
 
+    // Row scatter: a repeated id and an id out of range are named; the table is untouched.
+    let mut table = buf(HostData::F32(vec![7.0; 5 * 2]));
+    let rows = buf(HostData::F32(vec![1.0; 3 * 2]));
+    let r = c.scatter_rows(
+        &EmbeddingSpec::new(2),
+        &buf(HostData::U32(vec![4, 0, 4])),
+        &rows,
+        &mut table,
+    );
+    invalid_err("scatter_rows", r, &["id 4", "position 2", "repeats"]);
+    let r = c.scatter_rows(
+        &EmbeddingSpec::new(2),
+        &buf(HostData::U32(vec![1, 5, 2])),
+        &rows,
+        &mut table,
+    );
+    invalid_err("scatter_rows", r, &["5", "5 rows", "position 1"]);
+    assert_eq!(table, buf(HostData::F32(vec![7.0; 5 * 2])));
+
     // Embedding: ids out of range name the id and the table size; the output is untouched.
     let table = z(DType::F32, 50 * 4);
     let mut out = buf(HostData::F32(vec![7.0; 12]));
