@@ -46,3 +46,34 @@ fn emulated_cuda_training_follows_cpu_training() {
     let worst = train_common::follows_cpu("cuda-emu", emu, &cfg, 1e-3);
     eprintln!("cuda-emu follows cpu: worst relative loss difference {worst:.2e}");
 }
+
+#[test]
+fn the_serving_engine_on_cuda_gives_the_cpus_tokens() {
+    let gpu = match CudaBackend::new(0) {
+        Ok(g) => g,
+        Err(Error::NoDevice { reason, .. }) => {
+            return backend_absent("cuda", reason, "BRRR_REQUIRE_CUDA");
+        }
+        Err(e) => panic!("cuda: the backend could not be created: {e}"),
+    };
+    let worst = train_common::serves_like_cpu("cuda", &gpu, |_| {});
+    eprintln!("cuda serving: worst log-probability difference {worst:.2e}");
+}
+
+/// The serving engine's host code and kernels (the paged cache's row scatter and gathers)
+/// on the kernel emulator, with a model small enough for it.
+#[test]
+fn the_serving_engine_on_emulated_cuda_gives_the_cpus_tokens() {
+    if !brrr_cuda::emu::compiler_available() {
+        brrr_backend::skip::report_skipped(
+            "cuda-emu serving",
+            "no C++ compiler to build the kernel emulator",
+        );
+        return;
+    }
+    let emu = CudaBackend::emulated().expect("building the CUDA kernel emulator");
+    let worst = train_common::serves_like_cpu("cuda-emu", &emu, |m| {
+        (m.n_layer, m.n_head, m.n_embd) = (1, 2, 32);
+    });
+    eprintln!("cuda-emu serving: worst log-probability difference {worst:.2e}");
+}

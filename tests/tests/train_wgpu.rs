@@ -28,3 +28,13 @@ fn wgpu_training_follows_cpu_training() {
     let worst = train_common::follows_cpu("wgpu", gpu, &cfg, 1e-3);
     eprintln!("wgpu ({adapter}) follows cpu: worst relative loss difference {worst:.2e}");
 }
+
+#[test]
+fn the_serving_engine_on_wgpu_gives_the_cpus_tokens() {
+    let gpu = match WgpuBackend::new_blocking() {
+        Ok(g) => g,
+        Err(e) => return backend_absent("wgpu", e, "BRRR_REQUIRE_WGPU"),
+    };
+    let worst = train_common::serves_like_cpu("wgpu", &gpu, |_| {});
+    eprintln!("wgpu serving: worst log-probability difference {worst:.2e}");
+}

@@ -64,3 +64,68 @@ pub fn follows_cpu<B: Backend>(name: &str, backend: B, cfg: &TrainConfig, tol: f
     }
     worst
 }
+
+/// Tokens and log-probabilities of three prompts of different lengths decoded together,
+/// greedily, by brrr-serve's engine on `backend`: 4-token blocks and a budget of 9 tokens
+/// a step, so that prompts go in by chunks beside other requests' decodes, and every
+/// step's keys and values are scattered into the paged cache and gathered back.
+pub fn serve<B: Backend>(backend: &B, model: &brrr_nn::GptConfig) -> Vec<Vec<(u32, f32)>> {
+    use brrr_serve::{EngineConfig, LlmEngine, SamplingParams};
+    use rand::SeedableRng;
+    let cfg = model.clone();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let model = brrr_nn::Gpt::new(backend, cfg, brrr_backend::DType::F32, &mut rng).unwrap();
+    let config = EngineConfig {
+        block_size: 4,
+        num_blocks: 40,
+        max_batch_tokens: 9,
+        max_seqs: 3,
+        vocab_limit: None,
+        prefix_caching: false,
+    };
+    let mut engine = LlmEngine::new(model, config).unwrap();
+    let prompts: [&[u32]; 3] = [&[10, 20, 30, 40, 50, 60, 70], &[5], &[200, 100, 7, 9]];
+    let ids: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            engine
+                .add_request(p.to_vec(), SamplingParams::greedy(12))
+                .unwrap()
+        })
+        .collect();
+    let mut out = vec![Vec::new(); ids.len()];
+    while engine.scheduler().num_unfinished() > 0 {
+        for o in engine.step().unwrap() {
+            let i = ids.iter().position(|&id| id == o.id).unwrap();
+            out[i].push((o.token, o.logprob));
+        }
+    }
+    out
+}
+
+/// [`serve`] on `backend` against the CPU, with the default model's shape changed by
+/// `tweak`: the same tokens, log-probabilities within 1e-4. Returns the worst
+/// log-probability difference.
+pub fn serves_like_cpu<B: Backend>(
+    name: &str,
+    backend: &B,
+    tweak: impl Fn(&mut brrr_nn::GptConfig),
+) -> f32 {
+    let mut model = TrainConfig::default().model;
+    tweak(&mut model);
+    let (cpu, dev) = (serve(&CpuBackend::new(), &model), serve(backend, &model));
+    let mut worst = 0.0f32;
+    for (i, (c, d)) in cpu.iter().zip(&dev).enumerate() {
+        assert_eq!(c.len(), 12, "request {i}: {c:?}");
+        let tokens = |v: &[(u32, f32)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
+        assert_eq!(tokens(d), tokens(c), "request {i}: {name} against cpu");
+        for (a, b) in c.iter().zip(d) {
+            worst = worst.max((a.1 - b.1).abs());
+        }
+    }
+    assert!(
+        worst < 1e-4,
+        "{name}: log-probabilities differ by {worst:e}"
+    );
+    worst
+}
