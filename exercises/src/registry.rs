@@ -309,6 +309,12 @@ pub fn all() -> Vec<Exercise> {
         },
         Exercise {
             chapter: SERVING,
+            module: "serving::int4_groups",
+            task: "group-wise int4 weights read back: an f16 scale per group, codes in [-7, 7]",
+            check: serving::int4_groups::check,
+        },
+        Exercise {
+            chapter: SERVING,
             module: "serving::accept_draft",
             task: "speculative decoding's acceptance rule: keep, or draw from the residual",
             check: serving::accept_draft::check,

@@ -760,6 +760,15 @@ async function serving(browser) {
   check(perfect === 1, `a perfect draft keeps every proposal (α = ${perfect})`);
   await setSize(page, 'spec-quality', 70);
   await page.waitForSelector('[data-testid="spec-chart"] svg path', { timeout: 10000 });
+  // Quantized weights: brrr-serve's formats in wasm. Smaller int4 groups isolate the
+  // outliers, so the error falls.
+  const formats = await page.$$eval('[data-testid="quant-row"]', (rs) => rs.map((r) => r.dataset.format));
+  check(formats.join(',') === 'f32,int8,int4-g32,fp8-e4m3', `f32 and three formats (${formats})`);
+  const err32 = await value(page, 'quant-int4-error');
+  check(err32 > 0 && err32 < 1, `int4 in groups of 32: RMS error ${err32}`);
+  await setSize(page, 'quant-group', 8);
+  const err8 = await waitValue(page, 'quant-int4-error', (v) => v < err32);
+  check(err8 < err32, `groups of 8: RMS error ${err8} < ${err32}`);
   await shot(page, 'serving');
   await page.close();
 }

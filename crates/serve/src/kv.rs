@@ -163,25 +163,8 @@ impl<B: Backend> CachedAttention<B> for LayerCache<B> {
         // Each token's q, k and v side by side: `[S, w]` views, rows as the cache holds them.
         let rows = qkv.reshape([s_total, 3 * w])?;
         let q = rows.narrow(1, 0, w)?.contiguous()?;
-        // Every token of the row to its slot: one scatter of keys and one of values for
-        // the whole batch.
-        let mut slot_of_row = vec![u32::MAX; s_total];
-        for s in batch.iter() {
-            let end = s.offset + s.new_slots.len();
-            let dst = slot_of_row.get_mut(s.offset..end).ok_or_else(|| {
-                Error::invalid(
-                    "LayerCache::attend",
-                    "a sequence runs past the row's tokens",
-                )
-            })?;
-            dst.copy_from_slice(&s.new_slots);
-        }
-        if slot_of_row.contains(&u32::MAX) {
-            return Err(Error::invalid(
-                "LayerCache::attend",
-                "the batch does not cover every token of the row",
-            ));
-        }
+        // One scatter of keys and one of values for the whole batch.
+        let slot_of_row = slots_of_rows(batch, s_total)?;
         write_rows(&rows.narrow(1, w, w)?, kc, &slot_of_row)?;
         write_rows(&rows.narrow(1, 2 * w, w)?, vc, &slot_of_row)?;
         // Decodes (one new token each) attend together, padded to the longest context;
@@ -305,6 +288,29 @@ fn attend_prefill<B: Backend>(
     attend_one(&queries, &keys, &values, scale)?
         .permute(&[1, 0, 2])?
         .reshape([t, w])
+}
+
+/// The cache slot of each of the row's `s_total` tokens; an error unless the batch's
+/// sequences cover the row exactly.
+fn slots_of_rows(batch: &[BatchSeq], s_total: usize) -> Result<Vec<u32>> {
+    let mut slots = vec![u32::MAX; s_total];
+    for s in batch {
+        let end = s.offset + s.new_slots.len();
+        let dst = slots.get_mut(s.offset..end).ok_or_else(|| {
+            Error::invalid(
+                "LayerCache::attend",
+                "a sequence runs past the row's tokens",
+            )
+        })?;
+        dst.copy_from_slice(&s.new_slots);
+    }
+    if slots.contains(&u32::MAX) {
+        return Err(Error::invalid(
+            "LayerCache::attend",
+            "the batch does not cover every token of the row",
+        ));
+    }
+    Ok(slots)
 }
 
 /// Writes row `i` of `rows` into row `slots[i]` of `cache`: one scatter, whatever the

@@ -14,6 +14,7 @@ pub mod mixed_precision;
 pub mod pipeline;
 pub mod profile;
 pub mod puzzles;
+pub mod quantization;
 
 pub mod roofline;
 pub mod sampling;

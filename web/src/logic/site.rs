@@ -197,7 +197,7 @@ pub const PAGES: [PageInfo; 14] = [
                 when the cache is full and reuses a shared prompt prefix; every step's tokens \
                 and blocks on a timeline, beside the same requests served one at a time. \
                 Below, speculative decoding's acceptance rule: tokens per forward and \
-                speed-up against k.",
+                speed-up against k; and weights in int8, int4 and fp8: bytes against error.",
         chapter: "serving.html",
         crates: &["brrr_serve"],
     },

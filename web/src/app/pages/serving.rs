@@ -3,12 +3,14 @@
 //! tokens by request (prefill chunks pale, decodes solid), the KV blocks in use and
 //! cached under it, and the totals beside the same requests served one at a time.
 //! Below, speculative decoding: brrr-serve's acceptance rule on stand-in distributions,
-//! tokens per target forward and speed-up against `k` beside the formulas.
+//! tokens per target forward and speed-up against `k` beside the formulas; and quantized
+//! weights: brrr-serve's formats on a matrix with outliers, bytes against error.
 
 use crate::app::components::{
     Banner, BannerKind, Chart, PageHeader, Series, SeriesStyle, SizeInput, Stat, Toggle,
 };
 use crate::app::util::edit;
+use crate::logic::quantization::{COLS, MAX_OUTLIER, QuantInput, QuantView};
 use crate::logic::serving::{
     MAX_BLOCKS, MAX_OUTPUT, MAX_PROMPT, MAX_REQUESTS, ServingInput, ServingView, view,
 };
@@ -28,6 +30,8 @@ pub fn serving_page() -> Html {
     let result = view(&input);
     let spec = use_state(SpecInput::default);
     let spec_result = crate::logic::speculative::view(&spec);
+    let quant = use_state(QuantInput::default);
+    let quant_result = crate::logic::quantization::view(&quant);
     html! {
         <section class="page">
             <PageHeader id={PageId::Serving} />
@@ -46,6 +50,16 @@ pub fn serving_page() -> Html {
                 <div class="results">
                     { match &spec_result {
                         Ok(v) => spec_results(&spec, v),
+                        Err(e) => html! { <Banner kind={BannerKind::Error}>{ e.clone() }</Banner> },
+                    } }
+                </div>
+            </div>
+            <h2>{ "Quantized weights" }</h2>
+            <div class="layout">
+                <aside class="panel controls">{ quant_controls(&quant) }</aside>
+                <div class="results">
+                    { match &quant_result {
+                        Ok(v) => quant_results(v),
                         Err(e) => html! { <Banner kind={BannerKind::Error}>{ e.clone() }</Banner> },
                     } }
                 </div>
@@ -229,6 +243,59 @@ fn spec_results(input: &SpecInput, v: &SpecView) -> Html {
             </div>
             <Chart id="spec-chart" x_label="k (draft tokens proposed per step)" y_label="tokens per forward / speed-up"
                 series={series} y_include={Some(0.0)} />
+        </>
+    }
+}
+
+fn quant_controls(input: &UseStateHandle<QuantInput>) -> Html {
+    let outlier = edit(input, |i: &mut QuantInput, v: u64| {
+        i.outlier = u32::try_from(v).unwrap_or(MAX_OUTLIER)
+    });
+    let group = edit(input, |i: &mut QuantInput, v: u64| {
+        i.group = usize::try_from(v).unwrap_or(COLS)
+    });
+    html! {
+        <>
+            <SizeInput id="quant-outlier" label="outliers (× the typical weight)" value={u64::from(input.outlier)} min={1} max={u64::from(MAX_OUTLIER)} linear=true on_change={outlier} />
+            <SizeInput id="quant-group" label="weights per int4 scale" value={input.group as u64} min={1} max={COLS as u64} on_change={group} />
+            <p class="muted small">{ format!("brrr-serve's formats on a {}×{COLS} stand-in weight \
+                matrix: small weights, and one in 200 an outlier. A scale is set by the largest \
+                weight it covers, so an outlier coarsens every weight sharing its scale: a row's \
+                for int8, a group's for int4, the whole tensor's for fp8. Scales are f16 and \
+                counted in the bytes.", crate::logic::quantization::ROWS) }</p>
+        </>
+    }
+}
+
+fn quant_results(v: &QuantView) -> Html {
+    let rows = v.rows.iter().map(|r| {
+        html! {
+            <tr data-testid="quant-row" data-format={r.format.clone()} data-error={format!("{:e}", r.rel_rms_error)}>
+                <td>{ &r.format }</td>
+                <td class="num">{ format!("{:.3}", r.bytes_per_weight) }</td>
+                <td class="num">{ format!("{:.2}×", 4.0 / r.bytes_per_weight) }</td>
+                <td class="num">{ format!("{:.2}%", 100.0 * r.rel_rms_error) }</td>
+                <td class="num">{ format!("{:.2}%", 100.0 * r.rel_max_error) }</td>
+            </tr>
+        }
+    });
+    let int4 = v.rows.iter().find(|r| r.format.starts_with("int4"));
+    html! {
+        <>
+            if let Some(r) = int4 {
+                <div class="stats">
+                    <Stat label="int4 error" text={format!("{:.2}%", 100.0 * r.rel_rms_error)} value={r.rel_rms_error} id="quant-int4-error" strong=true
+                        note={format!("RMS, of the ordinary weights' RMS; {:.3} bytes a weight", r.bytes_per_weight)} />
+                </div>
+            }
+            <div class="table-wrap"><table class="table" data-testid="quant-table">
+                <thead><tr><th>{ "format" }</th><th class="num">{ "bytes per weight" }</th><th class="num">{ "smaller than f32" }</th>
+                    <th class="num">{ "RMS error" }</th><th class="num">{ "largest error" }</th></tr></thead>
+                <tbody>{ for rows }</tbody>
+            </table></div>
+            <p class="muted small">{ "Errors are on the weights that are not outliers, relative to their RMS. \
+                A decode step reads every weight, so bytes per weight bound its speed (see the \
+                chapter's table from brrr bench quant for what each format does to perplexity)." }</p>
         </>
     }
 }
