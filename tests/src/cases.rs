@@ -52,6 +52,31 @@ pub const CORE_OPS: &[&str] = &[
     "adamw",
 ];
 
+/// An embedding-shaped case's spec, buffer length and label: a `[rows, dim]` table with
+/// `n` ids of `idt`, the whole buffer or (`flat = Some((at, after))`) a part of a flat one.
+fn table_case(
+    rows: usize,
+    dim: usize,
+    n: usize,
+    idt: DType,
+    flat: Option<(usize, usize)>,
+) -> (EmbeddingSpec, usize, String) {
+    let (at, after) = flat.unwrap_or((0, 0));
+    let total = at + rows * dim + after;
+    match flat {
+        None => (
+            EmbeddingSpec::new(dim),
+            total,
+            format!("rows={rows} dim={dim} ids={n} {idt}"),
+        ),
+        Some(_) => (
+            EmbeddingSpec::new(dim).table_at(at, rows),
+            total,
+            format!("rows={rows} dim={dim} ids={n} {idt} table at {at} of {total}"),
+        ),
+    }
+}
+
 /// A launch description; `run` executes it on any backend.
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
@@ -1244,16 +1269,7 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
         (11, 5, 13, DType::U32, Some((7usize, 9usize))),
         (50, 64, 130, DType::I32, Some((64, 3))),
     ] {
-        let (at, after) = flat.unwrap_or((0, 0));
-        let spec = match flat {
-            None => EmbeddingSpec::new(dim),
-            Some(_) => EmbeddingSpec::new(dim).table_at(at, rows),
-        };
-        let total = at + rows * dim + after;
-        let label = match flat {
-            None => format!("rows={rows} dim={dim} ids={n} {idt}"),
-            Some(_) => format!("rows={rows} dim={dim} ids={n} {idt} table at {at} of {total}"),
-        };
+        let (spec, total, label) = table_case(rows, dim, n, idt, flat);
         b.add("embedding", label.clone(), |g, d| {
             let ids: Vec<f64> = (0..n).map(|_| g.below(rows) as f64).collect();
             (
@@ -1286,16 +1302,7 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
         (11, 5, 6, DType::U32, Some((7usize, 9usize))),
         (50, 64, 30, DType::I32, Some((64, 3))),
     ] {
-        let (at, after) = flat.unwrap_or((0, 0));
-        let spec = match flat {
-            None => EmbeddingSpec::new(dim),
-            Some(_) => EmbeddingSpec::new(dim).table_at(at, rows),
-        };
-        let total = at + rows * dim + after;
-        let label = match flat {
-            None => format!("rows={rows} dim={dim} ids={n} {idt}"),
-            Some(_) => format!("rows={rows} dim={dim} ids={n} {idt} table at {at} of {total}"),
-        };
+        let (spec, total, label) = table_case(rows, dim, n, idt, flat);
         b.add("scatter_rows", label, |g, d| {
             let mut ids: Vec<f64> = (0..rows).map(|r| r as f64).collect();
             for i in (1..rows).rev() {
