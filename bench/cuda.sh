@@ -3,7 +3,7 @@
 #
 #   bench/cuda.sh              # everything
 #   STEPS=50 BATCH=16 bench/cuda.sh
-#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train amp profile data wgpu nccl serve
+#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train multi amp profile data wgpu nccl serve
 #
 # 1. conformance: the op-by-op suite on CUDA against brrr-cpu (cuBLAS and every own GEMM
 #    kernel) and `brrr train`'s loop against the CPU run; then the GPU-only tests of
@@ -17,6 +17,9 @@
 # 4. train: the GPT-2 small (124M) preset on synthetic tokens with `brrr train`, in f32
 #    and with --amp bf16, then the equivalent PyTorch model (bench/torch_reference.py) in
 #    f32, bf16 autocast and bf16 with torch.compile: tokens/s and MFU for all.
+#    multi: the same 124M training run (f32 and bf16) with the optimizer phases as one
+#    kernel per parameter (BRRR_CUDA_MULTI_TENSOR=0) and as one launch per phase over
+#    every parameter (multi-tensor apply, the default): tokens/s both ways.
 # 5. amp: `brrr bench amp` on the 124M preset: step time, tokens/s and memory of f32, bf16
 #    and fp16 (the target is bf16 at least 2x f32's tokens/s).
 #    profile: an op-by-op profile of a few f32 and bf16 steps of the same run (`--profile`):
@@ -94,7 +97,7 @@ gpu_tests() {
     cargo test --release -p "$pkg" "${args[@]}" -- --nocapture --test-threads=1 --skip emulat
 }
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train amp profile data wgpu nccl serve)
+[[ ${#parts[@]} -eq 0 ]] && parts=(libs conformance tests gemm bandwidth train multi amp profile data wgpu nccl serve)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 failed=()
 step() { # step NAME CMD... : runs CMD, tees output to $OUT/NAME.log, records failure
@@ -217,6 +220,17 @@ if want train; then
     fi
 fi
 
+# ---- 4b. the optimizer phases: one kernel per parameter against one launch per phase ----------
+if want multi; then
+    for amp in off bf16; do
+        for mt in 0 1; do
+            BRRR_CUDA_MULTI_TENSOR=$mt step "multi-$amp-$mt" brrr train --backend cuda --preset gpt2-124m \
+                --synthetic --amp "$amp" --steps "$STEPS" --batch-size "$BATCH" --seq-len "$SEQ" \
+                --out "$OUT/multi-$amp-$mt" --force
+        done
+    done
+fi
+
 # ---- 5. mixed precision ----------------------------------------------------------------------
 if want amp; then
     step amp-brrr brrr bench amp --backend cuda --preset gpt2-124m --batch-size "$BATCH" \
@@ -230,6 +244,10 @@ if want profile; then
             --warmup-steps 1 --batch-size "$BATCH" --seq-len "$SEQ" --amp "$amp" --profile --quiet \
             --out "$OUT/profile-$amp" --force
     done
+    # The bf16 step again with one optimizer kernel per parameter: the table before.
+    BRRR_CUDA_MULTI_TENSOR=0 step "profile-bf16-per-parameter" brrr train --backend cuda \
+        --preset gpt2-124m --synthetic --steps 4 --warmup-steps 1 --batch-size "$BATCH" \
+        --seq-len "$SEQ" --amp bf16 --profile --quiet --out "$OUT/profile-bf16-per-parameter" --force
 fi
 
 # ---- 6. the batch's way to the GPU --------------------------------------------------------------

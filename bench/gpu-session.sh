@@ -10,15 +10,17 @@
 # The first argument is the bundle (a directory, or a .tar.xz of `bundle/`); the second,
 # where the archive of logs goes. `DEBS=DIR` names .deb files (a Vulkan loader, say) to
 # unpack into / first. Parts and their limits, in order (seconds):
-#   nccl serve 140 · conformance tests 150 · train (BATCH=16, STEPS=20) 190 · wgpu 70
-# about nine minutes at most; PARTS="serve train" runs some of them. The archive leaves out
+#   nccl serve 140 · conformance tests 150 · train (BATCH=16, STEPS=20) 190 ·
+#   multi (the same, multi-tensor ops off and on) 120 · profile (BATCH=16) 90 · wgpu 70
+# about thirteen minutes at most; PARTS="serve train" runs some of them (the default
+# leaves out train, whose PyTorch side takes the longest). The archive leaves out
 # checkpoints (a 124M run writes 1.4 GB of them) and the library links.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bundle=${1:?usage: bench/gpu-session.sh BUNDLE(.tar.xz or dir) RESULTS.tgz}
 archive=${2:?usage: bench/gpu-session.sh BUNDLE(.tar.xz or dir) RESULTS.tgz}
-PARTS=${PARTS:-"nccl serve conformance train wgpu"}
+PARTS=${PARTS:-"nccl serve conformance multi profile wgpu"}
 
 if [[ -n ${DEBS:-} ]]; then
     for f in "$DEBS"/*.deb; do dpkg -x "$f" /; done
@@ -43,6 +45,12 @@ part() {
     shift 2
     timeout "$limit" bench/cuda.sh libs "$@" >"$results/session-$name.log" 2>&1
     echo "gpu-session: $name: exit $? after $((SECONDS - started)) s"
+    pack
+}
+# The archive is rewritten after every part, so a session cut short keeps what ran.
+pack() {
+    tar czf "$archive.partial" -C "$results" --exclude='*.safetensors' --exclude='*.bin' \
+        --exclude=cuda-libs . && mv "$archive.partial" "$archive"
 }
 {
     date -u
@@ -57,9 +65,10 @@ want serve && serve_parts+=(serve)
 [[ ${#serve_parts[@]} -gt 0 ]] && part 140 serve "${serve_parts[@]}"
 want conformance && part 150 conformance conformance tests
 want train && STEPS=${STEPS:-20} BATCH=${BATCH:-16} part 190 train train
+want multi && STEPS=${STEPS:-20} BATCH=${BATCH:-16} part 120 multi multi
+want profile && BATCH=${BATCH:-16} part 90 profile profile
 want wgpu && part 70 wgpu wgpu
 
-tar czf "$archive" -C "$results" --exclude='*.safetensors' --exclude='*.bin' \
-    --exclude=cuda-libs . || exit 1
+pack || exit 1
 echo "gpu-session: logs in $archive ($(du -h "$archive" | cut -f1))"
 grep -h "FAILED\|cuda.sh: done" "$results"/session-*.log

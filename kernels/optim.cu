@@ -178,3 +178,179 @@ extern "C" __global__ void BRRR_FLAT update_loss_scale(float* scale, i32* growth
     }
 }
 BRRR_REGISTER(update_loss_scale)
+
+// ---- multi-tensor apply ---------------------------------------------------------------
+//
+// A model's parameters are many buffers (148 in GPT-2 124M). Zeroing their gradients,
+// summing their squares and updating them with AdamW is little work per buffer, so one
+// kernel per buffer and phase costs more in launches than on the GPU. These kernels take
+// the whole list in one launch, as apex's multi_tensor_apply and PyTorch's _foreach_
+// kernels do: the host uploads a table with one row per non-empty buffer, cuts each
+// buffer into chunks of `chunk` elements, and numbers the chunks across the list. Block b
+// takes chunks b, b + gridDim.x, ...; a chunk lies in one buffer, found by a binary
+// search over the rows' first chunk numbers (about 8 steps for 148 rows, once a chunk).
+// Within a chunk the work is that of the one-buffer kernel, so the results are its bits
+// (the sum of squares adds in another order: per chunk, then over chunks).
+
+// One buffer of a multi-tensor launch; must match `MultiTensorRow` in multi.rs.
+struct MultiTensorRow {
+    u64 ptr[5];          // the op's buffers (adamw: param, grad, m, v, master; others: ptr[0])
+    u64 n;               // elements
+    u64 first_chunk;     // the number of its first chunk in the launch
+    float weight_decay;  // adamw: this buffer's decay (0 for biases and LayerNorm gains)
+    u32 pad;
+};
+
+// The row that holds chunk c: the last row whose first chunk is at most c.
+BRRR_DEVICE u64 mt_row(const MultiTensorRow* rows, u64 count, u64 c) {
+    u64 lo = 0, hi = count;
+    while (hi - lo > 1) {
+        const u64 mid = lo + (hi - lo) / 2;
+        if (rows[mid].first_chunk <= c) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// Elements [*start, *end) of chunk c, and its row.
+BRRR_DEVICE const MultiTensorRow& mt_chunk(const MultiTensorRow* rows, u64 count, u64 c, u64 chunk,
+                                           u64* start, u64* end) {
+    const MultiTensorRow& r = rows[mt_row(rows, count, c)];
+    *start = (c - r.first_chunk) * chunk;
+    *end = *start + chunk < r.n ? *start + chunk : r.n;
+    return r;
+}
+
+template <class T>
+BRRR_DEVICE void multi_fill_impl(const MultiTensorRow* rows, u64 count, u64 chunks, u64 chunk, T bits) {
+    for (u64 c = blockIdx.x; c < chunks; c += gridDim.x) {
+        u64 start, end;
+        const MultiTensorRow& r = mt_chunk(rows, count, c, chunk, &start, &end);
+        T* p = (T*)r.ptr[0];
+        for (u64 i = start + threadIdx.x; i < end; i += blockDim.x) p[i] = bits;
+    }
+}
+
+#define MULTI_FILL(T, S)                                                                       \
+    extern "C" __global__ void BRRR_FLAT multi_tensor_fill_##S(const MultiTensorRow* rows, u64 count, \
+                                                     u64 chunks, u64 chunk, u64 bits) {        \
+        multi_fill_impl<T>(rows, count, chunks, chunk, (T)bits);                               \
+    }                                                                                          \
+    BRRR_REGISTER(multi_tensor_fill_##S)
+
+MULTI_FILL(unsigned short, b16)
+MULTI_FILL(u32, b32)
+MULTI_FILL(u64, b64)
+
+// partial[c] = the sum of squares of chunk c, each element widened to f32 and squared
+// with one rounding (as reduce.cu's fused sum of squares); the host then adds the
+// partial results in order with reduce_rows_final.
+template <class T>
+BRRR_DEVICE void multi_sum_squares_impl(float* partial, const MultiTensorRow* rows, u64 count, u64 chunks,
+                                        u64 chunk) {
+    for (u64 c = blockIdx.x; c < chunks; c += gridDim.x) {
+        u64 start, end;
+        const MultiTensorRow& r = mt_chunk(rows, count, c, chunk, &start, &end);
+        const T* x = (const T*)r.ptr[0];
+        float acc = 0.0f;
+        for (u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+            const float v = to_acc(x[i]);
+            acc += __fmul_rn(v, v);
+        }
+        acc = block_reduce(acc, 0);
+        if (threadIdx.x == 0) partial[c] = acc;
+    }
+}
+
+#define MULTI_SUM_SQUARES(T, S)                                                                \
+    extern "C" __global__ void BRRR_FLAT multi_tensor_sum_squares_##S(float* partial,          \
+                                                     const MultiTensorRow* rows, u64 count,    \
+                                                     u64 chunks, u64 chunk) {                  \
+        multi_sum_squares_impl<T>(partial, rows, count, chunks, chunk);                        \
+    }                                                                                          \
+    BRRR_REGISTER(multi_tensor_sum_squares_##S)
+
+MULTI_SUM_SQUARES(f16_t, f16)
+MULTI_SUM_SQUARES(bf16_t, bf16)
+MULTI_SUM_SQUARES(float, f32)
+
+// adamw_impl over the list: ptr = {param, grad, m, v}.
+template <class P, class G>
+BRRR_DEVICE void multi_adamw_impl(const MultiTensorRow* rows, u64 count, u64 chunks, u64 chunk, AdamWArgs a,
+                                  const float* inv_scale, const float* found_inf) {
+    typedef typename Acc<P>::type A;
+    if (found_inf != 0 && *found_inf != 0.0f) return;  // a skipped step
+    const A gscale = adamw_gscale<A>(a, inv_scale);
+    for (u64 c = blockIdx.x; c < chunks; c += gridDim.x) {
+        u64 start, end;
+        const MultiTensorRow& r = mt_chunk(rows, count, c, chunk, &start, &end);
+        P* param = (P*)r.ptr[0];
+        const G* grad = (const G*)r.ptr[1];
+        float* m = (float*)r.ptr[2];
+        float* v = (float*)r.ptr[3];
+        AdamWArgs ra = a;
+        ra.weight_decay = r.weight_decay;
+        for (u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+            const A p = to_acc(param[i]);
+            param[i] = from_acc<P>(adamw_elem<A>(p, A(to_acc(grad[i])), &m[i], &v[i], ra, gscale));
+        }
+    }
+}
+
+// adamw_master_impl over the list: ptr = {copy, grad, m, v, master}.
+template <class P, class G>
+BRRR_DEVICE void multi_adamw_master_impl(const MultiTensorRow* rows, u64 count, u64 chunks, u64 chunk,
+                                         AdamWArgs a, const float* inv_scale, const float* found_inf) {
+    if (found_inf != 0 && *found_inf != 0.0f) return;  // a skipped step
+    const float gscale = adamw_gscale<float>(a, inv_scale);
+    for (u64 c = blockIdx.x; c < chunks; c += gridDim.x) {
+        u64 start, end;
+        const MultiTensorRow& r = mt_chunk(rows, count, c, chunk, &start, &end);
+        P* copy = (P*)r.ptr[0];
+        const G* grad = (const G*)r.ptr[1];
+        float* m = (float*)r.ptr[2];
+        float* v = (float*)r.ptr[3];
+        float* master = (float*)r.ptr[4];
+        AdamWArgs ra = a;
+        ra.weight_decay = r.weight_decay;
+        for (u64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+            const float w = adamw_elem<float>(master[i], to_acc(grad[i]), &m[i], &v[i], ra, gscale);
+            master[i] = w;
+            copy[i] = from_acc<P>(w);
+        }
+    }
+}
+
+#define MULTI_ADAMW(P, PS, G, GS)                                                              \
+    extern "C" __global__ void BRRR_FLAT multi_tensor_adamw_##PS##_##GS(const MultiTensorRow* rows, \
+                                                     u64 count, u64 chunks, u64 chunk,          \
+                                                     AdamWArgs a, const float* inv_scale,       \
+                                                     const float* found_inf) {                  \
+        multi_adamw_impl<P, G>(rows, count, chunks, chunk, a, inv_scale, found_inf);          \
+    }                                                                                          \
+    BRRR_REGISTER(multi_tensor_adamw_##PS##_##GS)
+
+#define MULTI_ADAMW_FOR(P, PS)          \
+    MULTI_ADAMW(P, PS, f16_t, f16)      \
+    MULTI_ADAMW(P, PS, bf16_t, bf16)    \
+    MULTI_ADAMW(P, PS, float, f32)      \
+    MULTI_ADAMW(P, PS, double, f64)
+
+MULTI_ADAMW_FOR(f16_t, f16)
+MULTI_ADAMW_FOR(bf16_t, bf16)
+MULTI_ADAMW_FOR(float, f32)
+MULTI_ADAMW_FOR(double, f64)
+
+#define MULTI_ADAMW_MASTER(P, PS, G, GS)                                                       \
+    extern "C" __global__ void BRRR_FLAT multi_tensor_adamw_master_##PS##_##GS(                \
+        const MultiTensorRow* rows, u64 count, u64 chunks, u64 chunk, AdamWArgs a,             \
+        const float* inv_scale, const float* found_inf) {                                      \
+        multi_adamw_master_impl<P, G>(rows, count, chunks, chunk, a, inv_scale, found_inf);   \
+    }                                                                                          \
+    BRRR_REGISTER(multi_tensor_adamw_master_##PS##_##GS)
+
+MULTI_ADAMW_MASTER(f16_t, f16, f16_t, f16)
+MULTI_ADAMW_MASTER(f16_t, f16, float, f32)
+MULTI_ADAMW_MASTER(bf16_t, bf16, bf16_t, bf16)
+MULTI_ADAMW_MASTER(bf16_t, bf16, float, f32)
+MULTI_ADAMW_MASTER(float, f32, float, f32)

@@ -3,9 +3,9 @@
 use crate::compare::{Tol, compare, tolerance};
 use crate::{Outcome, SuiteOptions};
 use brrr_backend::{
-    AdamWParams, Backend, BinaryOp, DType, ElemRange, EmbeddingSpec, GemmSpec, HostData,
-    LayerNormSpec, Layout, ReduceOp, Result, ScaleUpdateParams, SegmentMask, Shape, SoftmaxSpec,
-    UnaryOp,
+    AdamWParams, AdamWTensors, Backend, BinaryOp, DType, ElemRange, EmbeddingSpec, GemmSpec,
+    HostData, LayerNormSpec, Layout, ReduceOp, Result, ScaleUpdateParams, SegmentMask, Shape,
+    SoftmaxSpec, UnaryOp,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -34,6 +34,9 @@ pub const OPS: &[&str] = &[
     "cross_entropy_backward",
     "adamw",
     "adamw_master",
+    "multi_tensor_fill",
+    "multi_tensor_sum_squares",
+    "multi_tensor_adamw",
     "clip_coefficient",
     "unscale_check_finite",
     "update_loss_scale",
@@ -122,6 +125,18 @@ pub(crate) enum Op {
     /// Inputs: grad (+ inv_scale) (+ found_inf); outputs: master, copy, m, v.
     AdamWMaster {
         p: AdamWParams,
+        inv: bool,
+        found: bool,
+    },
+    /// Outputs: the buffers.
+    MultiFill(f64),
+    /// Inputs: the buffers; output: the sum.
+    MultiSumSquares,
+    /// Inputs: each slot's gradient (+ inv_scale) (+ found_inf); outputs: per slot
+    /// param (the copy beside a master), (master), m, v.
+    MultiAdamW {
+        p: AdamWParams,
+        slots: Vec<crate::multi::AdamWSlot>,
         inv: bool,
         found: bool,
     },
@@ -263,6 +278,44 @@ impl Op {
                 let inv_scale = inv.then(|| &ins[1]);
                 let found_inf = found.then(|| &ins[if *inv { 2 } else { 1 }]);
                 x.adamw_master(p, master, copy, &ins[0], m, v, inv_scale, found_inf)
+            }
+            Op::MultiFill(v) => x.multi_tensor_fill(&mut outs.iter_mut().collect::<Vec<_>>(), *v),
+            Op::MultiSumSquares => {
+                let [sum] = outs else {
+                    unreachable!("multi_tensor_sum_squares has one output")
+                };
+                x.multi_tensor_sum_squares(&ins.iter().collect::<Vec<_>>(), sum)
+            }
+            Op::MultiAdamW {
+                p,
+                slots,
+                inv,
+                found,
+            } => {
+                let k = slots.len();
+                let inv_scale = inv.then(|| &ins[k]);
+                let found_inf = found.then(|| &ins[k + usize::from(*inv)]);
+                let mut rest = &mut outs[..];
+                let mut list = Vec::with_capacity(k);
+                for (s, grad) in slots.iter().zip(ins) {
+                    let (mine, tail) =
+                        std::mem::take(&mut rest).split_at_mut(3 + usize::from(s.master));
+                    rest = tail;
+                    let (param, master, m, v) = match mine {
+                        [param, master, m, v] => (param, Some(master), m, v),
+                        [param, m, v] => (param, None, m, v),
+                        _ => unreachable!("a slot has three or four outputs"),
+                    };
+                    list.push(AdamWTensors {
+                        param,
+                        master,
+                        grad,
+                        m,
+                        v,
+                        decay: s.decay,
+                    });
+                }
+                x.multi_tensor_adamw(p, &mut list, inv_scale, found_inf)
             }
             Op::ClipCoefficient(max_norm) => {
                 let [norm, coef] = outs else {
@@ -1545,6 +1598,7 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
 
     // ---- mixed precision: gemm into f32, AdamW with master weights, clipping -------
     crate::mixed::add_cases(&mut b, dtype, large);
+    crate::multi::add_cases(&mut b, dtype);
 
     // ---- attention (composite of gemm, causal softmax, gemm) ------------------------
     let mut attns = vec![(1usize, 1usize, 4usize), (6, 13, 8)];

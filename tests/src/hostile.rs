@@ -8,8 +8,8 @@
 
 use crate::{CaseResult, Outcome};
 use brrr_backend::{
-    AdamWParams, AttentionSpec, Backend, BinaryOp, DType, ElemRange, EmbeddingSpec, GemmSpec,
-    HostData, LayerNormSpec, Layout, Shape,
+    AdamWParams, AdamWTensors, AttentionSpec, Backend, BinaryOp, DType, ElemRange, EmbeddingSpec,
+    GemmSpec, HostData, LayerNormSpec, Layout, Shape,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -235,6 +235,39 @@ pub(crate) fn run<X: Backend>(x: &X) -> Vec<CaseResult> {
             x.adamw_master(&hp, &mut w, &mut c, &g, &mut m, &mut v, None, None)
         });
         out.push(result(name, dt, format!("{label} (master)"), outcome));
+    }
+    // Multi-tensor AdamW: a list takes whole buffers (no range), and a short moment in
+    // the middle of the list is caught before anything runs.
+    for (label, range, v_len) in [
+        ("multi_tensor_adamw: a range", Some(ElemRange::new(0, 4)), 8),
+        (
+            "multi_tensor_adamw: second v shorter than its param",
+            None,
+            5,
+        ),
+    ] {
+        let hp = AdamWParams {
+            range,
+            ..AdamWParams::default()
+        };
+        let outcome = expect_err(|| {
+            let (mut p0, g0, mut m0, mut v0) = (buf(8)?, buf(8)?, buf(8)?, buf(8)?);
+            let (mut p1, g1, mut m1, mut v1) = (buf(8)?, buf(8)?, buf(8)?, buf(v_len)?);
+            let one = |param, grad, m, v| AdamWTensors {
+                param,
+                master: None,
+                grad,
+                m,
+                v,
+                decay: true,
+            };
+            let mut list = [
+                one(&mut p0, &g0, &mut m0, &mut v0),
+                one(&mut p1, &g1, &mut m1, &mut v1),
+            ];
+            x.multi_tensor_adamw(&hp, &mut list, None, None)
+        });
+        out.push(result(name, dt, label.to_string(), outcome));
     }
     out.extend(flat_param_cases(x));
     let dense = Layout::contiguous([3, 2]);

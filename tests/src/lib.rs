@@ -41,6 +41,7 @@ mod cases;
 mod compare;
 mod hostile;
 mod mixed;
+mod multi;
 
 pub use brrr_cpu::CpuBackend;
 pub use cases::{CORE_OPS, OPS};

@@ -165,3 +165,100 @@ fn the_emulated_own_gemm_kernels_pass_the_suite() {
     }
     drop(emu);
 }
+
+/// Multi-tensor AdamW is elementwise: each parameter must come out as the one-buffer
+/// kernel leaves it, bit for bit, with masters (bf16 copies, f32 gradients) and
+/// without (f32), lengths across several 16384-element chunks and an empty one.
+fn multi_adamw_is_one_buffer_adamw_bit_for_bit(x: &CudaBackend) {
+    use brrr_backend::{AdamWParams, AdamWTensors, HostData, block_on};
+    let lens = [40_000usize, 1, 0, 768, 16_385];
+    let p = AdamWParams {
+        lr: 1e-2,
+        step: 5,
+        weight_decay: 0.1,
+        grad_scale: 0.5,
+        ..AdamWParams::default()
+    };
+    let data = |n: usize, salt: usize| -> Vec<f64> {
+        (0..n)
+            .map(|i| (((i * 7919 + salt * 104_729) % 2000) as f64 - 1000.0) / 1000.0)
+            .collect()
+    };
+    // The second moment is never negative.
+    let v_data =
+        |n: usize, salt: usize| data(n, salt).into_iter().map(f64::abs).collect::<Vec<_>>();
+    // Per parameter: (param, master, grad, m, v) on the device, twice.
+    let make = || -> Vec<[<CudaBackend as Backend>::Buffer; 5]> {
+        lens.iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let w = HostData::from_f64(DType::F32, &data(n, i));
+                [
+                    x.upload(&HostData::from_f64(DType::BF16, &w.to_f64()))
+                        .unwrap(),
+                    x.upload(&w).unwrap(),
+                    x.upload(&HostData::from_f64(DType::F32, &data(n, i + 10)))
+                        .unwrap(),
+                    x.upload(&HostData::from_f64(DType::F32, &data(n, i + 20)))
+                        .unwrap(),
+                    x.upload(&HostData::from_f64(DType::F32, &v_data(n, i + 30)))
+                        .unwrap(),
+                ]
+            })
+            .collect()
+    };
+    let master = |i: usize| i.is_multiple_of(2);
+    let (mut one, mut multi) = (make(), make());
+    for (i, [param, mst, grad, m, v]) in one.iter_mut().enumerate() {
+        let hp = AdamWParams {
+            weight_decay: if i != 1 { p.weight_decay } else { 0.0 },
+            ..p
+        };
+        if master(i) {
+            x.adamw_master(&hp, mst, param, grad, m, v, None, None)
+                .unwrap();
+        } else {
+            x.adamw(&hp, mst, grad, m, v, None, None).unwrap();
+        }
+    }
+    let mut list: Vec<_> = multi
+        .iter_mut()
+        .enumerate()
+        .map(|(i, [param, mst, grad, m, v])| {
+            let (param, master) = if master(i) {
+                (param, Some(mst))
+            } else {
+                (mst, None)
+            };
+            AdamWTensors {
+                param,
+                master,
+                grad: &*grad,
+                m,
+                v,
+                decay: i != 1,
+            }
+        })
+        .collect();
+    x.multi_tensor_adamw(&p, &mut list, None, None).unwrap();
+    for (i, (a, b)) in one.iter().zip(&multi).enumerate() {
+        for (k, (a, b)) in a.iter().zip(b).enumerate() {
+            let (a, b) = (block_on(x.read(a)).unwrap(), block_on(x.read(b)).unwrap());
+            assert_eq!(a.as_bytes(), b.as_bytes(), "parameter {i}, buffer {k}");
+        }
+    }
+}
+
+#[test]
+fn multi_tensor_adamw_matches_the_one_buffer_kernel_bit_for_bit() {
+    if let Some(gpu) = own_gpu() {
+        multi_adamw_is_one_buffer_adamw_bit_for_bit(&gpu);
+    }
+}
+
+#[test]
+fn the_emulated_multi_tensor_adamw_matches_the_one_buffer_kernel_bit_for_bit() {
+    if let Some(emu) = emulated() {
+        multi_adamw_is_one_buffer_adamw_bit_for_bit(&emu);
+    }
+}

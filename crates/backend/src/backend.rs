@@ -1,7 +1,7 @@
 use crate::{
-    AdamWParams, AttentionSpec, BinaryOp, DType, DeviceLocation, EmbeddingSpec, GemmSpec, HostData,
-    LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams, SegmentMask,
-    SoftmaxSpec, UnaryOp, WasmNotSendSync,
+    AdamWParams, AdamWTensors, AttentionSpec, BinaryOp, DType, DeviceLocation, EmbeddingSpec,
+    GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams,
+    SegmentMask, SoftmaxSpec, UnaryOp, WasmNotSendSync,
 };
 use std::future::Future;
 
@@ -453,6 +453,46 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         growth_tracker: &mut Self::Buffer,
         found_inf: &Self::Buffer,
     ) -> Result<()>;
+
+    // ---- multi-tensor ops ---------------------------------------------------------
+
+    // A model's parameters are many buffers (148 in GPT-2 124M), and the three optimizer
+    // phases of a step (zeroing the gradients, their norm, AdamW) do the same small
+    // amount of work on each: one kernel per buffer is then 148 launches per phase,
+    // each costing more host time than the GPU spends on it. These take the whole list
+    // and a backend may do each in one launch (apex's `multi_tensor_apply`, PyTorch's
+    // `_foreach_` kernels). The defaults, `crate::multi_tensor`'s `*_each`, loop over
+    // the one-buffer op and are the reference semantics.
+
+    /// Sets every element of every buffer in `bufs` to `value`: [`Backend::fill`] on
+    /// each (zeroing a model's gradients before a step).
+    fn multi_tensor_fill(&self, bufs: &mut [&mut Self::Buffer], value: f64) -> Result<()> {
+        crate::multi_tensor::fill_each(self, bufs, value)
+    }
+
+    /// `out[0] = Σ_t Σ_i xs[t][i]²` (f32, one element or more): the squared L2 norm of
+    /// a list of float buffers, each widened to f32. Reference semantics: each buffer's
+    /// sum of squares into a one-element f32 (fused or not, see
+    /// [`crate::multi_tensor::sum_squares_each`]), added to the running total in list
+    /// order; a backend that fuses the list may add in another (fixed) order, so results
+    /// agree to rounding, not bitwise.
+    fn multi_tensor_sum_squares(&self, xs: &[&Self::Buffer], out: &mut Self::Buffer) -> Result<()> {
+        crate::multi_tensor::sum_squares_each(self, xs, out)
+    }
+
+    /// AdamW on a list of parameters: for each, [`Backend::adamw`] (or
+    /// [`Backend::adamw_master`] when it has a master) with `params`, its weight decay
+    /// zeroed where [`AdamWTensors::decay`] is false. `params.range` must be `None`
+    /// (whole buffers). Bitwise the one-parameter ops: AdamW is elementwise.
+    fn multi_tensor_adamw(
+        &self,
+        params: &AdamWParams,
+        tensors: &mut [AdamWTensors<'_, Self::Buffer>],
+        inv_scale: Option<&Self::Buffer>,
+        found_inf: Option<&Self::Buffer>,
+    ) -> Result<()> {
+        crate::multi_tensor::adamw_each(self, params, tensors, inv_scale, found_inf)
+    }
 }
 
 /// The error of an optional op's default: `op` is not implemented by `backend`.

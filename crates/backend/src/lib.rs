@@ -53,6 +53,7 @@ mod dtype;
 mod error;
 mod host;
 mod layout;
+pub mod multi_tensor;
 mod ops;
 pub mod skip;
 
@@ -63,8 +64,8 @@ pub use error::{Error, Result};
 pub use host::{HostData, bf16_from_f64, f16_from_f64, f64_to_f32_round_odd};
 pub use layout::{Layout, MAX_RANK, Shape};
 pub use ops::{
-    AdamWParams, AttentionSpec, BinaryOp, ElemRange, EmbeddingSpec, GemmSpec, LayerNormSpec,
-    ReduceOp, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp, axpy_range,
+    AdamWParams, AdamWTensors, AttentionSpec, BinaryOp, ElemRange, EmbeddingSpec, GemmSpec,
+    LayerNormSpec, ReduceOp, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp, axpy_range,
 };
 
 /// Waits for a future on native targets (the backend's readback is async).

@@ -653,6 +653,26 @@ impl Default for AdamWParams {
     }
 }
 
+/// One parameter of a [`Backend::multi_tensor_adamw`](crate::Backend::multi_tensor_adamw)
+/// call: the buffers
+/// [`Backend::adamw`](crate::Backend::adamw) (no `master`) or
+/// [`Backend::adamw_master`](crate::Backend::adamw_master) (with one) takes for it,
+/// and whether it decays.
+pub struct AdamWTensors<'a, Buf> {
+    /// The parameter: updated in place, or, beside a master, its compute copy.
+    pub param: &'a mut Buf,
+    /// The f32 master copy that takes the update, when the parameter has one.
+    pub master: Option<&'a mut Buf>,
+    /// The gradient: the parameter's dtype, or f32 beside a master.
+    pub grad: &'a Buf,
+    /// First moment, f32.
+    pub m: &'a mut Buf,
+    /// Second moment, f32.
+    pub v: &'a mut Buf,
+    /// Whether [`AdamWParams::weight_decay`] applies to it (0 is used when not).
+    pub decay: bool,
+}
+
 /// Dynamic loss-scale update, with the semantics of PyTorch's `_amp_update_scale_`:
 /// on an overflow multiply the scale by `backoff_factor` and reset the growth tracker;
 /// otherwise count the clean step, and after `growth_interval` of them multiply the

@@ -5,13 +5,13 @@ use crate::device::{Arg, DevPtr, Device, DeviceInfo, LaunchCfg, Pattern};
 use crate::gemm::GemmImpl;
 use crate::kernels::Family;
 use crate::ops::{
-    AdamWArgs, Strided, binary_code, check_float, check_index, check_layout, check_no_overlap,
-    row_broadcast, suffix, unary_code, whole_packs,
+    Strided, adamw_args, binary_code, check_float, check_index, check_layout, check_master_dtypes,
+    check_no_overlap, row_broadcast, suffix, unary_code, whole_packs,
 };
 use brrr_backend::{
-    AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, ElemRange, EmbeddingSpec,
-    Error, GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result,
-    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
+    AdamWParams, AdamWTensors, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, ElemRange,
+    EmbeddingSpec, Error, GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result,
+    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp, multi_tensor,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -82,6 +82,7 @@ pub(crate) struct Inner {
     ordinal: usize,
     gemm_impl: AtomicU8,
     tf32: AtomicBool,
+    multi_tensor: AtomicBool,
 }
 
 /// The CUDA backend. Cheap to clone (a handle); all clones share one device context,
@@ -144,6 +145,7 @@ impl CudaBackend {
                 ordinal,
                 gemm_impl: AtomicU8::new(GemmImpl::Cublas as u8),
                 tf32: AtomicBool::new(false),
+                multi_tensor: AtomicBool::new(multi_tensor_default()),
             }),
         }
     }
@@ -201,6 +203,21 @@ impl CudaBackend {
     /// kernels ignore it.
     pub fn set_allow_tf32(&self, on: bool) {
         self.inner.tf32.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the multi-tensor ops ([`Backend::multi_tensor_adamw`] and its two
+    /// siblings) take a whole list in one launch (the default), or loop over the
+    /// one-buffer kernels as the trait's reference does. The environment variable
+    /// `BRRR_CUDA_MULTI_TENSOR=0` turns it off for every backend created after it is
+    /// set: `bench/cuda.sh` times a training step both ways in one run.
+    pub fn multi_tensor(&self) -> bool {
+        self.inner.multi_tensor.load(Ordering::Relaxed)
+    }
+
+    /// Turns one-launch multi-tensor ops on or off (see [`CudaBackend::multi_tensor`]);
+    /// shared by all clones of this backend.
+    pub fn set_multi_tensor(&self, on: bool) {
+        self.inner.multi_tensor.store(on, Ordering::Relaxed);
     }
 
     /// Counters of the caching allocator.
@@ -349,7 +366,12 @@ fn loss_suffix(op: &'static str, logits: DType, losses: DType) -> Result<&'stati
 
 /// The bit pattern of `value` in `dtype` (Rust `as` semantics for integers: truncation
 /// toward zero, saturation, NaN to 0).
-fn fill_pattern(dtype: DType, value: f64) -> Pattern {
+/// On unless `BRRR_CUDA_MULTI_TENSOR` is `0`.
+fn multi_tensor_default() -> bool {
+    std::env::var("BRRR_CUDA_MULTI_TENSOR").map_or(true, |v| v.trim() != "0")
+}
+
+pub(crate) fn fill_pattern(dtype: DType, value: f64) -> Pattern {
     match dtype {
         DType::F16 => Pattern::B16(half::f16::from_f64(value).to_bits()),
         DType::BF16 => Pattern::B16(half::bf16::from_f64(value).to_bits()),
@@ -1480,18 +1502,7 @@ impl Backend for CudaBackend {
             same_dtype(OP, DType::F32, b.dtype)?;
         }
         let copy_dt = param_copy.dtype;
-        if !matches!(copy_dt, DType::F16 | DType::BF16 | DType::F32)
-            || !(grad.dtype == DType::F32 || grad.dtype == copy_dt)
-        {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "the compute copy must be f16, bf16 or f32 and the gradient f32 or the \
-                     copy's dtype; got copy {copy_dt} and gradient {}",
-                    grad.dtype
-                ),
-            ));
-        }
+        check_master_dtypes(OP, copy_dt, grad.dtype)?;
         if params.step == 0 {
             return Err(Error::invalid(OP, "step counts from 1"));
         }
@@ -1560,6 +1571,33 @@ impl Backend for CudaBackend {
         )
     }
 
+    fn multi_tensor_fill(&self, bufs: &mut [&mut CudaBuffer], value: f64) -> Result<()> {
+        if !self.multi_tensor() {
+            return multi_tensor::fill_each(self, bufs, value);
+        }
+        self.multi_fill(bufs, value)
+    }
+
+    fn multi_tensor_sum_squares(&self, xs: &[&CudaBuffer], out: &mut CudaBuffer) -> Result<()> {
+        if !self.multi_tensor() {
+            return multi_tensor::sum_squares_each(self, xs, out);
+        }
+        self.multi_sum_squares(xs, out)
+    }
+
+    fn multi_tensor_adamw(
+        &self,
+        params: &AdamWParams,
+        tensors: &mut [AdamWTensors<'_, CudaBuffer>],
+        inv_scale: Option<&CudaBuffer>,
+        found_inf: Option<&CudaBuffer>,
+    ) -> Result<()> {
+        if !self.multi_tensor() {
+            return multi_tensor::adamw_each(self, params, tensors, inv_scale, found_inf);
+        }
+        self.multi_adamw(params, tensors, inv_scale, found_inf)
+    }
+
     fn unscale_check_finite(
         &self,
         grads: &mut CudaBuffer,
@@ -1625,21 +1663,5 @@ impl Backend for CudaBackend {
                 Arg::F32(params.min_scale),
             ],
         )
-    }
-}
-
-/// The host-side constants of one AdamW step: bias corrections in f64, as the reference
-/// computes them.
-fn adamw_args(params: &AdamWParams) -> AdamWArgs {
-    let step = f64::from(params.step);
-    AdamWArgs {
-        lr: params.lr,
-        beta1: params.beta1,
-        beta2: params.beta2,
-        eps: params.eps,
-        weight_decay: params.weight_decay,
-        grad_scale: params.grad_scale,
-        inv_bias_correction1: 1.0 / (1.0 - f64::from(params.beta1).powf(step)),
-        inv_bias_correction2: 1.0 / (1.0 - f64::from(params.beta2).powf(step)),
     }
 }

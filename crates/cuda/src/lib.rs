@@ -71,6 +71,8 @@ pub mod emu;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod gemm;
 #[cfg(not(target_arch = "wasm32"))]
+mod multi;
+#[cfg(not(target_arch = "wasm32"))]
 mod ops;
 #[cfg(not(target_arch = "wasm32"))]
 mod reduce;

@@ -2,7 +2,9 @@
 //! the op codes the kernels switch on.
 
 use crate::device::DevPtr;
-use brrr_backend::{BinaryOp, DType, Error, Layout, MAX_RANK, ReduceOp, Result, UnaryOp};
+use brrr_backend::{
+    AdamWParams, BinaryOp, DType, Error, Layout, MAX_RANK, ReduceOp, Result, UnaryOp,
+};
 
 /// `bytemuck::Pod` for a `#[repr(C)]` struct of numbers, given the types of its fields in
 /// order: the struct's size must equal their sizes' sum, checked at compile time, so it
@@ -191,6 +193,24 @@ pub(crate) struct AdamWArgs {
 
 plain_old_data!(AdamWArgs: f32, f32, f32, f32, f32, f32, f64, f64);
 
+/// `struct MultiTensorRow` of optim.cu: one buffer of a multi-tensor launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct MultiTensorRow {
+    /// The op's buffers: `[param, grad, m, v, master]` for AdamW, the one buffer first
+    /// for the others; 0 where unused.
+    pub ptr: [u64; 5],
+    /// Elements.
+    pub n: u64,
+    /// The number of its first chunk among the launch's chunks.
+    pub first_chunk: u64,
+    /// AdamW's weight decay for this buffer.
+    pub weight_decay: f32,
+    pub pad: u32,
+}
+
+plain_old_data!(MultiTensorRow: [u64; 5], u64, u64, f32, u32);
+
 /// The UN_* codes of elementwise.cu, and the op's two parameters.
 pub(crate) fn unary_code(op: UnaryOp) -> (i32, f32, f32) {
     match op {
@@ -303,6 +323,38 @@ pub(crate) fn check_index(op: &'static str, dtype: DType) -> Result<()> {
             why: "indices must be i32 or u32".into(),
         })
     }
+}
+
+/// The host-side constants of one AdamW step: bias corrections in f64, as the reference
+/// computes them.
+pub(crate) fn adamw_args(params: &AdamWParams) -> AdamWArgs {
+    let step = f64::from(params.step);
+    AdamWArgs {
+        lr: params.lr,
+        beta1: params.beta1,
+        beta2: params.beta2,
+        eps: params.eps,
+        weight_decay: params.weight_decay,
+        grad_scale: params.grad_scale,
+        inv_bias_correction1: 1.0 / (1.0 - f64::from(params.beta1).powf(step)),
+        inv_bias_correction2: 1.0 / (1.0 - f64::from(params.beta2).powf(step)),
+    }
+}
+
+/// `adamw_master`'s dtypes: the compute copy f16, bf16 or f32, the gradient f32 or the
+/// copy's dtype.
+pub(crate) fn check_master_dtypes(op: &'static str, copy: DType, grad: DType) -> Result<()> {
+    if matches!(copy, DType::F16 | DType::BF16 | DType::F32) && (grad == DType::F32 || grad == copy)
+    {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        op,
+        format!(
+            "the compute copy must be f16, bf16 or f32 and the gradient f32 or the copy's \
+             dtype; got copy {copy} and gradient {grad}"
+        ),
+    ))
 }
 
 #[cfg(test)]

@@ -135,7 +135,7 @@ impl CudaBackend {
 
     /// Combines each row's `splits` partial results into `out` (of `dtype`), in order.
     #[allow(clippy::too_many_arguments)]
-    fn reduce_rows_final(
+    pub(crate) fn reduce_rows_final(
         &self,
         code: i32,
         dtype: DType,

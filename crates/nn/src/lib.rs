@@ -94,7 +94,7 @@ pub use optim::{AdamW, AdamWConfig, clip_grad_norm_on_device};
 /// summed squares with `Tensor::to_host().await`).
 #[cfg(not(target_arch = "wasm32"))]
 pub use optim::{clip_grad_norm, grad_norm};
-pub use param::{Module, Param};
+pub use param::{Module, Param, zero_grads};
 pub use schedule::CosineSchedule;
 pub use segments::{Segments, forward_selective};
 pub use stage::{BlocksStage, EmbeddingStage, GptStages, HeadStage};

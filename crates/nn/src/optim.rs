@@ -1,5 +1,5 @@
 use crate::Param;
-use brrr_backend::{AdamWParams, Backend, DType, Error, Result};
+use brrr_backend::{AdamWParams, AdamWTensors, Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
 
 /// AdamW hyper-parameters. Defaults are GPT-3's (Brown et al. 2020, App. B):
@@ -92,10 +92,7 @@ impl<B: Backend> AdamW<B> {
                 ),
             ));
         }
-        let inv_scale = inv_scale.map(Tensor::buffer).transpose()?;
-        let found_inf = found_inf.map(Tensor::buffer).transpose()?;
-        self.step += 1;
-        for (p, (m, v)) in params.into_iter().zip(&mut self.moments) {
+        for (p, (m, _)) in params.iter().zip(&self.moments) {
             if m.shape() != p.value.shape() {
                 return Err(Error::shape(
                     "AdamW::step",
@@ -107,67 +104,60 @@ impl<B: Backend> AdamW<B> {
                     ),
                 ));
             }
-            let hp = AdamWParams {
-                lr,
-                beta1: self.config.beta1,
-                beta2: self.config.beta2,
-                eps: self.config.eps,
-                weight_decay: if p.value.rank() >= 2 {
-                    self.config.weight_decay
-                } else {
-                    0.0
-                },
-                step: self.step,
-                grad_scale,
-                range: None,
-            };
-            let backend = p.value.backend().clone();
-            let grad = p.grad.contiguous()?;
-            let (m, v) = (m.buffer_mut()?, v.buffer_mut()?);
-            match &mut p.master {
-                None => backend.adamw(
-                    &hp,
-                    p.value.buffer_mut()?,
-                    grad.buffer()?,
-                    m,
-                    v,
-                    inv_scale,
-                    found_inf,
-                )?,
-                Some(master) => backend.adamw_master(
-                    &hp,
-                    master.buffer_mut()?,
-                    p.value.buffer_mut()?,
-                    grad.buffer()?,
-                    m,
-                    v,
-                    inv_scale,
-                    found_inf,
-                )?,
-            }
         }
-        Ok(())
+        let Some(backend) = params.first().map(|p| p.value.backend().clone()) else {
+            self.step += 1;
+            return Ok(());
+        };
+        let inv_scale = inv_scale.map(Tensor::buffer).transpose()?;
+        let found_inf = found_inf.map(Tensor::buffer).transpose()?;
+        self.step += 1;
+        let hp = AdamWParams {
+            lr,
+            beta1: self.config.beta1,
+            beta2: self.config.beta2,
+            eps: self.config.eps,
+            weight_decay: self.config.weight_decay,
+            step: self.step,
+            grad_scale,
+            range: None,
+        };
+        // Every parameter in one call: a backend that batches the list (brrr-cuda) updates
+        // them all in one launch, the others loop over `adamw` / `adamw_master`.
+        let grads = params
+            .iter()
+            .map(|p| p.grad.contiguous())
+            .collect::<Result<Vec<_>>>()?;
+        let mut tensors = Vec::with_capacity(params.len());
+        for ((p, (m, v)), grad) in params.into_iter().zip(&mut self.moments).zip(&grads) {
+            let decay = p.value.rank() >= 2;
+            let Param { value, master, .. } = p;
+            tensors.push(AdamWTensors {
+                param: value.buffer_mut()?,
+                master: master.as_mut().map(Tensor::buffer_mut).transpose()?,
+                grad: grad.buffer()?,
+                m: m.buffer_mut()?,
+                v: v.buffer_mut()?,
+                decay,
+            });
+        }
+        backend.multi_tensor_adamw(&hp, &mut tensors, inv_scale, found_inf)
     }
 }
 
 /// Global L2 norm of all gradients, `sqrt(Σ_p Σ_i g²)`, summed on the device and read
-/// back once (the number is logged anyway). Each gradient's `Σ g²` is
-/// [`Tensor::sum_squares`]: on a backend that fuses it (brrr-cpu), no temporary the
-/// size of the largest gradient is made.
+/// back once (the number is logged anyway), as [`clip_grad_norm_on_device`] sums them:
+/// no temporary the size of the largest gradient on a backend that fuses the sum of
+/// squares (brrr-cpu, brrr-cuda).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn grad_norm<B: Backend>(params: &[&Param<B>]) -> Result<f64> {
-    let mut total: Option<Tensor<B>> = None;
-    for p in params {
-        let ss = p.grad.sum_squares()?;
-        match &mut total {
-            None => total = Some(ss),
-            Some(t) => t.add_(&ss)?,
-        }
-    }
-    Ok(match total {
-        Some(t) => t.to_scalar_f64()?.sqrt(),
-        None => 0.0,
-    })
+    let Some(first) = params.first() else {
+        return Ok(0.0);
+    };
+    let backend = first.grad.backend().clone();
+    Ok(sum_squares_of_grads(&backend, params)?
+        .to_scalar_f64()?
+        .sqrt())
 }
 
 /// The factor that clips the global gradient norm to `max_norm`:
@@ -209,15 +199,7 @@ pub fn clip_grad_norm_on_device<B: Backend>(
         ));
     };
     let backend = first.grad.backend().clone();
-    let mut total: Option<Tensor<B>> = None;
-    for p in params {
-        let ss = p.grad.sum_squares()?;
-        match &mut total {
-            None => total = Some(ss),
-            Some(t) => t.add_(&ss)?,
-        }
-    }
-    let total = total.ok_or_else(|| Error::invalid(OP, "no parameters"))?;
+    let total = sum_squares_of_grads(&backend, params)?;
     let mut norm = Tensor::zeros(&backend, [1], DType::F32)?;
     let mut coef = Tensor::zeros(&backend, [1], DType::F32)?;
     backend.clip_coefficient(
@@ -227,4 +209,34 @@ pub fn clip_grad_norm_on_device<B: Backend>(
         coef.buffer_mut()?,
     )?;
     Ok((norm, coef))
+}
+
+/// `Σ_p Σ_i g²` over every gradient, a one-element f32 on the device. Where the backend
+/// fuses the sum of squares and every gradient is a whole buffer of a float dtype it
+/// fuses, the list is one [`Backend::multi_tensor_sum_squares`] call (one launch on
+/// brrr-cuda; on brrr-cpu bitwise the loop below); otherwise each gradient's
+/// [`Tensor::sum_squares`] is added in order.
+fn sum_squares_of_grads<B: Backend>(backend: &B, params: &[&Param<B>]) -> Result<Tensor<B>> {
+    let fused = backend.has_fused_sum_squares()
+        && params.iter().all(|p| {
+            p.grad.is_dense() && matches!(p.grad.dtype(), DType::F32 | DType::F16 | DType::BF16)
+        });
+    if fused {
+        let bufs = params
+            .iter()
+            .map(|p| p.grad.buffer())
+            .collect::<Result<Vec<_>>>()?;
+        let mut total = Tensor::alloc(backend, [1], DType::F32)?;
+        backend.multi_tensor_sum_squares(&bufs, total.buffer_mut()?)?;
+        return Ok(total);
+    }
+    let mut total: Option<Tensor<B>> = None;
+    for p in params {
+        let ss = p.grad.sum_squares()?;
+        match &mut total {
+            None => total = Some(ss),
+            Some(t) => t.add_(&ss)?,
+        }
+    }
+    total.ok_or_else(|| Error::invalid("clip_grad_norm_on_device", "no parameters"))
 }

@@ -125,16 +125,34 @@ pub trait Module<B: Backend> {
     }
 
     /// Zeroes every parameter's gradient (before a step's first backward: backwards
-    /// accumulate).
+    /// accumulate), with [`zero_grads`].
     fn zero_grad(&mut self) -> Result<()> {
-        for p in self.params_mut() {
-            p.zero_grad()?;
-        }
-        Ok(())
+        zero_grads(self.params_mut())
     }
 
     /// Total number of parameter elements.
     fn num_params(&self) -> usize {
         self.params().iter().map(|p| p.numel()).sum()
     }
+}
+
+/// Zeroes these gradients: one [`Backend::multi_tensor_fill`] over all of them when each
+/// is a whole buffer of its own (one launch on brrr-cuda), else [`Param::zero_grad`] on
+/// each (a gradient that is a view into a larger buffer).
+pub fn zero_grads<B: Backend>(mut params: Vec<&mut Param<B>>) -> Result<()> {
+    let Some(backend) = params.first().map(|p| p.grad.backend().clone()) else {
+        return Ok(());
+    };
+    if params.iter().all(|p| p.grad.is_dense()) {
+        // A gradient whose buffer another tensor shares fails here, as `fill_` would.
+        let mut bufs = params
+            .iter_mut()
+            .map(|p| p.grad.buffer_mut())
+            .collect::<Result<Vec<_>>>()?;
+        return backend.multi_tensor_fill(&mut bufs, 0.0);
+    }
+    for p in params {
+        p.zero_grad()?;
+    }
+    Ok(())
 }

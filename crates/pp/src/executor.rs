@@ -749,10 +749,7 @@ impl<B: Backend> PipelineStage<B> {
     }
 
     fn zero_grad(&mut self) -> Result<()> {
-        for p in self.params_mut() {
-            p.zero_grad()?;
-        }
-        Ok(())
+        brrr_nn::zero_grads(self.params_mut())
     }
 
     /// The mean loss over `data` with forwards only (validation): each micro-batch

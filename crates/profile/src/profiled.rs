@@ -3,9 +3,9 @@
 use crate::cost::{self, OpCall, bytes_of};
 use crate::table::{OpStats, Profile};
 use brrr_backend::{
-    AdamWParams, AttentionSpec, Backend, BackendInfo, BinaryOp, DType, DeviceLocation,
-    EmbeddingSpec, Error, GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result,
-    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
+    AdamWParams, AdamWTensors, AttentionSpec, Backend, BackendInfo, BinaryOp, DType,
+    DeviceLocation, EmbeddingSpec, Error, GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats,
+    ReduceOp, Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use brrr_perf::trace::Tracer;
 use serde_json::json;
@@ -763,6 +763,67 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
         })
     }
 
+    fn multi_tensor_fill(&self, bufs: &mut [&mut Self::Buffer], value: f64) -> Result<()> {
+        let t0 = self.now();
+        self.inner.multi_tensor_fill(bufs, value)?;
+        self.finish(t0, || {
+            let dtype = bufs.first().map_or(DType::F32, |b| self.dt(b));
+            let bytes = bufs.iter().map(|b| bytes_of(self.dt(b), self.n(b))).sum();
+            let shape = list_shape(bufs.len(), bufs.iter().map(|b| self.n(b)).sum());
+            OpCall::memory("multi_tensor_fill", dtype, shape, bytes)
+        })
+    }
+
+    fn multi_tensor_sum_squares(&self, xs: &[&Self::Buffer], out: &mut Self::Buffer) -> Result<()> {
+        let t0 = self.now();
+        self.inner.multi_tensor_sum_squares(xs, out)?;
+        // As `sum_squares` on each buffer.
+        self.finish(t0, || {
+            let n: usize = xs.iter().map(|x| self.n(x)).sum();
+            let bytes: u64 = xs.iter().map(|x| bytes_of(self.dt(x), self.n(x))).sum();
+            OpCall {
+                kind: "multi_tensor_sum_squares",
+                dtype: xs.first().map_or(DType::F32, |x| self.dt(x)),
+                shape: list_shape(xs.len(), n),
+                flops: (n as u64).saturating_mul(2),
+                bytes: bytes.saturating_add(4),
+                matmul: false,
+            }
+        })
+    }
+
+    fn multi_tensor_adamw(
+        &self,
+        params: &AdamWParams,
+        tensors: &mut [AdamWTensors<'_, Self::Buffer>],
+        inv_scale: Option<&Self::Buffer>,
+        found_inf: Option<&Self::Buffer>,
+    ) -> Result<()> {
+        let t0 = self.now();
+        self.inner
+            .multi_tensor_adamw(params, tensors, inv_scale, found_inf)?;
+        // As `adamw` or `adamw_master` on each parameter.
+        self.finish(t0, || {
+            let (mut n, mut bytes) = (0usize, 0u64);
+            for t in tensors.iter() {
+                let k = self.n(t.param);
+                // Moments read and written; with a master, it too, and the copy only
+                // written; without, the parameter read and written.
+                let (f32_passes, param_passes) = if t.master.is_some() { (6, 1) } else { (4, 2) };
+                bytes = bytes
+                    .saturating_add(bytes_of(DType::F32, k).saturating_mul(f32_passes))
+                    .saturating_add(bytes_of(self.dt(t.param), k).saturating_mul(param_passes))
+                    .saturating_add(bytes_of(self.dt(t.grad), k));
+                n += k;
+            }
+            let dtype = tensors.first().map_or(DType::F32, |t| self.dt(t.param));
+            OpCall {
+                shape: list_shape(tensors.len(), n),
+                ..OpCall::elementwise("multi_tensor_adamw", dtype, n, cost::ADAMW_FLOPS, bytes)
+            }
+        })
+    }
+
     fn clip_coefficient(
         &self,
         sumsq: &Self::Buffer,
@@ -819,4 +880,9 @@ impl<B: Backend> Backend for ProfiledBackend<B> {
 /// The elements an AdamW call updated: its range's, or the whole parameter's.
 fn updated(params: &AdamWParams, param_len: usize) -> usize {
     params.range.map_or(param_len, |r| r.len)
+}
+
+/// The shape column of a multi-tensor op: how many buffers, how many elements in all.
+fn list_shape(buffers: usize, elements: usize) -> String {
+    format!("tensors={buffers} n={elements}")
 }
