@@ -74,6 +74,12 @@ pub fn all() -> Vec<Exercise> {
             check: regimes::op_totals::check,
         },
         Exercise {
+            chapter: REGIMES,
+            module: "regimes::multi_tensor_chunks",
+            task: "a list of buffers cut into the chunks of one multi-tensor launch",
+            check: regimes::multi_tensor_chunks::check,
+        },
+        Exercise {
             chapter: GPU,
             module: "gpu::compute_ceiling",
             task: "tensor cores or vector units: the peak an op runs under",

@@ -77,3 +77,38 @@ pub fn adamw_each<B: Backend>(
     }
     Ok(())
 }
+
+/// One chunk of a multi-tensor launch: elements `start .. start + len` of buffer
+/// `buffer` of the list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorChunk {
+    /// Which buffer of the list.
+    pub buffer: usize,
+    /// Its first element.
+    pub start: usize,
+    /// Elements in the chunk, `1..=chunk`.
+    pub len: usize,
+}
+
+/// How a backend that batches a list cuts it into work: every buffer into chunks of
+/// `chunk` elements (its last one shorter), numbered in list order; an empty buffer has
+/// none. brrr-cuda's multi-tensor kernels hand chunk `c` to a block, which finds its
+/// buffer from the table of each buffer's first chunk number (apex's
+/// `multi_tensor_apply` cuts the same way). `chunk` must be at least 1.
+pub fn chunks(lens: &[usize], chunk: usize) -> Result<Vec<TensorChunk>> {
+    if chunk == 0 {
+        return Err(Error::invalid(
+            "multi_tensor::chunks",
+            "chunk must be at least 1",
+        ));
+    }
+    let mut out = Vec::new();
+    for (buffer, &n) in lens.iter().enumerate() {
+        out.extend((0..n).step_by(chunk).map(|start| TensorChunk {
+            buffer,
+            start,
+            len: chunk.min(n - start),
+        }));
+    }
+    Ok(out)
+}

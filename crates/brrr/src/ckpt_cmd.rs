@@ -112,7 +112,10 @@ pub fn consolidated(
     if config.layout.engine() == EngineKind::Pipeline {
         let dir = run_dir.join(PP_DIR);
         // The stage files do not record the data's identity: the run's config does.
-        let (source, _) = brrr_data::DataSpec::open(config)?.source(config, 0)?;
+        let (source, _) = {
+            let opts = config.data_options();
+            brrr_data::DataSpec::open(&opts)?.source(&opts, 0)?
+        };
         let state = brrr_pp::consolidate(&CpuBackend::new(), config, &dir, source.fingerprint())?;
         let l = &config.layout;
         return Ok((state, l.pp * l.tp, 0));

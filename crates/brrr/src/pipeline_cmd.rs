@@ -210,7 +210,7 @@ pub fn run_compare(a: &CompareArgs) -> Result<Vec<CompareRow>> {
         ..TrainConfig::default()
     };
     cfg.layout.pp = a.pp;
-    let corpus = brrr_data::DataSpec::open(&cfg)?;
+    let corpus = brrr_data::DataSpec::open(&cfg.data_options())?;
     let mut rows = Vec::new();
     for kind in ScheduleKind::all(a.chunks) {
         cfg.layout.schedule = kind.to_string();
@@ -286,7 +286,7 @@ impl Observer for StageStats {
 /// loop, and gathers what each stage measured.
 fn measure(cfg: &TrainConfig, data: &brrr_data::DataSpec) -> Result<Measured> {
     let outs = run_in_process(cfg.layout.world(), |world| {
-        let (source, val) = data.source(cfg, 0)?;
+        let (source, val) = data.source(&cfg.data_options(), 0)?;
         let mut e = PipelineEngine::new(&CpuBackend::new(), cfg.clone(), world, source, val)?;
         let mut stats = StageStats::default();
         brrr_train::run_blocking(&mut e, cfg.steps, &mut stats)?;

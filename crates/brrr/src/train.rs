@@ -791,7 +791,7 @@ fn plan(args: &TrainArgs, is_cpu: bool) -> Result<Option<Plan>> {
         ));
     }
     check_memory(&cfg, is_cpu)?;
-    let data = brrr_data::DataSpec::open(&cfg)?;
+    let data = brrr_data::DataSpec::open(&cfg.data_options())?;
     let plan = Plan {
         entropy: data
             .corpus()

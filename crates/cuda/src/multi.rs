@@ -206,3 +206,49 @@ fn check_adamw_tensor(op: &'static str, t: &AdamWTensors<'_, CudaBuffer>) -> Res
     }
     Ok(n)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brrr_backend::multi_tensor::{TensorChunk, chunks};
+
+    /// optim.cu's `mt_chunk` on the host: the last row whose first chunk is at most `c`,
+    /// then the chunk's place in it.
+    fn locate(rows: &[MultiTensorRow], c: u64) -> (usize, u64, u64) {
+        let (mut lo, mut hi) = (0, rows.len());
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if rows[mid].first_chunk <= c {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let start = (c - rows[lo].first_chunk) * CHUNK as u64;
+        (lo, start, (start + CHUNK as u64).min(rows[lo].n))
+    }
+
+    #[test]
+    fn the_table_and_its_search_cut_a_list_as_brrr_backend_says() {
+        let lens = [40_000usize, 1, 0, 768, 0, 16_385, CHUNK, 0];
+        let mut table = Table::default();
+        let mut buffer_of_row = Vec::new();
+        for (i, &n) in lens.iter().enumerate() {
+            if n > 0 {
+                buffer_of_row.push(i);
+            }
+            table.push([i as u64, 0, 0, 0, 0], n, 0.0);
+        }
+        let got: Vec<TensorChunk> = (0..table.chunks)
+            .map(|c| {
+                let (row, start, end) = locate(&table.rows, c);
+                TensorChunk {
+                    buffer: buffer_of_row[row],
+                    start: start as usize,
+                    len: (end - start) as usize,
+                }
+            })
+            .collect();
+        assert_eq!(got, chunks(&lens, CHUNK).unwrap());
+    }
+}

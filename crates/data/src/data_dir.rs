@@ -13,11 +13,59 @@
 //! format. Only the shards of the directory's one dataset name are read, so stray files
 //! never join a run, and the metadata is checked against what the tokenizer implies.
 
-use crate::prepare::TokenizerKind;
 use crate::shard::{MAGIC_U16, MAGIC_U32, Shard, TokenWidth};
 use brrr_backend::{Error, Result};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+/// A tokenizer that `prepare` can write shards with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// UTF-8 bytes (vocabulary 256); end-of-text is the byte 0 (NUL), which text files
+    /// practically never contain.
+    Bytes,
+    /// GPT-2's BPE (`r50k_base`, 50,257 tokens, end-of-text 50256), from `tiktoken-rs`,
+    /// which carries the merge tables in the crate.
+    Gpt2,
+}
+
+impl TokenizerKind {
+    /// The name in `data.json` and on the command line: `bytes` or `gpt2`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TokenizerKind::Bytes => "bytes",
+            TokenizerKind::Gpt2 => "gpt2",
+        }
+    }
+
+    /// Number of token ids: 256 for bytes, 50,257 for GPT-2.
+    pub fn vocab_size(self) -> usize {
+        match self {
+            TokenizerKind::Bytes => 256,
+            TokenizerKind::Gpt2 => 50257,
+        }
+    }
+
+    /// The end-of-text id that precedes every document: 0 for bytes, 50256 for GPT-2.
+    pub fn eot(self) -> u32 {
+        match self {
+            TokenizerKind::Bytes => 0,
+            TokenizerKind::Gpt2 => 50256,
+        }
+    }
+
+    /// The kind named `name` ([`TokenizerKind::name`]'s inverse); any other name is an
+    /// [`Error::Parse`].
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "bytes" => Ok(TokenizerKind::Bytes),
+            "gpt2" => Ok(TokenizerKind::Gpt2),
+            _ => Err(Error::Parse(format!(
+                "unknown tokenizer {name:?}: expected `bytes` or `gpt2`"
+            ))),
+        }
+    }
+}
 
 /// The file beside the shards that says how they were tokenized.
 pub const META_FILE: &str = "data.json";
@@ -247,19 +295,18 @@ pub fn open_data_dir(dir: &Path) -> Result<DataDir> {
     })
 }
 
-/// What a dataset directory holds now: `data.json` and shard files (`*.bin`).
+/// What a dataset directory holds now: `data.json` and shards named as datasets name
+/// them (`{name}_{val|train}_{digits}.bin`, of any dataset name). Other files, another
+/// `.bin` among them (a pipeline stage's checkpoint, say), are not the dataset's and
+/// are never removed with it.
 fn dataset_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut found: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name().is_some_and(|n| n == META_FILE)
-                || p.extension().is_some_and(|x| x == "bin")
-        })
-        .collect();
+    let meta = dir.join(META_FILE);
+    let mut found: Vec<PathBuf> = shard_names(dir)
+        .map(|shards| shards.into_iter().map(|(_, _, path)| path).collect())
+        .unwrap_or_default();
+    if meta.is_file() {
+        found.push(meta);
+    }
     found.sort();
     found
 }
@@ -280,8 +327,8 @@ pub fn refuse_existing_dataset(dir: &Path, replace: bool) -> Result<()> {
     ))
 }
 
-/// Removes the dataset in `dir`: its `data.json` and shards (`*.bin`), only those, so no
-/// old shard trains beside a new dataset.
+/// Removes the dataset in `dir`: its `data.json` and shards (`{name}_{val|train}_N.bin`),
+/// only those, so no old shard trains beside a new dataset and nothing else is lost.
 pub fn remove_dataset(dir: &Path) -> Result<()> {
     for path in dataset_files(dir) {
         std::fs::remove_file(&path).map_err(|e| {

@@ -3,13 +3,16 @@
 //!
 //! - [`shard`]: llm.c's binary shard format (a 256-word header, then `u16` or `u32`
 //!   tokens), memory-mapped, every field checked; a writer with the exact layout.
-//! - [`loader`]: [`ShardLoader`], a [`brrr_train::BatchSource`] over shards: shuffled
+//! - [`corpus`]: a text [`Corpus`] with its byte tokenizer, the [`Batch`] (with an
+//!   optional [`DocumentMask`]), the [`BatchSource`] trait every trainer draws from, and
+//!   [`Batcher`], random windows of a corpus, resumable to the token.
+//! - [`loader`]: [`ShardLoader`], a [`BatchSource`] over shards: shuffled
 //!   by a seeded generator, split across data-parallel ranks, resumable to the batch.
 //! - [`prefetch`] (native): [`Prefetcher`], any source on a background thread with a
 //!   bounded queue.
 //! - [`pack`]: documents packed into fixed windows with restarted positions and segment
 //!   ids; length-balanced assignment of sequences to ranks.
-//! - [`prepare`] (native): text and JSON lines to shards, with the byte tokenizer or
+//! - [`prepare`] (native, feature `prepare`, on by default): text and JSON lines to shards, with the byte tokenizer or
 //!   GPT-2's BPE, streamed (memory bounded by a shard, whatever the input's size).
 //! - [`data_dir`] (native): a directory of shards and its `data.json`, checked; llm.c's
 //!   shards read as they are.
@@ -20,7 +23,7 @@
 //!
 //! ```rust
 //! use brrr_data::{Shard, ShardLoader, TokenWidth, shard::shard_bytes};
-//! use brrr_train::BatchSource;
+//! use brrr_data::BatchSource;
 //! use std::sync::Arc;
 //!
 //! // The tokens 0, 1, ..., 100 as an llm.c shard of u16 tokens, kept in memory.
@@ -45,24 +48,31 @@
 #![warn(missing_docs)]
 
 #[cfg(not(target_arch = "wasm32"))]
+pub mod atomic;
+pub mod corpus;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod data_dir;
 pub mod loader;
 pub mod pack;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod prefetch;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(not(target_arch = "wasm32"), feature = "prepare"))]
 pub mod prepare;
 pub mod shard;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod spec;
 
+pub use corpus::{
+    Batch, BatchSource, Batcher, ByteTokenizer, Corpus, DocumentMask, RngState, SYNTHETIC,
+    synthetic_corpus, unigram_entropy_nats, val_batches,
+};
 pub use loader::{LoaderPosition, ShardLoader, shard_val_batches};
 pub use pack::{PackedBatch, balance, imbalance, pack_documents};
 #[cfg(not(target_arch = "wasm32"))]
 pub use prefetch::Prefetcher;
 pub use shard::{Shard, ShardHeader, TokenWidth};
 #[cfg(not(target_arch = "wasm32"))]
-pub use spec::DataSpec;
+pub use spec::{DataOptions, DataSpec};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

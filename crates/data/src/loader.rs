@@ -24,9 +24,9 @@
 //! epoch's permutations and continues on exactly the next batch. No generator state
 //! needs saving, and the position does not depend on how many batches were prefetched.
 
+use crate::corpus::{Batch, BatchSource};
 use crate::shard::Shard;
 use brrr_backend::{Error, Result};
-use brrr_train::{Batch, BatchSource};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use std::sync::Arc;
@@ -207,7 +207,7 @@ impl ShardLoader {
         })
     }
 
-    /// Batches come with a [`brrr_train::DocumentMask`] that starts a document at every
+    /// Batches come with a [`DocumentMask`](crate::DocumentMask) that starts a document at every
     /// `eot` token, so that attention never crosses from one document into the next.
     pub fn with_document_mask(mut self, eot: u32) -> Self {
         self.eot = Some(eot);

@@ -11,8 +11,8 @@
 //! trainer *took*, not the one the producer reached. Batches prefetched but not taken
 //! when a checkpoint is written are simply produced again after a resume.
 
+use crate::corpus::{Batch, BatchSource};
 use brrr_backend::{Error, Result};
-use brrr_train::{Batch, BatchSource};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};

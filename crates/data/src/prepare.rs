@@ -16,54 +16,7 @@ use brrr_backend::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// A tokenizer that `prepare` can write shards with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TokenizerKind {
-    /// UTF-8 bytes (vocabulary 256); end-of-text is the byte 0 (NUL), which text files
-    /// practically never contain.
-    Bytes,
-    /// GPT-2's BPE (`r50k_base`, 50,257 tokens, end-of-text 50256), from `tiktoken-rs`,
-    /// which carries the merge tables in the crate.
-    Gpt2,
-}
-
-impl TokenizerKind {
-    /// The name in `data.json` and on the command line: `bytes` or `gpt2`.
-    pub fn name(self) -> &'static str {
-        match self {
-            TokenizerKind::Bytes => "bytes",
-            TokenizerKind::Gpt2 => "gpt2",
-        }
-    }
-
-    /// Number of token ids: 256 for bytes, 50,257 for GPT-2.
-    pub fn vocab_size(self) -> usize {
-        match self {
-            TokenizerKind::Bytes => 256,
-            TokenizerKind::Gpt2 => 50257,
-        }
-    }
-
-    /// The end-of-text id that precedes every document: 0 for bytes, 50256 for GPT-2.
-    pub fn eot(self) -> u32 {
-        match self {
-            TokenizerKind::Bytes => 0,
-            TokenizerKind::Gpt2 => 50256,
-        }
-    }
-
-    /// The kind named `name` ([`TokenizerKind::name`]'s inverse); any other name is an
-    /// [`Error::Parse`].
-    pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "bytes" => Ok(TokenizerKind::Bytes),
-            "gpt2" => Ok(TokenizerKind::Gpt2),
-            _ => Err(Error::Parse(format!(
-                "unknown tokenizer {name:?}: expected `bytes` or `gpt2`"
-            ))),
-        }
-    }
-}
+pub use crate::data_dir::TokenizerKind;
 
 /// A ready tokenizer.
 pub enum Tokenizer {
@@ -435,5 +388,5 @@ fn write_meta(opts: &PrepareOptions, dir: &Path) -> Result<()> {
     });
     let text = serde_json::to_string_pretty(&meta)
         .map_err(|e| Error::Parse(format!("writing {META_FILE}: {e}")))?;
-    brrr_train::atomic::write_atomic(dir.join(META_FILE), text.as_bytes())
+    crate::atomic::write_atomic(dir.join(META_FILE), text.as_bytes())
 }

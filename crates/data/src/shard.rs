@@ -376,5 +376,5 @@ pub fn shard_bytes(tokens: &[u32], width: TokenWidth) -> Result<Vec<u8>> {
 #[cfg(not(target_arch = "wasm32"))]
 pub fn write_shard(path: impl AsRef<Path>, tokens: &[u32], width: TokenWidth) -> Result<()> {
     let bytes = shard_bytes(tokens, width)?;
-    brrr_train::atomic::write_atomic(path, &bytes)
+    crate::atomic::write_atomic(path, &bytes)
 }

@@ -150,10 +150,10 @@ impl Job {
 /// observer: a progress bar, a test's log) hears every step. Returns rank 0's outcome
 /// (under a launcher, this process's).
 pub fn launch(job: &Job, lead: &mut (dyn Observer + Send)) -> Result<Outcome> {
-    launch_with(job, &DataSpec::open(&job.config)?, lead)
+    launch_with(job, &DataSpec::open(&job.config.data_options())?, lead)
 }
 
-/// [`launch`] on data the caller has opened already (`DataSpec::open(&job.config)`),
+/// [`launch`] on data the caller has opened already (`DataSpec::open(&job.config.data_options())`),
 /// so that a corpus is read once.
 pub fn launch_with(
     job: &Job,
@@ -369,7 +369,13 @@ pub fn train_on<B: Backend>(
     lead: &mut dyn Observer,
     tracer: Option<Arc<Tracer>>,
 ) -> Result<Outcome> {
-    train_on_with(backend, job, &DataSpec::open(&job.config)?, lead, tracer)
+    train_on_with(
+        backend,
+        job,
+        &DataSpec::open(&job.config.data_options())?,
+        lead,
+        tracer,
+    )
 }
 
 /// [`train_on`] on data the caller has opened already.
@@ -403,7 +409,7 @@ fn train_rank<B: Backend>(
     tracer: Option<Arc<Tracer>>,
 ) -> Result<Outcome> {
     let cfg = job.config.clone();
-    let (source, val) = data.source(&cfg, job.prefetch)?;
+    let (source, val) = data.source(&cfg.data_options(), job.prefetch)?;
     let world =
         || comm.ok_or_else(|| Error::invalid("train", "a parallel layout needs a communicator"));
     // A tracer given by the caller (a profiler's) records; else the lead records when a

@@ -118,6 +118,21 @@ fn bad(msg: String) -> Result<()> {
 }
 
 impl TrainConfig {
+    /// What brrr-data's `DataSpec` opens and draws from for this run.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn data_options(&self) -> brrr_data::DataOptions {
+        brrr_data::DataOptions {
+            data: self.data.clone(),
+            corpus: self.corpus.clone(),
+            seed: self.seed,
+            batch_size: self.batch_size,
+            seq_len: self.seq_len,
+            eval_batches: self.eval_batches,
+            vocab_size: self.model.vocab_size,
+            document_mask: self.document_mask,
+        }
+    }
+
     /// Checks every field; errors name the flag and the value.
     pub fn validate(&self) -> Result<()> {
         self.model.validate()?;

@@ -50,11 +50,8 @@
 
 #![warn(missing_docs)]
 
-#[cfg(not(target_arch = "wasm32"))]
-pub mod atomic;
 pub mod ckpt;
 pub mod config;
-pub mod data;
 pub mod engine;
 pub mod layout;
 pub mod memory;
@@ -66,6 +63,12 @@ pub mod schedule;
 pub mod state;
 pub mod trainer;
 
+/// Atomic file replacement (brrr-data's [`brrr_data::atomic`], re-exported).
+#[cfg(not(target_arch = "wasm32"))]
+pub use brrr_data::atomic;
+/// The corpus, its tokenizer and reproducible batches (brrr-data's
+/// [`brrr_data::corpus`], re-exported: the data types live below the training library).
+pub use brrr_data::corpus as data;
 pub use config::TrainConfig;
 pub use data::{
     Batch, BatchSource, Batcher, ByteTokenizer, Corpus, DocumentMask, RngState, SYNTHETIC,

@@ -3,8 +3,8 @@
 
 use brrr_data::loader::windows_in;
 use brrr_data::shard::{TokenWidth, shard_bytes};
+use brrr_data::{Batch, BatchSource};
 use brrr_data::{Prefetcher, Shard, ShardLoader};
-use brrr_train::{Batch, BatchSource};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

@@ -100,6 +100,8 @@ fn an_existing_dataset_is_refused_or_replaced_whole() {
         replace: true,
         ..new
     };
+    // A file of the directory that is no shard, `.bin` or not, survives the replacement.
+    std::fs::write(new.out_dir.join("notes.bin"), b"keep me").unwrap();
     let s = prepare(&new, &mut |_, _| {}).unwrap();
     let mut files: Vec<String> = std::fs::read_dir(&new.out_dir)
         .unwrap()
@@ -108,8 +110,15 @@ fn an_existing_dataset_is_refused_or_replaced_whole() {
     files.sort();
     assert_eq!(
         files,
-        ["data.json", "new_train_000001.bin", "new_val_000000.bin"]
+        [
+            "data.json",
+            "new_train_000001.bin",
+            "new_val_000000.bin",
+            "notes.bin"
+        ]
     );
+    let kept = std::fs::read(new.out_dir.join("notes.bin")).unwrap();
+    assert_eq!(kept, b"keep me");
     assert_eq!(s.shards.len(), 2);
     let d = open_data_dir(&new.out_dir).unwrap();
     assert_eq!(d.train.len(), 1);

@@ -2,7 +2,7 @@
 //! from.
 //!
 //! ```sh
-//! cargo run -p brrr-data --example loader_bench
+//! cargo run -p brrr-train --example loader_bench
 //! ```
 //!
 //! 1. Loader throughput: tokens/s of `ShardLoader` batches (`[16, 1024]` windows from
@@ -18,9 +18,10 @@ use brrr_backend::Result;
 use brrr_cpu::CpuBackend;
 use brrr_data::pack::{balance, imbalance, long_tailed_lengths, rank_costs, round_robin};
 use brrr_data::shard::{TokenWidth, write_shard};
+use brrr_data::{Batch, BatchSource, Batcher, synthetic_corpus};
 use brrr_data::{Prefetcher, Shard, ShardLoader};
 use brrr_perf::trace::Tracer;
-use brrr_train::{Batch, BatchSource, Batcher, TrainConfig, Trainer, synthetic_corpus};
+use brrr_train::{TrainConfig, Trainer};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

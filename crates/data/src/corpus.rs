@@ -445,7 +445,7 @@ impl FromStr for RngState {
     }
 }
 
-/// Where a [`Trainer`](crate::Trainer) gets its training batches.
+/// Where a trainer (brrr-train's `Trainer`, every engine) gets its training batches.
 ///
 /// A source is deterministic given its position: [`BatchSource::position`] is saved in
 /// every checkpoint and [`BatchSource::set_position`] restores it, after which the
