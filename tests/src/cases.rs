@@ -547,6 +547,32 @@ fn host_softmax(x: &[f64], s: &SoftmaxSpec) -> Vec<f64> {
     y
 }
 
+/// The AdamW cases' three settings, each with its label's tail: a plain step 1; step 10
+/// with a device-side inverse scale (`amp`: inputs `inv_scale = 1/1024` and `found_inf`);
+/// and a step 3 that `found_inf = 1` skips (`skip`).
+pub(crate) fn adamw_variants() -> [(AdamWParams, bool, bool, String); 3] {
+    [(1u32, false, false), (10, true, false), (3, true, true)].map(|(step, amp, skip)| {
+        let p = AdamWParams {
+            lr: 1e-2,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            step,
+            grad_scale: 0.5,
+            range: None,
+        };
+        let what = if skip {
+            " found_inf=1 (skip)"
+        } else if amp {
+            " inv_scale=1/1024"
+        } else {
+            ""
+        };
+        (p, amp, skip, format!("step={step}{what}"))
+    })
+}
+
 /// All cases for `dtype` (integer-only cases come with the first dtype listed).
 pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
     let mut b = Builder {
@@ -1417,27 +1443,8 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
         adam_sizes.push(70001);
     }
     for n in adam_sizes {
-        for (step, amp, skip) in [(1u32, false, false), (10, true, false), (3, true, true)] {
-            let p = AdamWParams {
-                lr: 1e-2,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.1,
-                step,
-                grad_scale: 0.5,
-                range: None,
-            };
-            let label = format!(
-                "n={n} step={step}{}",
-                if skip {
-                    " found_inf=1 (skip)"
-                } else if amp {
-                    " inv_scale=1/1024"
-                } else {
-                    ""
-                }
-            );
+        for (p, amp, skip, tail) in adamw_variants() {
+            let label = format!("n={n} {tail}");
             b.add("adamw", label, |g, d| {
                 let gscale = if amp { 1024.0 } else { 1.0 };
                 let mut inputs = vec![g.data(d, n, -gscale, gscale)];

@@ -1,7 +1,7 @@
 //! Mixed-precision cases: GEMM with f16/bf16 operands into an f32 C, AdamW on an f32
 //! master with a low-precision compute copy, and the on-device clip coefficient.
 
-use crate::cases::{Builder, Op, Out};
+use crate::cases::{Builder, Op, Out, adamw_variants};
 use crate::compare::{Tol, tolerance};
 use brrr_backend::{AdamWParams, DType, ElemRange, GemmSpec, HostData};
 
@@ -78,27 +78,8 @@ fn adamw_master(b: &mut Builder<'_>, dtype: DType) {
     }
     for n in [1usize, 2, 1001] {
         for &gd in &grads {
-            for (step, amp, skip) in [(1u32, false, false), (10, true, false), (3, true, true)] {
-                let p = AdamWParams {
-                    lr: 1e-2,
-                    beta1: 0.9,
-                    beta2: 0.999,
-                    eps: 1e-8,
-                    weight_decay: 0.1,
-                    step,
-                    grad_scale: 0.5,
-                    range: None,
-                };
-                let label = format!(
-                    "n={n} grad={gd} step={step}{}",
-                    if skip {
-                        " found_inf=1 (skip)"
-                    } else if amp {
-                        " inv_scale=1/1024"
-                    } else {
-                        ""
-                    }
-                );
+            for (p, amp, skip, tail) in adamw_variants() {
+                let label = format!("n={n} grad={gd} {tail}");
                 b.add("adamw_master", label, |g, d| {
                     let gscale = if amp { 1024.0 } else { 1.0 };
                     let mut inputs = vec![g.data(gd, n, -gscale, gscale)];

@@ -4,9 +4,9 @@
 //! dtype makes more than one group). The reference is brrr-cpu's default: the
 //! one-buffer op on each.
 
-use crate::cases::{Builder, Op, Out};
+use crate::cases::{Builder, Op, Out, adamw_variants};
 use crate::compare::{Tol, tolerance};
-use brrr_backend::{AdamWParams, DType, HostData};
+use brrr_backend::{DType, HostData};
 
 /// Buffer lengths of every list: crossing chunk boundaries, and the trivial ones.
 const LENS: [usize; 5] = [40_000, 1, 0, 768, 16_385];
@@ -80,27 +80,8 @@ fn adamw(b: &mut Builder<'_>, dtype: DType) {
             master: masters && i >= 3,
         })
         .collect();
-    for (step, amp, skip) in [(1u32, false, false), (7, true, false), (3, true, true)] {
-        let p = AdamWParams {
-            lr: 1e-2,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.1,
-            step,
-            grad_scale: 0.5,
-            range: None,
-        };
-        let label = format!(
-            "{LENS:?} step={step}{}",
-            if skip {
-                " found_inf=1 (skip)"
-            } else if amp {
-                " inv_scale=1/1024"
-            } else {
-                ""
-            }
-        );
+    for (p, amp, skip, tail) in adamw_variants() {
+        let label = format!("{LENS:?} {tail}");
         let slots = slots.clone();
         b.add("multi_tensor_adamw", label, |g, d| {
             let gscale = if amp { 1024.0 } else { 1.0 };
