@@ -612,7 +612,7 @@ async function profilePage(browser) {
   await page.click('[data-testid="profile-run"]');
   await page.waitForSelector('[data-testid="profile-ops"]', { timeout: 180000 });
   const kinds = await page.$$eval('[data-testid="profile-ops"] tbody tr td:first-child', (els) => els.map((e) => e.textContent));
-  check(kinds.includes('gemm') && kinds.includes('adamw') && kinds.length >= 10, `the op table has the step's kinds (${kinds.join(' ')})`);
+  check(kinds.includes('gemm') && kinds.includes('multi_tensor_adamw') && kinds.length >= 10, `the op table has the step's kinds (${kinds.join(' ')})`);
   const layers = await page.$$eval('[data-testid="profile-layers"] tbody tr td:first-child', (els) => els.map((e) => e.textContent));
   check(layers.includes('h.*.attn forward') && layers.includes('h.*.mlp backward'), `the layer table sums the blocks (${layers.slice(0, 6).join(', ')}…)`);
   const ms = await value(page, 'profile-step-ms');

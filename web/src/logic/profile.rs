@@ -167,6 +167,7 @@ pub fn colour(name: &str) -> String {
         ("gemm", "#2563eb"),
         ("attention", "#7c3aed"),
         ("adamw", "#059669"),
+        ("multi_tensor", "#059669"),
         ("upload", "#9ca3af"),
         ("read", "#9ca3af"),
         ("alloc", "#d1d5db"),
