@@ -6,11 +6,12 @@ use crate::bucket::{Bucket, assign_buckets, chunk_len, padded_len};
 use crate::config::DpConfig;
 use crate::layout::{FlatLayout, Pieces, Segment, covered_len, segments};
 use crate::overlap::hidden_fraction;
+use crate::walk::Walk;
 use brrr_amp::DynamicLossScaler;
 use brrr_backend::{AdamWParams, Backend, DType, ElemRange, Error, Result};
 use brrr_checkpoint::Recompute;
 use brrr_collectives::{CommStats, Communicator, Handle, ReduceOp};
-use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param, clip_grad_norm_on_device};
+use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param, clip_grad_norm_on_device, walk};
 use brrr_perf::trace::Tracer;
 use brrr_tensor::Tensor;
 use brrr_train::{Batch, BatchSource, StepStats, TrainConfig, upload, upload_mask};
@@ -91,7 +92,7 @@ pub(crate) type Pending = (usize, Handle<(Vec<f32>, f64, f64)>);
 /// Stage 3: a bucket's all-gather in flight on the communicator's thread: its bucket,
 /// and the gathered parameters already uploaded to the device (one tensor per
 /// parameter) with the gather's (start, end) times.
-type Gathering<B> = (usize, Handle<(Result<Vec<Tensor<B>>>, f64, f64)>);
+pub(crate) type Gathering<B> = (usize, Handle<(Result<Vec<Tensor<B>>>, f64, f64)>);
 
 /// One rank of a data-parallel run (DDP, or ZeRO stage 1, 2 or 3).
 pub struct DataParallel<B: Backend> {
@@ -445,36 +446,20 @@ impl<B: Backend> DataParallel<B> {
         let Some((positions, segments)) = self.mask.clone() else {
             return self.model.embed_mb(mb, ids);
         };
-        if positions.dims() != ids.dims() {
-            return Err(Error::shape(
-                "dp",
-                format!(
-                    "document positions {} differ from ids {}",
-                    positions.shape(),
-                    ids.shape()
-                ),
-            ));
-        }
-        for block in &mut self.model.h {
-            block.attn.segments = Some(segments.clone());
-        }
-        self.model
-            .wte
-            .forward(mb, ids)?
-            .add(&self.model.wpe.forward(mb, &positions)?)
+        self.model.set_segments(Some(&segments));
+        self.model.embed_packed_mb(mb, ids, Some(&positions))
     }
 
     /// Clears what [`DataParallel::embed`] set for a masked micro-batch.
     pub(crate) fn end_mask(&mut self) {
         if self.mask.take().is_some() {
-            for block in &mut self.model.h {
-                block.attn.segments = None;
-            }
+            self.model.set_segments(None);
         }
     }
 
-    /// The forward of micro-batch `mb`, part by part (stage 3 gathers each part's
-    /// parameters before it runs and frees them after).
+    /// The forward of micro-batch `mb`: the embeddings, then brrr-nn's plain walk over
+    /// the blocks and the head ([`Walk`] gathers and frees each part's parameters at
+    /// stage 3, the next part's gather in flight while one computes).
     fn forward(
         &mut self,
         mb: MicroBatch,
@@ -488,109 +473,46 @@ impl<B: Backend> DataParallel<B> {
             self.report.gather_exposed_seconds = 0.0;
             self.report.max_blocks_gathered = 0;
         }
-        let (embed_g, head_g) = (self.groups.len() - 1, 0);
-        // The units in forward order: embeddings, blocks 0..L, head. While one computes,
-        // the next one's all-gather is in flight (with prefetching).
-        let n_blocks = self.pieces.blocks.len();
-        let order: Vec<usize> = std::iter::once(embed_g)
-            .chain((0..n_blocks).map(|l| self.block_group(l)))
-            .chain(std::iter::once(head_g))
-            .collect();
-        let first = self.start_gather(order[0])?;
-        self.land_gather(first)?;
-        let mut next = self.prefetch_start(order[1])?;
-        let mut x = {
-            let _s = tracer.span("forward embed");
-            self.embed(mb, ids)?
-        };
-        // The embeddings stay: the head's projection is the tied wte.
-        next = self.late_start(next, order[1])?;
-        for l in 0..n_blocks {
-            let g = order[1 + l];
-            self.land_gather(next.take())?;
-            next = self.prefetch_start(order[2 + l])?;
-            x = {
-                let _s = tracer.span(format!("forward h.{l}"));
-                self.model.h[l].forward(mb, &x)?
-            };
-            self.free_if_sharded(g)?;
-            next = self.late_start(next, order[2 + l])?;
-        }
-        self.land_gather(next.take())?;
-        let losses = {
-            let _s = tracer.span("forward head");
-            self.model.head_loss_mb(mb, &x, targets)?
-        };
-        self.free_if_sharded(head_g)?;
-        self.free_if_sharded(embed_g)?;
-        Ok(losses)
+        let mut walk = Walk::new(self, None);
+        let x0 = walk.embed(mb, ids)?;
+        walk::forward_loss(&mut walk, mb, x0, targets)
     }
 
-    /// The backward of micro-batch `mb`, part by part; with `launch` (the last
-    /// micro-batch) each bucket's collective starts once its gradients are final.
-    /// Returns the backward's (start, end).
+    /// The backward of micro-batch `mb`: brrr-nn's plain walk back to the first block's
+    /// input, then the embeddings; with `launch` (the last micro-batch) each bucket's
+    /// collective starts once its gradients are final. Returns the backward's (start,
+    /// end).
     fn backward(
         &mut self,
         mb: MicroBatch,
         dloss: f32,
-        mut launch: Option<(&mut Vec<Pending>, &mut Vec<bool>)>,
+        launch: Option<(&mut Vec<Pending>, &mut Vec<bool>)>,
     ) -> Result<(f64, f64)> {
         let start = self.now();
-        let (embed_g, head_g) = (self.groups.len() - 1, 0);
-        let n_blocks = self.pieces.blocks.len();
-        // The head needs ln_f and the tied wte; the last block's gather follows them
-        // and runs while the head's backward computes.
-        let (e, h) = (self.start_gather(embed_g)?, self.start_gather(head_g)?);
-        let last = n_blocks.checked_sub(1).map(|l| self.block_group(l));
-        let mut next = match last {
-            Some(g) => self.prefetch_start(g)?,
-            None => None,
-        };
-        self.land_gather(e)?;
-        self.land_gather(h)?;
-        let (head, embed) = (self.pieces.head.clone(), self.pieces.embed.clone());
-        self.ensure_grads(head.clone())?;
-        self.ensure_grads(embed.clone())?;
-        let mut dx = {
-            let _s = self.tracer.span("backward head");
-            self.model.head_backward_mb(mb, dloss)?
-        };
-        self.free_if_sharded(head_g)?;
-        self.free_if_sharded(embed_g)?;
-        if let Some(g) = last {
-            next = self.late_start(next, g)?;
-        }
-        if let Some((p, l)) = &mut launch {
-            self.launch_ready(head.start, p, l)?;
-        }
-        for l in (0..n_blocks).rev() {
-            let g = self.block_group(l);
-            self.land_gather(next.take())?;
-            let prev = l.checked_sub(1).map(|k| self.block_group(k));
-            if let Some(p) = prev {
-                next = self.prefetch_start(p)?;
-            }
-            self.ensure_grads(self.pieces.blocks[l].clone())?;
-            dx = {
-                let _s = self.tracer.span(format!("backward h.{l}"));
-                self.model.h[l].backward(mb, &dx)?
-            };
-            self.free_if_sharded(g)?;
-            if let Some(p) = prev {
-                next = self.late_start(next, p)?;
-            }
-            if let Some((p, done)) = &mut launch {
-                self.launch_ready(self.pieces.blocks[l].start, p, done)?;
-            }
-        }
-        {
-            let _s = self.tracer.span("backward embed");
-            self.model.embed_backward_mb(mb, &dx)?;
-        }
-        if let Some((p, done)) = &mut launch {
-            self.launch_ready(embed.start, p, done)?;
-        }
+        let mut walk = Walk::new(self, launch);
+        let dx = walk::backward_to_input(&mut walk, mb, dloss)?;
+        let launch = walk.into_launch();
+        self.embed_backward(mb, &dx, launch)?;
         Ok((start, self.now()))
+    }
+
+    /// The embeddings' backward from the gradient of the first block's input, then the
+    /// collective of their bucket (on the last micro-batch).
+    pub(crate) fn embed_backward(
+        &mut self,
+        mb: MicroBatch,
+        dx: &Tensor<B>,
+        launch: Option<(&mut Vec<Pending>, &mut Vec<bool>)>,
+    ) -> Result<()> {
+        {
+            let tracer = self.tracer.clone();
+            let _s = tracer.span("backward embed");
+            self.model.embed_backward_mb(mb, dx)?;
+        }
+        match launch {
+            Some((p, done)) => self.launch_ready(self.pieces.embed.start, p, done),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn now(&self) -> f64 {
@@ -927,7 +849,7 @@ impl<B: Backend> DataParallel<B> {
     /// With prefetching, starts bucket `g`'s gather now, before the current unit
     /// computes: the next unit's parameters arrive while it does (two blocks gathered
     /// at once at most: the computing one and the next).
-    fn prefetch_start(&mut self, g: usize) -> Result<Option<Gathering<B>>> {
+    pub(crate) fn prefetch_start(&mut self, g: usize) -> Result<Option<Gathering<B>>> {
         match self.prefetch {
             true => self.start_gather(g),
             false => Ok(None),
@@ -937,7 +859,7 @@ impl<B: Backend> DataParallel<B> {
     /// Without prefetching, starts bucket `g`'s gather only now that the current unit
     /// is done (one block gathered at a time); with it, keeps `started`, the gather
     /// [`Self::prefetch_start`] began.
-    fn late_start(
+    pub(crate) fn late_start(
         &mut self,
         started: Option<Gathering<B>>,
         g: usize,
@@ -950,7 +872,7 @@ impl<B: Backend> DataParallel<B> {
 
     /// Waits for a gather and puts its parameters into the model; counts the time the
     /// wait exposed and how many blocks are gathered now.
-    fn land_gather(&mut self, gathering: Option<Gathering<B>>) -> Result<()> {
+    pub(crate) fn land_gather(&mut self, gathering: Option<Gathering<B>>) -> Result<()> {
         let Some((g, h)) = gathering else {
             return Ok(());
         };

@@ -91,6 +91,8 @@ mod recompute;
 mod replica;
 #[cfg(not(target_arch = "wasm32"))]
 mod run;
+#[cfg(not(target_arch = "wasm32"))]
+mod walk;
 
 pub use bucket::{
     Bucket, DEFAULT_BUCKET_BYTES, DEFAULT_FIRST_BUCKET_BYTES, assign_buckets, chunk_len,

@@ -1,5 +1,8 @@
 use crate::region::Region;
-use crate::{Block, Embedding, LayerNorm, MicroBatch, Module, Param, Stash};
+use crate::{
+    Block, Embedding, LayerNorm, MicroBatch, Module, Param, Stash, backward_blocks,
+    backward_weight_blocks, forward_blocks,
+};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
 use rand::Rng;
@@ -149,7 +152,7 @@ impl<B: Backend> Gpt<B> {
         positions: Option<&Tensor<B>>,
     ) -> Result<Tensor<B>> {
         let block_size = self.config.block_size;
-        let mut x = embed(
+        let x = embed(
             &mut self.wte,
             &mut self.wpe,
             block_size,
@@ -158,10 +161,7 @@ impl<B: Backend> Gpt<B> {
             positions,
             "Gpt::forward",
         )?;
-        for block in &mut self.h {
-            x = block.forward(mb, &x)?;
-        }
-        Ok(x)
+        forward_blocks(&mut self.h, mb, x, None)
     }
 
     /// The head on `x` `[B, T, C]`: final LayerNorm and the tied projection, logits
@@ -214,25 +214,8 @@ impl<B: Backend> Gpt<B> {
         positions: &Tensor<B>,
         segments: &Tensor<B>,
     ) -> Result<Tensor<B>> {
-        for block in &mut self.h {
-            block.attn.segments = Some(segments.clone());
-        }
-        let out = self.packed_forward(mb, ids, targets, positions);
-        for block in &mut self.h {
-            block.attn.segments = None;
-        }
-        out
-    }
-
-    fn packed_forward(
-        &mut self,
-        mb: MicroBatch,
-        ids: &Tensor<B>,
-        targets: &Tensor<B>,
-        positions: &Tensor<B>,
-    ) -> Result<Tensor<B>> {
         let block_size = self.config.block_size;
-        let mut x = embed(
+        let x = embed(
             &mut self.wte,
             &mut self.wpe,
             block_size,
@@ -241,9 +224,7 @@ impl<B: Backend> Gpt<B> {
             Some(positions),
             "Gpt::forward_loss_packed_mb",
         )?;
-        for block in &mut self.h {
-            x = block.forward(mb, &x)?;
-        }
+        let x = forward_blocks(&mut self.h, mb, x, Some(segments))?;
         let logits = head_forward(
             &mut self.ln_f,
             &self.wte.weight.value,
@@ -265,16 +246,14 @@ impl<B: Backend> Gpt<B> {
     /// [`Gpt::forward_loss_mb`] saved. An error if that micro-batch has no forward in
     /// flight.
     pub fn backward_mb(&mut self, mb: MicroBatch, dloss: f32) -> Result<()> {
-        let mut dx = head_backward(
+        let dx = head_backward(
             &mut self.ln_f,
             &mut self.wte.weight,
             &mut self.saved,
             mb,
             dloss,
         )?;
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward(mb, &dx)?;
-        }
+        let dx = backward_blocks(&mut self.h, mb, dx, false)?;
         embed_backward(&mut self.wte, &mut self.wpe, mb, &dx)
     }
 
@@ -286,16 +265,14 @@ impl<B: Backend> Gpt<B> {
     /// so deferring only one of the two would change the order of the additions.
     /// B then W gives bitwise the gradients of [`Gpt::backward_mb`].
     pub fn backward_input_mb(&mut self, mb: MicroBatch, dloss: f32) -> Result<()> {
-        let mut dx = head_backward(
+        let dx = head_backward(
             &mut self.ln_f,
             &mut self.wte.weight,
             &mut self.saved,
             mb,
             dloss,
         )?;
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward_input(mb, &dx)?;
-        }
+        let dx = backward_blocks(&mut self.h, mb, dx, true)?;
         embed_backward(&mut self.wte, &mut self.wpe, mb, &dx)
     }
 
@@ -303,10 +280,7 @@ impl<B: Backend> Gpt<B> {
     /// "W"), after its [`Gpt::backward_input_mb`]; frees what B kept for them. An error
     /// naming the layer if B of `mb` has not run.
     pub fn backward_weight_mb(&mut self, mb: MicroBatch) -> Result<()> {
-        for block in self.h.iter_mut().rev() {
-            block.backward_weight(mb)?;
-        }
-        Ok(())
+        backward_weight_blocks(&mut self.h, mb)
     }
 
     /// Token plus position embeddings of `ids` for micro-batch `mb`, `[B, T, C]`: the
@@ -316,6 +290,17 @@ impl<B: Backend> Gpt<B> {
     /// block's `backward`, [`Gpt::embed_backward_mb`] launch exactly the kernels of
     /// `forward_loss_mb` and `backward_mb`.
     pub fn embed_mb(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
+        self.embed_packed_mb(mb, ids, None)
+    }
+
+    /// [`Gpt::embed_mb`] at `positions` (u32 `[B, T]`, restarting at each packed
+    /// document; `None` is `0..T`), the embeddings of [`Gpt::forward_loss_packed_mb`].
+    pub fn embed_packed_mb(
+        &mut self,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        positions: Option<&Tensor<B>>,
+    ) -> Result<Tensor<B>> {
         let block_size = self.config.block_size;
         embed(
             &mut self.wte,
@@ -323,9 +308,18 @@ impl<B: Backend> Gpt<B> {
             block_size,
             mb,
             ids,
-            None,
+            positions,
             "Gpt::embed_mb",
         )
+    }
+
+    /// Masks every block's attention by the documents of `segments` (u32 `[B, T]`), or
+    /// unmasks it (`None`): for a caller that walks the blocks one by one over packed
+    /// rows; [`Gpt::forward_loss_packed_mb`] does it itself.
+    pub fn set_segments(&mut self, segments: Option<&Tensor<B>>) {
+        for block in &mut self.h {
+            block.attn.segments = segments.cloned();
+        }
     }
 
     /// The head on the last block's output `x`: final LayerNorm, tied projection and

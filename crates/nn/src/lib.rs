@@ -72,6 +72,7 @@ pub mod loss;
 mod mlp;
 mod optim;
 mod param;
+mod parts;
 mod region;
 mod schedule;
 mod segments;
@@ -95,8 +96,15 @@ pub use optim::{AdamW, AdamWConfig, clip_grad_norm_on_device};
 #[cfg(not(target_arch = "wasm32"))]
 pub use optim::{clip_grad_norm, grad_norm};
 pub use param::{Module, Param, zero_grads};
+pub use parts::{
+    BlockPart, EmbeddingPart, HeadPart, backward_blocks, backward_weight_blocks, forward_blocks,
+};
 pub use schedule::CosineSchedule;
-pub use segments::{Segments, forward_selective};
+pub use segments::{SegmentId, Segments, forward_selective};
+/// The plain walks over a [`Segments`] chain.
+pub mod walk {
+    pub use crate::segments::{backward_to_input, forward_loss};
+}
 pub use stage::{BlocksStage, EmbeddingStage, GptStages, HeadStage};
 /// Native only: they read tensors back to the host, which blocks.
 #[cfg(not(target_arch = "wasm32"))]

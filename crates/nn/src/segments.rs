@@ -53,6 +53,67 @@ pub trait Segments<B: Backend> {
 
     /// Drops what the head saved for `mb`.
     fn head_discard(&mut self, mb: MicroBatch) -> Result<()>;
+
+    /// A hint from the walk: `next` runs after the segment about to run. A model whose
+    /// parameters live elsewhere (ZeRO-3's shards) may start fetching `next`'s now, so
+    /// they arrive while this one computes. The default does nothing.
+    fn prefetch(&mut self, next: SegmentId) -> Result<()> {
+        let _ = next;
+        Ok(())
+    }
+}
+
+/// A segment of a [`Segments`] chain, as [`Segments::prefetch`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentId {
+    /// Block `l`.
+    Block(usize),
+    /// The head.
+    Head,
+}
+
+/// The plain forward walk, every activation kept: blocks `0..n` from the first block's
+/// input `x0`, then the head's per-position losses. Before each segment runs the model
+/// hears which one follows ([`Segments::prefetch`]). Activation recomputation walks the
+/// same chain in its own order (brrr-checkpoint's executor).
+pub fn forward_loss<B: Backend, M: Segments<B> + ?Sized>(
+    model: &mut M,
+    mb: MicroBatch,
+    x0: Tensor<B>,
+    targets: &M::Targets,
+) -> Result<Tensor<B>> {
+    let n = model.n_blocks();
+    let mut x = x0;
+    for l in 0..n {
+        model.prefetch(match l + 1 < n {
+            true => SegmentId::Block(l + 1),
+            false => SegmentId::Head,
+        })?;
+        x = model.block_forward(mb, l, &x, false)?;
+    }
+    model.head_loss(mb, &x, targets)
+}
+
+/// The plain backward walk after [`forward_loss`]: the head from `Σ losses · dloss`,
+/// then blocks `n-1..0`; returns the gradient of the first block's input (the
+/// embeddings' backward is the caller's, as their forward was).
+pub fn backward_to_input<B: Backend, M: Segments<B> + ?Sized>(
+    model: &mut M,
+    mb: MicroBatch,
+    dloss: f32,
+) -> Result<Tensor<B>> {
+    let n = model.n_blocks();
+    if n > 0 {
+        model.prefetch(SegmentId::Block(n - 1))?;
+    }
+    let mut dx = model.head_backward(mb, dloss)?;
+    for l in (0..n).rev() {
+        if l > 0 {
+            model.prefetch(SegmentId::Block(l - 1))?;
+        }
+        dx = model.block_backward(mb, l, &dx)?;
+    }
+    Ok(dx)
 }
 
 /// Runs `forward` on `layer` with its attention keeping no scores when `selective`

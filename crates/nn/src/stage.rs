@@ -13,11 +13,13 @@ use crate::gpt::{
     head_forward, head_loss,
 };
 use crate::{
-    Block, CausalSelfAttention, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Module, Param,
-    Stash,
+    Block, BlockPart, CausalSelfAttention, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch,
+    Module, Param, Stash, backward_blocks, backward_weight_blocks, forward_blocks,
+    forward_selective,
 };
 use brrr_backend::{Backend, Error, Result};
 use brrr_tensor::Tensor;
+use std::marker::PhantomData;
 use std::ops::Range;
 
 /// The first stage: token plus position embeddings, ids `[B, T]` to `[B, T, C]`.
@@ -75,15 +77,37 @@ impl<B: Backend> Module<B> for EmbeddingStage<B> {
     }
 }
 
-/// A contiguous range of transformer blocks, `[B, T, C] -> [B, T, C]`.
-pub struct BlocksStage<B: Backend> {
+/// A contiguous range of transformer blocks, `[B, T, C] -> [B, T, C]`: brrr-nn's whole
+/// [`Block`]s by default, or any other [`BlockPart`] (a tensor-parallel crate's shards of
+/// them; a pipeline stage's `Box<dyn BlockPart<B>>`). The walk over the range is written
+/// here once for every kind of block.
+pub struct BlocksStage<B: Backend, L: BlockPart<B> = Block<B>> {
     /// Index of `h[0]` in the whole model (its parameters are named `h.{first_layer}.…`).
     pub first_layer: usize,
     /// The blocks, in order (possibly none).
-    pub h: Vec<Block<B>>,
+    pub h: Vec<L>,
+    _backend: PhantomData<fn() -> B>,
 }
 
-impl<B: Backend> BlocksStage<B> {
+impl<B: Backend, L: BlockPart<B>> BlocksStage<B, L> {
+    /// Blocks `first_layer..first_layer + h.len()` of a model.
+    pub fn new(first_layer: usize, h: Vec<L>) -> Self {
+        BlocksStage {
+            first_layer,
+            h,
+            _backend: PhantomData,
+        }
+    }
+
+    /// The same range with each block turned into another kind (sharded, or boxed).
+    pub fn try_map<M: BlockPart<B>>(
+        self,
+        f: impl FnMut(L) -> Result<M>,
+    ) -> Result<BlocksStage<B, M>> {
+        let h = self.h.into_iter().map(f).collect::<Result<_>>()?;
+        Ok(BlocksStage::new(self.first_layer, h))
+    }
+
     /// The whole model's block indices this stage holds.
     pub fn layers(&self) -> Range<usize> {
         self.first_layer..self.first_layer + self.h.len()
@@ -95,61 +119,84 @@ impl<B: Backend> BlocksStage<B> {
     }
 
     /// [`BlocksStage::forward`] on packed rows: attention stays inside each document
-    /// of `segments` (u32 `[B, T]`), as in [`Gpt::forward_loss_packed_mb`]. Each block
-    /// saves the ids with its activations, so the backward (fused or split) masks the
-    /// same; `None` is plain causal attention.
+    /// of `segments` (u32 `[B, T]`, the whole sequence also under sequence
+    /// parallelism), as in [`Gpt::forward_loss_packed_mb`]. Each block saves the ids
+    /// with its activations, so the backward (fused or split) masks the same; `None` is
+    /// plain causal attention.
     pub fn forward_packed(
         &mut self,
         mb: MicroBatch,
         x: &Tensor<B>,
         segments: Option<&Tensor<B>>,
     ) -> Result<Tensor<B>> {
-        with_segments(
-            &mut self.h,
-            |b| &mut b.attn,
-            segments,
-            |h| {
-                let mut x = x.clone();
-                for block in h.iter_mut() {
-                    x = block.forward(mb, &x)?;
-                }
-                Ok(x)
-            },
-        )
+        forward_blocks(&mut self.h, mb, x.clone(), segments)
     }
 
     /// The blocks' backward in reverse order; returns the gradient of the stage's input.
     pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
-        let mut dx = dout.clone();
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward(mb, &dx)?;
-        }
-        Ok(dx)
+        backward_blocks(&mut self.h, mb, dout.clone(), false)
     }
 
     /// [`BlocksStage::backward`] with the projections' weight gradients deferred to
     /// [`BlocksStage::backward_weight`] (the zero-bubble "B"): bitwise the same input
     /// gradient, computed sooner so the previous stage can start its own B.
     pub fn backward_input(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
-        let mut dx = dout.clone();
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward_input(mb, &dx)?;
-        }
-        Ok(dx)
+        backward_blocks(&mut self.h, mb, dout.clone(), true)
     }
 
     /// The blocks' projection weight gradients of micro-batch `mb` (the zero-bubble
     /// "W"), freeing what [`BlocksStage::backward_input`] kept. An error naming the
     /// layer if B of `mb` has not run.
     pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
-        for block in self.h.iter_mut().rev() {
-            block.backward_weight(mb)?;
+        backward_weight_blocks(&mut self.h, mb)
+    }
+
+    /// Block `i` of the range alone (`selective`: its attention keeps no scores and
+    /// recomputes them in its backward): a step of activation recomputation's walk.
+    pub fn block_forward(
+        &mut self,
+        i: usize,
+        mb: MicroBatch,
+        x: &Tensor<B>,
+        selective: bool,
+    ) -> Result<Tensor<B>> {
+        let block = self.block_mut(i)?;
+        forward_selective(block, L::attn_mut, selective, |b| b.forward(mb, x))
+    }
+
+    /// Block `i`'s backward alone: fused, or the zero-bubble B (`input_only`).
+    pub fn block_backward(
+        &mut self,
+        i: usize,
+        mb: MicroBatch,
+        dy: &Tensor<B>,
+        input_only: bool,
+    ) -> Result<Tensor<B>> {
+        let block = self.block_mut(i)?;
+        match input_only {
+            true => block.backward_input(mb, dy),
+            false => block.backward(mb, dy),
         }
-        Ok(())
+    }
+
+    /// Block `i` of the range, or an error naming the range.
+    pub fn block_mut(&mut self, i: usize) -> Result<&mut L> {
+        let layers = self.layers();
+        self.h.get_mut(i).ok_or_else(|| {
+            Error::invalid(
+                "BlocksStage",
+                format!("no block {i} in the stage of layers {layers:?}"),
+            )
+        })
+    }
+
+    /// Each block's attention, in order.
+    pub fn attentions_mut(&mut self) -> Vec<&mut CausalSelfAttention<B>> {
+        self.h.iter_mut().map(L::attn_mut).collect()
     }
 }
 
-impl<B: Backend> Module<B> for BlocksStage<B> {
+impl<B: Backend, L: BlockPart<B>> Module<B> for BlocksStage<B, L> {
     fn clear_saved(&mut self) {
         for b in &mut self.h {
             b.clear_saved();
@@ -298,10 +345,7 @@ impl<B: Backend> Gpt<B> {
         let mut rest = self.h.into_iter();
         let blocks = layers
             .iter()
-            .map(|r| BlocksStage {
-                first_layer: r.start,
-                h: rest.by_ref().take(r.len()).collect(),
-            })
+            .map(|r| BlocksStage::new(r.start, rest.by_ref().take(r.len()).collect()))
             .collect();
         Ok(GptStages {
             embedding: EmbeddingStage {

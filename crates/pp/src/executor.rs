@@ -20,7 +20,7 @@
 //! zero-bubble split carries over unchanged.
 
 use crate::config::split_layers;
-use crate::parts::{StageBlocks, StageEmbedding, StageHead};
+use crate::parts::stage_parts;
 use crate::recompute::ChunkWalk;
 use crate::schedule::{Action, Schedule};
 use crate::simulate::{InFlight, Span, Timeline};
@@ -28,9 +28,11 @@ use brrr_backend::{Backend, DType, Error, Result};
 use brrr_checkpoint::{Recompute, Seed};
 use brrr_collectives::{Communicator, ReduceOp};
 use brrr_dp::ParamOwners;
-use brrr_nn::{AdamW, AdamWConfig, Gpt, GptConfig, MicroBatch, Module, Param};
+use brrr_nn::{
+    AdamW, AdamWConfig, BlockPart, BlocksStage, EmbeddingPart, Gpt, GptConfig, HeadPart,
+    MicroBatch, Module, Param,
+};
 use brrr_tensor::Tensor;
-use brrr_tp::{TpBlocksStage, TpEmbeddingStage, TpHeadStage};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
@@ -101,11 +103,11 @@ pub struct PipelineStage<B: Backend> {
     /// The whole model's configuration (not only this stage's layers).
     pub config: GptConfig,
     /// The token and position embeddings (stage 0 only).
-    pub embedding: Option<StageEmbedding<B>>,
+    pub embedding: Option<Box<dyn EmbeddingPart<B>>>,
     /// Chunk `c` holds the model piece `c · p + rank`.
-    pub chunks: Vec<StageBlocks<B>>,
+    pub chunks: Vec<BlocksStage<B, Box<dyn BlockPart<B>>>>,
     /// The final LayerNorm and tied head (the last stage only).
-    pub head: Option<StageHead<B>>,
+    pub head: Option<Box<dyn HeadPart<B>>>,
     /// AdamW over this stage's parameters only; each stage steps its own.
     pub opt: AdamW<B>,
     backend: B,
@@ -189,25 +191,7 @@ impl<B: Backend> PipelineStage<B> {
             .enumerate()
             .filter(|(k, _)| k % p == rank)
             .map(|(_, b)| b);
-        let (embedding, chunks, head) = match &tp {
-            None => (
-                StageEmbedding::Plain(st.embedding),
-                mine.map(StageBlocks::Plain).collect(),
-                StageHead::Plain(st.head),
-            ),
-            Some((comm, sp)) => (
-                StageEmbedding::Tensor(TpEmbeddingStage::from_stage(
-                    &st.embedding,
-                    comm.clone(),
-                    *sp,
-                )?),
-                mine.map(|b| {
-                    TpBlocksStage::from_stage(&b, comm.clone(), *sp).map(StageBlocks::Tensor)
-                })
-                .collect::<Result<Vec<_>>>()?,
-                StageHead::Tensor(TpHeadStage::from_stage(&st.head, comm.clone(), *sp)?),
-            ),
-        };
+        let (embedding, chunks, head) = stage_parts(st.embedding, mine, st.head, &tp)?;
         let mut stage = PipelineStage {
             rank,
             p,
@@ -545,7 +529,7 @@ impl<B: Backend> PipelineStage<B> {
         if !self.recompute.is_empty() {
             return self.forward_recomputed(mb, chunk, (piece, pieces), x, data);
         }
-        let y = self.chunks[chunk].forward(id, &x, segments)?;
+        let y = self.chunks[chunk].forward_packed(id, &x, segments)?;
         if piece + 1 < pieces {
             self.outbox.insert((false, mb, piece + 1), y);
             return Ok(None);

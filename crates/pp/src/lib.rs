@@ -82,8 +82,6 @@ pub use generate::{
     PlanError, generate, gpipe, interleaved, one_f_one_b, with_communication, zb_h1_limits,
     zb_h2_limits, zero_bubble,
 };
-#[cfg(all(feature = "executor", not(target_arch = "wasm32")))]
-pub use parts::{StageBlocks, StageEmbedding, StageHead};
 pub use schedule::{Action, Schedule, ScheduleKind};
 pub use simulate::{Costs, Deadlock, Span, Timeline, simulate};
 pub use validate::{Invalid, Violation, validate, validate_memory};

@@ -10,73 +10,15 @@
 //! block's (and the head's) input-only backward, which keeps what W needs; W then runs
 //! as without recomputation.
 
-use crate::parts::{StageBlocks, StageHead};
 use brrr_backend::{Backend, Error, Result};
-use brrr_nn::{MicroBatch, Module, Segments, forward_selective};
+use brrr_nn::{BlockPart, BlocksStage, HeadPart, MicroBatch, Segments};
 use brrr_tensor::Tensor;
-
-impl<B: Backend> StageBlocks<B> {
-    /// The whole model's indices of the blocks this chunk holds.
-    pub fn layers(&self) -> std::ops::Range<usize> {
-        match self {
-            StageBlocks::Plain(s) => s.layers(),
-            StageBlocks::Tensor(s) => s.layers(),
-        }
-    }
-
-    /// Runs block `i` of the chunk (`selective`: the attention keeps no scores).
-    fn block_forward(
-        &mut self,
-        i: usize,
-        mb: MicroBatch,
-        x: &Tensor<B>,
-        selective: bool,
-    ) -> Result<Tensor<B>> {
-        match self {
-            StageBlocks::Plain(s) => forward_selective(
-                &mut s.h[i],
-                |b| &mut b.attn,
-                selective,
-                |b| b.forward(mb, x),
-            ),
-            StageBlocks::Tensor(s) => forward_selective(
-                &mut s.h[i],
-                |b| &mut b.attn,
-                selective,
-                |b| b.forward(mb, x),
-            ),
-        }
-    }
-
-    /// Block `i`'s backward: fused, or the zero-bubble B (`input_only`).
-    fn block_backward(
-        &mut self,
-        i: usize,
-        mb: MicroBatch,
-        dy: &Tensor<B>,
-        input_only: bool,
-    ) -> Result<Tensor<B>> {
-        match (self, input_only) {
-            (StageBlocks::Plain(s), false) => s.h[i].backward(mb, dy),
-            (StageBlocks::Plain(s), true) => s.h[i].backward_input(mb, dy),
-            (StageBlocks::Tensor(s), false) => s.h[i].backward(mb, dy),
-            (StageBlocks::Tensor(s), true) => s.h[i].backward_input(mb, dy),
-        }
-    }
-
-    fn block_discard(&mut self, i: usize, mb: MicroBatch) -> Result<()> {
-        match self {
-            StageBlocks::Plain(s) => s.h[i].discard_saved(mb),
-            StageBlocks::Tensor(s) => s.h[i].discard_saved(mb),
-        }
-    }
-}
 
 /// One chunk of a stage (and the head, if it holds the last piece) as the executor's
 /// chain: block `l` of the whole model is `blocks`' block `l - first`.
 pub(crate) struct ChunkWalk<'a, B: Backend> {
-    pub(crate) blocks: &'a mut StageBlocks<B>,
-    pub(crate) head: Option<&'a mut StageHead<B>>,
+    pub(crate) blocks: &'a mut BlocksStage<B, Box<dyn BlockPart<B>>>,
+    pub(crate) head: Option<&'a mut Box<dyn HeadPart<B>>>,
     /// The whole model's blocks.
     pub(crate) n_layer: usize,
     /// The zero-bubble B: input gradients only, weight gradients left for W.
@@ -95,7 +37,7 @@ impl<B: Backend> ChunkWalk<'_, B> {
         }
     }
 
-    fn head(&mut self) -> Result<&mut StageHead<B>> {
+    fn head(&mut self) -> Result<&mut Box<dyn HeadPart<B>>> {
         self.head
             .as_deref_mut()
             .ok_or_else(|| Error::invalid("pipeline", "the last piece has no head"))
@@ -127,7 +69,7 @@ impl<B: Backend> Segments<B> for ChunkWalk<'_, B> {
 
     fn block_discard(&mut self, mb: MicroBatch, l: usize) -> Result<()> {
         let i = self.local(l)?;
-        self.blocks.block_discard(i, mb)
+        self.blocks.block_mut(i)?.discard_saved(mb)
     }
 
     fn head_loss(
@@ -149,9 +91,6 @@ impl<B: Backend> Segments<B> for ChunkWalk<'_, B> {
     }
 
     fn head_discard(&mut self, mb: MicroBatch) -> Result<()> {
-        match self.head()? {
-            StageHead::Plain(h) => h.discard_saved(mb),
-            StageHead::Tensor(h) => h.discard_saved(mb),
-        }
+        self.head()?.discard_saved(mb)
     }
 }

@@ -18,9 +18,10 @@
 //! - [`TpGpt`]: a rank's shard sliced from a single-device `Gpt`, and [`TpTrainer`],
 //!   the training step over a `dp × tp` grid ([`brrr_collectives::ParallelGroups`],
 //!   Megatron's rank order, tensor-parallel ranks adjacent);
-//! - [`TpEmbeddingStage`], [`TpBlocksStage`], [`TpHeadStage`]: brrr-nn's pipeline
-//!   stages sliced over a tensor-parallel group (with zero-bubble B/W split), the
-//!   pieces `brrr-pp` runs for `--pp P --tp T`;
+//! - [`TpEmbeddingStage`], [`TpBlocksStage`] ([`shard_blocks`]), [`TpHeadStage`]:
+//!   brrr-nn's pipeline stages sliced over a tensor-parallel group (with zero-bubble
+//!   B/W split), brrr-nn's `EmbeddingPart`, `BlockPart` and `HeadPart`, the pieces
+//!   `brrr-pp` runs for `--pp P --tp T`;
 //! - [`TpConfig`], [`validate_layout`]: what may be split how, with errors that name
 //!   what does not divide.
 //!
@@ -81,7 +82,7 @@ pub use comm::{RegionEntry, RegionExit};
 pub use config::{TpConfig, check_model, validate_layout};
 pub use layers::{ColumnParallelLinear, RowParallelLinear};
 pub use model::{TpBlock, TpGpt};
-pub use stage::{TpBlocksStage, TpEmbeddingStage, TpHeadStage};
+pub use stage::{TpBlocksStage, TpEmbeddingStage, TpHeadStage, shard_blocks};
 pub use trainer::{TpStep, TpTrainer};
 pub use vocab::{VocabParallelEmbedding, VocabParallelLoss, vocab_parallel_cross_entropy};
 

@@ -8,8 +8,8 @@ use crate::vocab::{VocabParallelEmbedding, VocabParallelLoss, vocab_parallel_cro
 use brrr_backend::{Backend, Error, Result};
 use brrr_collectives::Communicator;
 use brrr_nn::{
-    Block, CausalSelfAttention, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Mlp, Module,
-    Param, Segments, Stash, forward_selective, with_segments,
+    Block, BlockPart, CausalSelfAttention, Embedding, Gpt, GptConfig, LayerNorm, MicroBatch, Mlp,
+    Module, Param, Segments, Stash, backward_blocks, forward_blocks, forward_selective,
 };
 use brrr_tensor::Tensor;
 use std::collections::BTreeSet;
@@ -162,6 +162,24 @@ impl<B: Backend> TpBlock<B> {
     pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
         self.mlp.backward_weight(mb)?;
         self.attn.backward_weight(mb)
+    }
+}
+
+impl<B: Backend> BlockPart<B> for TpBlock<B> {
+    fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
+        TpBlock::forward(self, mb, x)
+    }
+    fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        TpBlock::backward(self, mb, dout)
+    }
+    fn backward_input(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
+        TpBlock::backward_input(self, mb, dout)
+    }
+    fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        TpBlock::backward_weight(self, mb)
+    }
+    fn attn_mut(&mut self) -> &mut CausalSelfAttention<B> {
+        &mut self.attn
     }
 }
 
@@ -341,18 +359,7 @@ impl<B: Backend> TpGpt<B> {
         let positions = packed.map(|(p, _)| p);
         let x0 = self.embed_mb(mb, ids, (b, t), positions)?;
         let segments = packed.map(|(_, s)| s);
-        let x = with_segments(
-            &mut self.h,
-            |b| &mut b.attn,
-            segments,
-            |h| {
-                let mut x = x0;
-                for block in h.iter_mut() {
-                    x = block.forward(mb, &x)?;
-                }
-                Ok(x)
-            },
-        )?;
+        let x = forward_blocks(&mut self.h, mb, x0, segments)?;
         self.head_loss_mb(mb, &x, targets)
     }
 
@@ -414,10 +421,8 @@ impl<B: Backend> TpGpt<B> {
     /// gradient. Under sequence parallelism the replicated parameters then hold partial
     /// sums: call [`TpGpt::reduce_replicated_grads`] once per step.
     pub fn backward_mb(&mut self, mb: MicroBatch, dloss: f32) -> Result<()> {
-        let mut dx = self.head_backward_mb(mb, dloss)?;
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward(mb, &dx)?;
-        }
+        let dx = self.head_backward_mb(mb, dloss)?;
+        let dx = backward_blocks(&mut self.h, mb, dx, false)?;
         self.embed_backward_mb(mb, &dx)
     }
 

@@ -22,11 +22,10 @@ use crate::vocab::{VocabParallelEmbedding, VocabParallelLoss, vocab_parallel_cro
 use brrr_backend::{Backend, Error, HostData, Result};
 use brrr_collectives::Communicator;
 use brrr_nn::{
-    BlocksStage, Embedding, EmbeddingStage, HeadStage, LayerNorm, MicroBatch, Module, Param, Stash,
-    with_segments,
+    BlocksStage, Embedding, EmbeddingPart, EmbeddingStage, HeadPart, HeadStage, LayerNorm,
+    MicroBatch, Module, Param, Stash,
 };
 use brrr_tensor::Tensor;
-use std::ops::Range;
 use std::sync::Arc;
 
 /// Token ids (u32) or targets (i32) of a `[B, T]` tensor, read to the host as u32.
@@ -154,98 +153,64 @@ impl<B: Backend> Module<B> for TpEmbeddingStage<B> {
     }
 }
 
-/// A contiguous range of tensor-parallel blocks ([`TpBlock`]), the counterpart of
-/// brrr-nn's [`BlocksStage`].
-pub struct TpBlocksStage<B: Backend> {
-    /// Index of `h[0]` in the whole model.
-    pub first_layer: usize,
-    /// This rank's shard of each block of the range, in order.
-    pub h: Vec<TpBlock<B>>,
+/// A contiguous range of tensor-parallel blocks: brrr-nn's [`BlocksStage`] walking
+/// [`TpBlock`]s, so the walk (forward, fused and split backward, recomputation's block
+/// by block) is brrr-nn's own.
+pub type TpBlocksStage<B> = BlocksStage<B, TpBlock<B>>;
+
+/// Rank `comm.rank()`'s shard of every block of `s`. Heads must divide by the group.
+pub fn shard_blocks<B: Backend>(
+    s: &BlocksStage<B>,
+    comm: Arc<Communicator>,
+    sp: bool,
+) -> Result<TpBlocksStage<B>> {
+    let h =
+        s.h.iter()
+            .map(|b| TpBlock::from_block(b, comm.clone(), sp))
+            .collect::<Result<_>>()?;
+    Ok(BlocksStage::new(s.first_layer, h))
 }
 
-impl<B: Backend> TpBlocksStage<B> {
-    /// Rank `comm.rank()`'s shard of every block of `s`. Heads must divide by the group.
-    pub fn from_stage(s: &BlocksStage<B>, comm: Arc<Communicator>, sp: bool) -> Result<Self> {
-        Ok(TpBlocksStage {
-            first_layer: s.first_layer,
-            h: s.h
-                .iter()
-                .map(|b| TpBlock::from_block(b, comm.clone(), sp))
-                .collect::<Result<_>>()?,
-        })
+impl<B: Backend> EmbeddingPart<B> for TpEmbeddingStage<B> {
+    fn forward(
+        &mut self,
+        mb: MicroBatch,
+        ids: &Tensor<B>,
+        positions: Option<&Tensor<B>>,
+    ) -> Result<Tensor<B>> {
+        self.forward_packed(mb, ids, positions)
     }
-
-    /// The whole model's block indices this stage holds.
-    pub fn layers(&self) -> Range<usize> {
-        self.first_layer..self.first_layer + self.h.len()
+    fn backward(&mut self, mb: MicroBatch, dx: &Tensor<B>) -> Result<()> {
+        TpEmbeddingStage::backward(self, mb, dx)
     }
-
-    /// Runs the blocks in order, saving under `mb`.
-    pub fn forward(&mut self, mb: MicroBatch, x: &Tensor<B>) -> Result<Tensor<B>> {
-        self.forward_packed(mb, x, None)
+    fn tied_mut(&mut self) -> &mut Param<B> {
+        &mut self.wte.weight
     }
+}
 
-    /// [`TpBlocksStage::forward`] with attention kept inside each document of
-    /// `segments` (u32 `[B, T]`, the whole sequence: attention runs on it even with
-    /// sequence parallelism), as brrr-nn's `BlocksStage::forward_packed`.
-    pub fn forward_packed(
+impl<B: Backend> HeadPart<B> for TpHeadStage<B> {
+    fn forward_loss(
         &mut self,
         mb: MicroBatch,
         x: &Tensor<B>,
-        segments: Option<&Tensor<B>>,
+        targets: &Tensor<B>,
     ) -> Result<Tensor<B>> {
-        with_segments(
-            &mut self.h,
-            |b| &mut b.attn,
-            segments,
-            |h| {
-                let mut x = x.clone();
-                for block in h.iter_mut() {
-                    x = block.forward(mb, &x)?;
-                }
-                Ok(x)
-            },
-        )
+        TpHeadStage::forward_loss(self, mb, x, targets)
     }
-
-    /// The blocks' backward in reverse order; the gradient of the stage's input.
-    pub fn backward(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
-        let mut dx = dout.clone();
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward(mb, &dx)?;
-        }
-        Ok(dx)
+    fn backward(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>> {
+        TpHeadStage::backward(self, mb, dloss)
     }
-
-    /// The zero-bubble "B" ([`TpBlock::backward_input`]).
-    pub fn backward_input(&mut self, mb: MicroBatch, dout: &Tensor<B>) -> Result<Tensor<B>> {
-        let mut dx = dout.clone();
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward_input(mb, &dx)?;
-        }
-        Ok(dx)
+    fn backward_input(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>> {
+        TpHeadStage::backward_input(self, mb, dloss)
     }
-
-    /// The zero-bubble "W" ([`TpBlock::backward_weight`]), local to the rank.
-    pub fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
-        for block in self.h.iter_mut().rev() {
-            block.backward_weight(mb)?;
-        }
-        Ok(())
+    fn backward_weight(&mut self, mb: MicroBatch) -> Result<()> {
+        TpHeadStage::backward_weight(self, mb)
     }
-}
-
-impl<B: Backend> Module<B> for TpBlocksStage<B> {
-    fn clear_saved(&mut self) {
-        for b in &mut self.h {
-            b.clear_saved();
-        }
+    fn tied(&self) -> &Param<B> {
+        &self.wte
     }
-    fn params(&self) -> Vec<&Param<B>> {
-        self.h.iter().flat_map(|b| b.params()).collect()
-    }
-    fn params_mut(&mut self) -> Vec<&mut Param<B>> {
-        self.h.iter_mut().flat_map(|b| b.params_mut()).collect()
+    fn tied_mut(&mut self) -> &mut Param<B> {
+        &mut self.wte
     }
 }
 
