@@ -161,6 +161,25 @@ async function memory(browser) {
   await page.close();
 }
 
+async function planPage(browser) {
+  console.log('plan');
+  const page = await open(browser, '/plan');
+  await page.waitForSelector('[data-testid="plan-table"]');
+  const fit = await value(page, 'fit');
+  check(fit > 10 && fit <= (await value(page, 'considered')), `${fit} layouts fit of those tried`);
+  const rows = await page.$$eval('[data-testid="plan-table"] tbody tr', (els) => els.length);
+  check(rows === 10, `the ten best layouts listed (got ${rows})`);
+  // One GPU cannot hold a 175B model's states: nothing fits, and the page says why.
+  await page.select('[data-testid="preset"]', 'gpt3-175b');
+  await setSize(page, 'gpus', 1);
+  await page.waitForFunction(() => document.body.textContent.includes('No layout fits'), { timeout: 10000 });
+  check(true, 'gpt3-175b on one GPU: no layout fits, and the page says so');
+  await setSize(page, 'gpus', 64);
+  await page.waitForSelector('[data-testid="plan-table"]');
+  await shot(page, 'plan');
+  await page.close();
+}
+
 async function kernels(browser) {
   console.log('kernels');
   const page = await open(browser, '/kernels');
@@ -778,7 +797,7 @@ async function serving(browser) {
   const browser = await puppeteer.launch({ executablePath: CHROME, headless: true, args: FLAGS });
   try {
     const only = process.env.BRRR_E2E_ONLY;
-    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing], ['collectives', collectives],
+    for (const [name, f] of [['landing', landing], ['roofline', roofline], ['memory', memory], ['plan', planPage], ['kernels', kernels], ['train', train], ['puzzles', puzzles], ['checkpointing', checkpointing], ['collectives', collectives],
       ['mixed-precision', mixedPrecision], ['data-loading', dataLoading], ['data-parallel', dataParallel],
       ['tensor-parallel', tensorParallel], ['pipeline', pipelinePage], ['profile', profilePage], ['serving', serving]]) {
       if (only && !only.split(',').includes(name)) {

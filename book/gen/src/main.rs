@@ -22,6 +22,7 @@ mod links;
 mod md;
 mod memory;
 mod pipeline;
+mod planning;
 mod readme;
 mod regimes;
 mod serving;
@@ -46,6 +47,7 @@ fn generate() -> Result<BTreeMap<String, String>, String> {
         collectives::files()?,
         data::files()?,
         pipeline::files()?,
+        planning::files()?,
         serving::files(),
         exercises::files(),
     ];

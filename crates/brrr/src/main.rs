@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 mod data_cmd;
 mod perf_cmd;
+mod plan_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +42,9 @@ enum Command {
     Roofline(perf_cmd::RooflineArgs),
     /// Estimate training memory, time, or communication cost.
     Estimate(perf_cmd::EstimateArgs),
+    /// Choose the parallel layout for a model and a cluster: every dp × tp × pp with
+    /// its options that fits, ranked by predicted step time, and why the rest do not.
+    Plan(Box<plan_cmd::PlanArgs>),
     /// Start N ranks of a brrr command on this machine (torchrun's environment).
     Launch(brrr::launch::LaunchArgs),
     /// Mixed-precision numerics: f16/bf16 ranges, the autocast policy, and a run's
@@ -215,6 +219,7 @@ fn main() -> ExitCode {
             perf_cmd::EstimateCommand::Pipeline(a) => run_estimate_pipeline(a),
             _ => perf_cmd::run_estimate(&args).map_err(other),
         },
+        Command::Plan(args) => plan_cmd::run(&args).map_err(other),
         Command::Launch(args) => brrr::launch::run(&args),
         Command::Ckpt(cmd) => brrr::ckpt_cmd::run(&cmd).and_then(|t| say(format_args!("{t}"))),
         Command::Bench(BenchCommand::Collectives(args)) => brrr::bench_collectives::run(&args)

@@ -13,6 +13,7 @@
 //! | [`memory`] | parameters, model states under ZeRO, activations (Korthikanti et al.), per-GPU breakdown |
 //! | [`flops`] | 6ND, attention term, Megatron's formula, time-to-train, MFU/HFU, tokens/s ↔ FLOP/s |
 //! | [`comms`] | alpha-beta collectives, nccl-tests bus bandwidth, DP/TP/EP/PP rooflines |
+//! | [`plan`] | choosing a parallel layout: every `dp × tp × pp` and option that fits, ranked by predicted step time |
 //! | [`trace`] | spans → Chrome trace event JSON for Perfetto |
 //! | [`table`], [`plot`], [`report`] | text tables, SVG plots, and the CLI's reports |
 
@@ -23,6 +24,7 @@ pub mod error;
 pub mod flops;
 pub mod machine;
 pub mod memory;
+pub mod plan;
 pub mod plot;
 pub mod report;
 pub mod roofline;

@@ -18,7 +18,7 @@ fn plot_err<E: std::fmt::Display>(e: E) -> PerfError {
 }
 
 /// Colours for successive rooflines and ops: Tableau 10 (Tableau's default palette).
-const PALETTE: [RGBColor; 10] = [
+pub(crate) const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),

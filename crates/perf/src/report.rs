@@ -39,7 +39,7 @@ pub enum Block {
 }
 
 impl Report {
-    fn new(title: impl Into<String>, json: Value) -> Self {
+    pub(crate) fn new(title: impl Into<String>, json: Value) -> Self {
         Self {
             title: title.into(),
             blocks: Vec::new(),
@@ -47,11 +47,11 @@ impl Report {
         }
     }
 
-    fn table(&mut self, title: impl Into<String>, t: Table) {
+    pub(crate) fn table(&mut self, title: impl Into<String>, t: Table) {
         self.blocks.push(Block::Table(title.into(), t));
     }
 
-    fn note(&mut self, n: impl Into<String>) {
+    pub(crate) fn note(&mut self, n: impl Into<String>) {
         self.blocks.push(Block::Note(n.into()));
     }
 

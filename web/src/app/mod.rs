@@ -28,6 +28,9 @@ pub enum Route {
     /// [`PageId::Memory`].
     #[at("/memory")]
     Memory,
+    /// [`PageId::Plan`].
+    #[at("/plan")]
+    Plan,
     /// [`PageId::Kernels`].
     #[at("/kernels")]
     Kernels,
@@ -76,6 +79,7 @@ impl Route {
         match id {
             PageId::Roofline => Route::Roofline,
             PageId::Memory => Route::Memory,
+            PageId::Plan => Route::Plan,
             PageId::Kernels => Route::Kernels,
             PageId::Train => Route::Train,
             PageId::Puzzles => Route::Puzzles,
@@ -98,6 +102,7 @@ pub fn render(route: Route) -> Html {
         Route::Home => html! { <pages::landing::Landing /> },
         Route::Roofline => html! { <pages::roofline::RooflinePage /> },
         Route::Memory => html! { <pages::memory::MemoryPage /> },
+        Route::Plan => html! { <pages::plan::PlanPage /> },
         Route::Kernels => html! { <pages::kernels::KernelsPage /> },
         Route::Train => html! { <pages::train::TrainPage /> },
         Route::Puzzles => html! { <pages::puzzles::PuzzlesPage /> },

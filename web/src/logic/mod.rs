@@ -12,6 +12,7 @@ pub mod kernels;
 pub mod memory;
 pub mod mixed_precision;
 pub mod pipeline;
+pub mod plan;
 pub mod profile;
 pub mod puzzles;
 pub mod quantization;

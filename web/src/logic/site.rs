@@ -9,6 +9,8 @@ pub enum PageId {
     Roofline,
     /// Per-GPU training memory under ZeRO and 3D parallelism.
     Memory,
+    /// Choosing a parallel layout: every dp × tp × pp that fits, ranked (brrr-perf's planner).
+    Plan,
     /// brrr-wgpu's kernels timed on the reader's GPU.
     Kernels,
     /// A small GPT trained by brrr-train in the page.
@@ -53,7 +55,7 @@ pub struct PageInfo {
 }
 
 /// Every demo page, in the order the landing page lists them.
-pub const PAGES: [PageInfo; 14] = [
+pub const PAGES: [PageInfo; 15] = [
     PageInfo {
         id: PageId::Roofline,
         path: "/roofline",
@@ -72,6 +74,16 @@ pub const PAGES: [PageInfo; 14] = [
                 degrees: the weights, gradients, optimizer state and activations one GPU holds, \
                 against its capacity.",
         chapter: "memory.html",
+        crates: &["brrr_perf"],
+    },
+    PageInfo {
+        id: PageId::Plan,
+        path: "/plan",
+        title: "Layout planner",
+        blurb: "A model, a number of GPUs and a batch: every data × tensor × pipeline layout \
+                with its ZeRO stage, recomputation and micro-batches that fits, ranked by \
+                predicted step time, with what limits each and why the rest do not fit.",
+        chapter: "planning.html",
         crates: &["brrr_perf"],
     },
     PageInfo {
@@ -234,6 +246,7 @@ mod tests {
         for id in [
             PageId::Roofline,
             PageId::Memory,
+            PageId::Plan,
             PageId::Kernels,
             PageId::Train,
             PageId::Puzzles,

@@ -851,3 +851,66 @@ fn estimate_serve_reports_the_cache_and_the_decode_bound() {
     );
     fails_with(&["estimate", "serve"], "needs a model");
 }
+
+#[test]
+fn plan_ranks_layouts_and_refuses_what_it_cannot_use() {
+    let out = succeeds_finite(&[
+        "plan",
+        "--model",
+        "gpt3-1.3b",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "524288",
+    ]);
+    assert!(
+        out.contains("Best layouts") && out.contains("dp 16 × tp 1 × pp 1"),
+        "{out}"
+    );
+    let json = succeeds_finite(&[
+        "plan",
+        "--model",
+        "gpt3-1.3b",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "524288",
+        "--json",
+        "--top",
+        "3",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["candidates"].as_array().map(Vec::len), Some(3), "{json}");
+    // 1e6 tokens are not whole 2048-token sequences: the error names both.
+    let batch = [
+        "plan",
+        "--model",
+        "gpt3-1.3b",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "1e6",
+    ];
+    fails_with(&batch, "sequences of 2048 tokens");
+    fails_with(
+        &["plan", "--model", "gpt3-1.3b", "--gpus", "8"],
+        "--global-batch",
+    );
+    let eff = [
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8192",
+        "--efficiency",
+        "2",
+    ];
+    fails_with(&eff, "efficiency");
+    let published = succeeds_finite(&["plan", "--published"]);
+    assert!(
+        published.contains("1008B") && published.contains("calibrated"),
+        "{published}"
+    );
+}

@@ -9,6 +9,7 @@ pub mod landing;
 pub mod memory;
 pub mod mixed_precision;
 pub mod pipeline;
+pub mod plan;
 pub mod profile;
 pub mod puzzles;
 pub mod roofline;
