@@ -34,12 +34,60 @@ pub fn rel_diff(got: f64, want: f64, floor: f64) -> f64 {
     if d.is_nan() { f64::INFINITY } else { d }
 }
 
-/// `Ok` if `got` is within relative tolerance `rtol` of `want`.
+/// `Ok` if `got` is within relative tolerance `rtol` of `want`; a failure says so when
+/// `got` is a simple multiple of `want`, the mark of a slip rather than a wrong method.
 pub fn close(what: &str, got: f64, want: f64, rtol: f64) -> Outcome {
     if rel_diff(got, want, 1e-300) <= rtol {
         Ok(())
     } else {
-        Err(format!("{what}: got {got}, expected {want}"))
+        let hint = ratio_hint(got, want).map_or(String::new(), |h| format!(" ({h})"));
+        Err(format!("{what}: got {got}, expected {want}{hint}"))
+    }
+}
+
+/// What `got / want` suggests when it is a small whole number, its inverse, or a sign:
+/// a factor counted twice or forgotten (an FMA's two FLOPs, a read and a write, both
+/// halves of an all-reduce).
+pub fn ratio_hint(got: f64, want: f64) -> Option<String> {
+    if want == 0.0 || !got.is_finite() || !want.is_finite() {
+        return None;
+    }
+    let r = got / want;
+    let near = |x: f64| (r - x).abs() <= 1e-6 * x.abs();
+    if near(-1.0) {
+        return Some("the right size with the wrong sign".into());
+    }
+    for k in 2..=16u32 {
+        let k = f64::from(k);
+        if near(k) {
+            return Some(format!(
+                "exactly {k}× too large: is a factor counted twice?"
+            ));
+        }
+        if near(1.0 / k) {
+            return Some(format!("exactly 1/{k} of it: is a factor of {k} missing?"));
+        }
+    }
+    None
+}
+
+/// Every failure of several checks, one per line, so a reader sees all the outputs that
+/// are wrong at once and not only the first.
+pub fn every(outcomes: impl IntoIterator<Item = Outcome>) -> Outcome {
+    let errors: Vec<String> = outcomes.into_iter().filter_map(Result::err).collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+/// `outcome`, with `hint` added to its failure when `slip` says the reader's answer has
+/// the shape of a known mistake.
+pub fn hint_if(outcome: Outcome, slip: bool, hint: &str) -> Outcome {
+    match outcome {
+        Err(e) if slip => Err(format!("{e}\nhint: {hint}")),
+        other => other,
     }
 }
 

@@ -34,7 +34,10 @@ fn report(name: &str, task: &str, file: &str, outcome: &Outcome) -> bool {
         }
         Err(e) => {
             println!("  ✗ {name:<28} {task}");
-            println!("      {file}: {e}");
+            println!("      in {file}:");
+            for line in e.lines() {
+                println!("      {line}");
+            }
             false
         }
     }
@@ -106,8 +109,12 @@ fn main() {
     } else {
         println!("\n{passed}/{total} passed");
     }
-    if let Some(file) = first_failure {
-        println!("next: {file}");
-        std::process::exit(1);
+    match first_failure {
+        Some(file) => {
+            println!("next: {file}");
+            std::process::exit(1);
+        }
+        None if total > 0 => println!("next: nothing left here, every one selected passes"),
+        None => println!("next: no exercise's name contains {}", filter.join(" or ")),
     }
 }

@@ -1,11 +1,17 @@
 //! # How long will it train?
 //!
-//! Training a dense model of `params` parameters on `tokens` tokens costs about
-//! `6 · params · tokens` FLOPs (2 per parameter per token forward, 4 backward: Kaplan
-//! et al. 2020). On `gpus` GPUs of peak `peak_flops` each, running at model FLOPs
-//! utilisation `mfu`, how many seconds does it take?
+//! A dense model of `params` parameters trains on `tokens` tokens, on `gpus` GPUs of peak
+//! `peak_flops` FLOP/s each, running at model FLOPs utilisation `mfu` (the fraction of the
+//! peak that goes into the model's own FLOPs). How many seconds does it take?
 //!
-//! Checked against `brrr_perf::flops::training_flops` and `time_to_train`.
+//! About 3 lines. Checked against `brrr_perf::flops::training_flops` and `time_to_train`.
+//!
+//! ## Hint
+//!
+//! Count the FLOPs per parameter per token: a forward does one multiply-add per parameter
+//! per token, and the backward needs about twice the forward (one product for the
+//! activations' gradient, one for the weights'). Kaplan et al. 2020 round the total to a
+//! whole number.
 
 use crate::check::{Outcome, close, rng, with_seed};
 use brrr_perf::flops::{time_to_train, training_flops};
@@ -14,20 +20,17 @@ use rand::Rng;
 /// YOUR CODE: seconds to train.
 #[cfg(not(feature = "solutions"))]
 pub fn train_seconds(params: f64, tokens: f64, gpus: u64, peak_flops: f64, mfu: f64) -> f64 {
-    let _ = (gpus, mfu);
-    6.0 * params * tokens / peak_flops
+    let _ = (params, tokens, gpus, peak_flops, mfu);
+    0.0
 }
 
 #[cfg(feature = "solutions")]
 pub use solution::train_seconds;
 
-/// The reference solution.
-pub mod solution {
-    /// `6ND / (gpus · peak · mfu)`.
-    pub fn train_seconds(params: f64, tokens: f64, gpus: u64, peak_flops: f64, mfu: f64) -> f64 {
-        6.0 * params * tokens / (gpus as f64 * peak_flops * mfu)
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/memory/train_time.rs"]
+pub mod solution;
 
 /// Against brrr-perf on random runs.
 pub fn check() -> Outcome {
