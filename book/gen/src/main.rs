@@ -26,6 +26,7 @@ mod readme;
 mod regimes;
 mod serving;
 mod training;
+mod worked;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -48,6 +49,7 @@ fn generate() -> Result<BTreeMap<String, String>, String> {
         pipeline::files()?,
         serving::files(),
         exercises::files(),
+        worked::files()?,
     ];
     for (name, text) in all.into_iter().flatten() {
         if files.insert(name.clone(), text).is_some() {
