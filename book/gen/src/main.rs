@@ -27,6 +27,7 @@ mod regimes;
 mod serving;
 mod training;
 mod worked;
+mod worked_more;
 
 use std::collections::BTreeMap;
 use std::path::Path;

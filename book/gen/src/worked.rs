@@ -4,6 +4,7 @@
 //! other generated number. Each answer is collapsed: the reader tries first.
 
 use crate::md::{page, sig3};
+use crate::worked_more as more;
 use brrr_perf::DType;
 use brrr_perf::comms::{data_parallel, dp_critical_tokens_per_gpu};
 use brrr_perf::memory::{
@@ -18,15 +19,15 @@ use brrr_perf::table::{
 use brrr_pp::{Costs, ScheduleKind, generate, simulate, theory};
 
 /// One problem: a title, the question, and the worked answer.
-struct Problem {
-    title: String,
-    question: String,
-    answer: String,
+pub struct Problem {
+    pub title: String,
+    pub question: String,
+    pub answer: String,
 }
 
-type Res<T> = Result<T, String>;
+pub type Res<T> = Result<T, String>;
 
-fn perf<T>(r: brrr_perf::Result<T>) -> Res<T> {
+pub fn perf<T>(r: brrr_perf::Result<T>) -> Res<T> {
     r.map_err(|e| e.to_string())
 }
 
@@ -48,7 +49,7 @@ fn render(problems: &[Problem]) -> String {
 
 /// The smallest `x` in `range` for which `ok(x)` holds (the conditions searched here
 /// are monotone in `x`), or an error naming what was searched.
-fn smallest(
+pub fn smallest(
     what: &str,
     range: impl IntoIterator<Item = u64>,
     mut ok: impl FnMut(u64) -> Res<bool>,
@@ -620,6 +621,19 @@ fn small_batch(g: &GpuSpec, peak: f64, egress: f64) -> Res<Problem> {
 pub fn files() -> Result<Vec<(String, String)>, String> {
     Ok(vec![
         ("worked-regimes.md".into(), render(&regimes()?)),
+        ("worked-gpu.md".into(), render(&more::gpu_problems()?)),
+        (
+            "worked-kernels.md".into(),
+            render(&more::kernels_problems()?),
+        ),
+        (
+            "worked-collectives.md".into(),
+            render(&more::collectives_problems()?),
+        ),
+        (
+            "worked-serving.md".into(),
+            render(&more::serving_problems()?),
+        ),
         ("worked-memory.md".into(), render(&memory()?)),
         (
             "worked-tensor-parallel.md".into(),
