@@ -28,6 +28,7 @@ mod serving;
 mod training;
 mod worked;
 mod worked_more;
+mod worked_training;
 
 use std::collections::BTreeMap;
 use std::path::Path;

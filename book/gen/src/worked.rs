@@ -5,6 +5,7 @@
 
 use crate::md::{page, sig3};
 use crate::worked_more as more;
+use crate::worked_training as train;
 use brrr_perf::DType;
 use brrr_perf::comms::{data_parallel, dp_critical_tokens_per_gpu};
 use brrr_perf::memory::{
@@ -633,6 +634,22 @@ pub fn files() -> Result<Vec<(String, String)>, String> {
         (
             "worked-serving.md".into(),
             render(&more::serving_problems()?),
+        ),
+        (
+            "worked-data-loading.md".into(),
+            render(&more::data_problems()?),
+        ),
+        (
+            "worked-training.md".into(),
+            render(&train::training_problems()?),
+        ),
+        (
+            "worked-mixed-precision.md".into(),
+            render(&train::amp_problems()?),
+        ),
+        (
+            "worked-checkpointing.md".into(),
+            render(&train::checkpointing_problems()?),
         ),
         ("worked-memory.md".into(), render(&memory()?)),
         (

@@ -415,3 +415,86 @@ fn speculative() -> Problem {
         ),
     }
 }
+
+/// The data-loading chapter: a shard's size, the windows each rank reads, and what
+/// packing saves over padding.
+pub fn data_problems() -> Res<Vec<Problem>> {
+    use brrr_data::loader::{epoch_slot, windows_in};
+    use brrr_data::{ShardHeader, TokenWidth};
+    let tokens = 100_000_000usize;
+    let len = |vocab| {
+        ShardHeader {
+            width: TokenWidth::for_vocab(vocab),
+            tokens,
+        }
+        .file_len()
+        .ok_or_else(|| "shard size overflows".to_string())
+    };
+    let (small, large) = (len(50257)?, len(128256)?);
+    let p1 = Problem {
+        title: "the size of a shard".into(),
+        question: format!(
+            "A shard holds {} tokens. How many bytes is the file for GPT-2's vocabulary of \
+             50257, and for a vocabulary of 128256?",
+            count(tokens as f64)
+        ),
+        answer: format!(
+            "Token ids below 2¹⁶ fit in 2 bytes, larger vocabularies need 4; the header is \
+             256 words of 4 bytes. GPT-2: **{}** bytes; 128256: **{}** bytes.",
+            small, large
+        ),
+    };
+    let (seq, world, batch) = (1024usize, 8usize, 16usize);
+    let windows = windows_in(tokens, seq);
+    let rounds = windows / (world * batch);
+    let dropped = windows - rounds * world * batch;
+    let slot = epoch_slot(2, 0, 3, world, batch);
+    let p2 = Problem {
+        title: "who reads which window".into(),
+        question: format!(
+            "The same shard read in windows of {seq} + 1 tokens at stride {seq}, by {world} \
+             data-parallel ranks taking batches of {batch} windows. How many windows does \
+             the shard hold, how many batches does each rank take per epoch, how many \
+             windows are dropped, and which epoch position does rank 3's batch 2 start at?"
+        ),
+        answer: format!(
+            "**{windows}** windows; a round deals {} of them, so each rank takes **{rounds}** \
+             batches and **{dropped}** windows are dropped. Rank 3's batch 2 starts at \
+             position **{slot}**: two whole rounds, then three ranks' batches.",
+            world * batch
+        ),
+    };
+    Ok(vec![p1, p2, packing()?])
+}
+
+/// Packing long-tailed documents against one document per row.
+fn packing() -> Res<Problem> {
+    use brrr_data::pack::{long_tailed_lengths, pack_documents};
+    let (n, seq) = (512usize, 1024usize);
+    let lens = long_tailed_lengths(n, 4 * seq, 11);
+    let docs: Vec<Vec<u32>> = lens.iter().map(|&l| vec![1u32; l]).collect();
+    let packed = pack_documents(&docs, seq).map_err(|e| e.to_string())?;
+    let total: usize = lens.iter().sum();
+    // One document per row, split over as many rows as it needs, the rest padding.
+    let padded_rows: usize = lens.iter().map(|l| l.div_ceil(seq)).sum();
+    let padded_fill = total as f64 / (padded_rows * seq) as f64;
+    Ok(Problem {
+        title: "packing or padding".into(),
+        question: format!(
+            "{n} documents with long-tailed lengths ({} tokens in all, the longest {}) go \
+             into rows of {seq}. With one document per row (a long one spread over several \
+             rows, the rest padded), what fraction of the slots hold tokens? And packed?",
+            count(total as f64),
+            lens.iter().max().copied().unwrap_or(0)
+        ),
+        answer: format!(
+            "One per row: {padded_rows} rows, **{}** of the slots used. Packed first-fit \
+             decreasing: {} rows, **{}** of the slots hold a target. Every padded slot is \
+             compute spent on nothing; the document mask keeps packed documents from \
+             attending to each other.",
+            percent(padded_fill),
+            packed.rows,
+            percent(packed.fill())
+        ),
+    })
+}
