@@ -104,7 +104,8 @@ pub fn all_close(what: &str, got: &[f64], want: &[f64], rtol: f64, atol: f64) ->
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let ok = (g - w).abs() <= atol + rtol * w.abs();
         if !ok || g.is_nan() != w.is_nan() {
-            return Err(format!("{what}[{i}]: got {g}, expected {w}"));
+            let hint = ratio_hint(*g, *w).map_or(String::new(), |h| format!(" ({h})"));
+            return Err(format!("{what}[{i}]: got {g}, expected {w}{hint}"));
         }
     }
     Ok(())
@@ -123,4 +124,32 @@ pub fn with_seed(outcome: Outcome, seed: u64) -> Outcome {
 /// What a stub returns where its type allows an error.
 pub fn not_done(what: &str) -> String {
     format!("{what}: not implemented yet")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_simple_multiple_is_named_and_anything_else_is_not() {
+        assert!(ratio_hint(2.0, 1.0).unwrap().contains("2×"));
+        assert!(ratio_hint(0.25, 1.0).unwrap().contains("1/4"));
+        assert!(ratio_hint(-3.0, 3.0).unwrap().contains("sign"));
+        assert_eq!(ratio_hint(1.3, 1.0), None);
+        assert_eq!(ratio_hint(1.0, 0.0), None);
+        assert!(close("x", 6.0, 3.0, 1e-9).unwrap_err().contains("2×"));
+    }
+
+    #[test]
+    fn every_failure_is_reported_and_hints_only_follow_failures() {
+        let e = every([Err("a".into()), Ok(()), Err("b".into())]).unwrap_err();
+        assert_eq!(e, "a\nb");
+        assert_eq!(every([Ok(()), Ok(())]), Ok(()));
+        assert_eq!(hint_if(Ok(()), true, "h"), Ok(()));
+        assert_eq!(
+            hint_if(Err("e".into()), true, "h"),
+            Err("e\nhint: h".into())
+        );
+        assert_eq!(hint_if(Err("e".into()), false, "h"), Err("e".into()));
+    }
 }

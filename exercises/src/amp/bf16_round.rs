@@ -5,6 +5,15 @@
 //! value down; hardware rounds to nearest, ties to even. Return the bf16 bits of `x`
 //! (NaN may be any quiet NaN). Checked against brrr-cpu's f32 → bf16 cast on random
 //! values of every magnitude, ties and NaN.
+//!
+//! About 6 lines.
+//!
+//! ## Hint
+//!
+//! Rounding to nearest is adding half a unit of the last kept bit and then truncating;
+//! for ties to even, add a little less when the last kept bit is 0, so that an exact
+//! tie rounds down to the even value. Deal with NaN first, or the addition can carry it
+//! into infinity.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_backend::{Backend, DType, HostData, block_on};

@@ -5,6 +5,14 @@
 //! element-wise ops that read and write the same activations. Statistics (LayerNorm's
 //! variance, softmax's max and sum), the loss, reductions over many elements and the
 //! optimizer stay f32. Return the dtype `brrr_amp::Policy::new(low)` gives each class.
+//!
+//! About 8 lines.
+//!
+//! ## Hint
+//!
+//! One `match` over the op classes: which do the bulk of the FLOPs on tensor cores (low
+//! precision), and which accumulate over many elements or feed the loss and the
+//! optimizer (f32)? The failure message says why a class is wrong.
 
 use crate::check::Outcome;
 use brrr_amp::{OpClass, Policy};

@@ -12,6 +12,14 @@
 //!
 //! Return the state after one step. Checked against brrr-cpu's `update_loss_scale`
 //! kernel over random sequences of clean and overflowing steps.
+//!
+//! About 18 lines.
+//!
+//! ## Hint
+//!
+//! Two branches, overflow or clean. Keep the three fields (scale, clean steps,
+//! overflows) and change them in the order the rules give; the minimum applies only
+//! when backing off, and growth only when the grown scale is finite.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_backend::{Backend, HostData, ScaleUpdateParams, block_on};

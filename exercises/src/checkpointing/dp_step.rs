@@ -21,6 +21,15 @@
 //! Return the least of the options that fit (a subtraction below zero does not fit).
 //! Checked by running the whole program with your step against
 //! `brrr_checkpoint::optimal` on random chains and budgets.
+//!
+//! About 35 lines.
+//!
+//! ## Hint
+//!
+//! Compute `first` and `back` for segment `s`, then the candidates: the base case `t =
+//! s + 1`, Fall, and Fck for every split `s'`. Each candidate needs its memory checked
+//! before its cost, and a budget that would go negative means the candidate does not
+//! fit. Return the minimum with `Option`.
 
 use crate::check::{Outcome, close, rng, with_seed};
 use brrr_checkpoint::{Chain, Segment};

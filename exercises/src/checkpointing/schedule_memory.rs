@@ -22,6 +22,15 @@
 //!
 //! The schedules given are valid. Checked against `Schedule::simulate` on random chains
 //! and every strategy.
+//!
+//! About 60 lines.
+//!
+//! ## Hint
+//!
+//! Keep the state between ops in a few variables: the set of kept inputs, the stashes
+//! (and whether each is selective), the current forward output and the current
+//! gradient. For each op compute `held` from that state, add the op's own bytes, update
+//! the peak, then update the state.
 
 use crate::check::{Outcome, rng, with_seed};
 #[cfg(not(feature = "solutions"))]

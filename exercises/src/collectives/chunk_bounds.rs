@@ -5,6 +5,14 @@
 //! that chunks differ by at most one and cover the buffer exactly, in order.
 //!
 //! Checked against `brrr_collectives::chunk_range`.
+//!
+//! About 3 lines.
+//!
+//! ## Hint
+//!
+//! Every chunk has `len / n` elements, and the first `len % n` have one more. Where
+//! chunk `i` starts is the sum of the sizes of the chunks before it: write it without a
+//! loop.
 
 use crate::check::{Outcome, rng, with_seed};
 use rand::Rng;

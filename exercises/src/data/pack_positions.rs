@@ -11,6 +11,14 @@
 //!
 //! Attention then lets slot `s` see slot `j` only if `j <= s` and
 //! `segments[j] == segments[s]`. Checked against `brrr_data::pack::pack_documents`.
+//!
+//! About 9 lines.
+//!
+//! ## Hint
+//!
+//! Walk the documents keeping the next free slot; each slot of document `i` gets its
+//! offset inside the document and the id `i`. The padding that remains is one more
+//! segment with positions from 0.
 
 use crate::check::{Outcome, rng, with_seed};
 use rand::Rng;

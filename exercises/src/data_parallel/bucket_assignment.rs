@@ -8,6 +8,14 @@
 //! Return each bucket as the range of parameter indices it holds, first bucket first.
 //!
 //! Checked against `brrr_dp::assign_buckets`.
+//!
+//! About 16 lines.
+//!
+//! ## Hint
+//!
+//! Walk `(0..n).rev()` accumulating bytes; when the open bucket reaches its limit,
+//! close it as the range from its lowest index to its highest and switch the limit to
+//! `bucket_bytes`. Ranges are ascending even though you walk backwards.
 
 use crate::check::{Outcome, rng, with_seed};
 use rand::Rng;

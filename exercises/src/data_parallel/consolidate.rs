@@ -8,6 +8,13 @@
 //!
 //! Checked against brrr-dp's own map from a rank's chunk to parameter segments
 //! (`brrr_dp::segments`).
+//!
+//! About 10 lines.
+//!
+//! ## Hint
+//!
+//! Join the chunks in rank order: that is the padded bucket. Then cut it: parameter `p`
+//! starts where the sizes of the parameters before it end.
 
 use crate::check::{Outcome, rng, with_seed};
 use rand::Rng;

@@ -14,6 +14,14 @@
 //!
 //! Use `GpuSpec::peak(dtype, unit)`. Checked against `brrr_perf::roofline::Roofline::for_op`
 //! for every GPU and dtype of the table.
+//!
+//! About 10 lines.
+//!
+//! ## Hint
+//!
+//! Try the units in the order the statement lists them and return the first peak the
+//! GPU has: `GpuSpec::peak` returns an `Err` for a pair it does not list, and
+//! `Result::or_else` chains the fallbacks.
 
 use crate::check::{Outcome, close};
 use brrr_perf::DType;

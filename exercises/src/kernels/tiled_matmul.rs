@@ -10,6 +10,15 @@
 //! one reads each element of `A` once per column of tiles and each of `B` once per row
 //! of tiles: `m·k·⌈n/tile⌉ + k·n·⌈m/tile⌉`. The check wants at most that many reads,
 //! and `C` equal to brrr-cpu's GEMM on random shapes that are not multiples of `tile`.
+//!
+//! About 35 lines.
+//!
+//! ## Hint
+//!
+//! Three loops over tiles (rows of C, columns of C, steps of `k`), and inside the `k`
+//! step two copies into local arrays followed by the multiply-accumulate from them.
+//! Guard every copy at the matrix edges: a partial tile reads only the elements that
+//! exist and fills the rest with zeros.
 
 use crate::check::{Outcome, all_close, f64s, rng, with_seed};
 use brrr_backend::DType;

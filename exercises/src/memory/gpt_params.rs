@@ -9,6 +9,14 @@
 //!
 //! Checked against `brrr_perf::memory::TransformerConfig::params` and
 //! `brrr_nn::GptConfig::num_params` (the model brrr trains) on random shapes.
+//!
+//! About 4 lines.
+//!
+//! ## Hint
+//!
+//! Count one block's weights and biases first (four matrices and their biases, two
+//! LayerNorms), multiply by `layers`, then add the embeddings and the final LayerNorm.
+//! The tied head adds nothing.
 
 use crate::check::{Outcome, close, rng, with_seed};
 use brrr_nn::GptConfig;

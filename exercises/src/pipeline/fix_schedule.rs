@@ -8,6 +8,14 @@
 //! one micro-batch's activations (1F1B's memory).
 //!
 //! Run the check to see the validator's message for the broken list.
+//!
+//! About 27 lines.
+//!
+//! ## Hint
+//!
+//! Stage 1 must run micro-batch 0's backward and send its gradient before it waits for
+//! micro-batch 1's activation. Write stage 1's list in 1F1B order: receive, forward,
+//! backward, send, for each micro-batch in turn.
 
 use crate::check::Outcome;
 use brrr_pp::{Action, Schedule, ScheduleKind, validate, validate_memory};

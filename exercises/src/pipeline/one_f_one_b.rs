@@ -7,6 +7,13 @@
 //! (`Action::F` and the fused `Action::BW`, chunk 0) of stage `r`.
 //!
 //! Checked against `brrr_pp::one_f_one_b`.
+//!
+//! About 16 lines.
+//!
+//! ## Hint
+//!
+//! Count the warm-up forwards first; then alternate while forwards remain, then drain
+//! the backwards. Keep two counters, the next forward and the next backward.
 
 use crate::check::{Outcome, rng, with_seed};
 #[cfg(not(feature = "solutions"))]

@@ -15,6 +15,14 @@
 //!
 //! Checked against the target's distribution and
 //! `brrr_serve::speculative::acceptance_probability` on random distributions.
+//!
+//! About 15 lines.
+//!
+//! ## Hint
+//!
+//! For each proposal in order draw `r` and test `r · q(x) < p(x)`. On the first
+//! rejection build the residual `max(0, p − q)` and draw from it with `sample_from`; if
+//! none is rejected, draw from `target[k]`.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_serve::speculative::{acceptance_probability, sample_from};

@@ -14,6 +14,14 @@
 //!
 //! Checked against `brrr_serve::Scheduler::schedule` (with blocks to spare) on random
 //! workloads.
+//!
+//! About 17 lines.
+//!
+//! ## Hint
+//!
+//! One budget counter and one list of counts. Serve the running requests in order, each
+//! `min(pending, budget left)`, then the queue while budget is left and fewer than
+//! `max_seqs` run. Skip requests that get 0.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_serve::{SamplingParams, Scheduler, SchedulerConfig};

@@ -17,6 +17,14 @@
 //!
 //! Checked against `brrr_serve::Scheduler::prefix_hit_tokens` on random prompts that
 //! share random prefixes.
+//!
+//! About 17 lines.
+//!
+//! ## Hint
+//!
+//! Keep a set of cached prefixes (the tokens of every filled block with everything
+//! before it). For each prompt, count leading blocks within the first `len − 1` tokens
+//! whose prefix is in the set, then add the blocks this prompt fills.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_serve::{SamplingParams, Scheduler, SchedulerConfig};

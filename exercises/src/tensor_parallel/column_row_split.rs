@@ -8,6 +8,13 @@
 //! Return rank `rank`'s two shards, row-major: `[4C/n, C]` and `[C, 4C/n]`.
 //!
 //! Checked against `brrr_tp::shard::{column_shard, row_shard}`.
+//!
+//! About 9 lines.
+//!
+//! ## Hint
+//!
+//! `W_fc` is `[4C, C]`: rank `r` keeps a contiguous block of its rows. `W_proj` is `[C,
+//! 4C]`: rank `r` keeps the same column range from every row, so copy a slice per row.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_backend::DType;

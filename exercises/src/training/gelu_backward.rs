@@ -7,6 +7,14 @@
 //!
 //! Checked in f64 against brrr-cpu's `gelu_backward` and against central finite
 //! differences of brrr-cpu's forward (`brrr_nn::gradcheck`), on random inputs.
+//!
+//! About 10 lines.
+//!
+//! ## Hint
+//!
+//! Differentiate the product `0.5·x·(1 + tanh(u))` with the product rule; `tanh'(u) = 1
+//! − tanh²(u)` and `u' = √(2/π)·(1 + 3·0.044715·x²)`. Compute `tanh(u)` once and use it
+//! twice.
 
 use crate::check::{Outcome, all_close, rng, with_seed};
 use brrr_backend::DType;

@@ -8,6 +8,15 @@
 //! - `dgamma` and `dbeta` (`cols` each): sums over the rows.
 //!
 //! Checked in f64 against brrr-cpu's `layernorm_backward` and against finite differences.
+//!
+//! About 20 lines.
+//!
+//! ## Hint
+//!
+//! `dgamma` and `dbeta` are column sums of `dy·x̂` and `dy`. For `dx`, write `g =
+//! dy·γ`: besides the direct path through `x̂`, each `x` moves the row's mean and
+//! variance, and both paths come out as row means, of `g` and of `g·x̂`. Check your
+//! algebra on the finite differences.
 
 use crate::check::{Outcome, all_close, rng, with_seed};
 use brrr_backend::DType;
