@@ -25,7 +25,7 @@
 //! `2·sbh` bytes, its mask `sbh`. Q, K and V are each `h` wide. Three of the tensors above
 //! grow with `s²`.
 
-use crate::check::{Outcome, close, rng, with_seed};
+use crate::check::{Outcome, close, every, rng, with_seed};
 use brrr_perf::memory::{Precision, Recompute, TransformerConfig, activation_bytes_per_layer};
 use rand::Rng;
 
@@ -57,17 +57,19 @@ fn compare(rng: &mut impl Rng) -> Outcome {
         let s = rng.random_range(1..8192u64);
         let b = rng.random_range(1..32u64);
         let cfg = TransformerConfig::gpt(12, h, heads, s, 50304);
+        let mut outcomes = Vec::new();
         for r in [Recompute::None, Recompute::Selective, Recompute::Full] {
             let want = activation_bytes_per_layer(&cfg, b, 1, false, r, Precision::Mixed)
                 .map_err(|e| e.to_string())?;
             let got = layer_activation_bytes(s, b, h, heads, r);
-            close(
+            outcomes.push(close(
                 &format!("s={s} b={b} h={h} a={heads} {r:?}"),
                 got,
                 want,
                 1e-12,
-            )?;
+            ));
         }
+        every(outcomes)?;
     }
     Ok(())
 }

@@ -15,7 +15,7 @@
 //! The rank is a number written in mixed radix, its fastest digit of base `tp`, its next of
 //! base `dp`. Rank 13 is at `(1, 1, 1)`.
 
-use crate::check::{Outcome, rng, with_seed};
+use crate::check::{Outcome, every, rng, with_seed};
 use brrr_collectives::ParallelLayout;
 use rand::Rng;
 
@@ -58,20 +58,25 @@ fn compare(rng: &mut impl Rng) -> Outcome {
         for rank in 0..dp * tp * pp {
             let want = layout.coords(rank);
             let got = coords(rank, (dp, tp, pp));
-            if got != want {
-                return Err(format!(
+            let place = if got == want {
+                Ok(())
+            } else {
+                Err(format!(
                     "dp {dp} × tp {tp} × pp {pp}: rank {rank} is at {want:?}, got {got:?}"
-                ));
-            }
+                ))
+            };
             let (d, _, p) = want;
             let group: Vec<usize> = (0..tp).map(|t| layout.rank(d, t, p)).collect();
             let got = tp_group(rank, (dp, tp, pp));
-            if got != group {
-                return Err(format!(
+            let members = if got == group {
+                Ok(())
+            } else {
+                Err(format!(
                     "dp {dp} × tp {tp} × pp {pp}: rank {rank}'s tensor-parallel group is \
                      {group:?}, got {got:?}"
-                ));
-            }
+                ))
+            };
+            every([place, members])?;
         }
     }
     Ok(())

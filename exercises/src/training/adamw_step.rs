@@ -21,7 +21,7 @@
 //! gradients sum to a geometric series: work it out for `t = 1` and `t = 2`. Compute `β^t`
 //! in f64: in f32 it drifts over thousands of steps.
 
-use crate::check::{Outcome, all_close, f64s, rng, with_seed};
+use crate::check::{Outcome, all_close, every, f64s, hint_if, rng, with_seed};
 use brrr_backend::{AdamWParams, Backend, HostData, block_on};
 use brrr_cpu::CpuBackend;
 use rand::Rng;
@@ -77,27 +77,41 @@ fn compare(rng: &mut impl Rng) -> Outcome {
                 other => Err(format!("unexpected dtype {}", other.dtype())),
             }
         };
-        all_close(
-            &format!("m after step {step}"),
-            &f64s(&m),
-            &read(&m_dev)?,
-            1e-5,
-            1e-9,
-        )?;
-        all_close(
-            &format!("v after step {step}"),
-            &f64s(&v),
-            &read(&v_dev)?,
-            1e-5,
-            1e-12,
-        )?;
-        all_close(
+        let moments = every([
+            all_close(
+                &format!("m after step {step}"),
+                &f64s(&m),
+                &read(&m_dev)?,
+                1e-5,
+                1e-9,
+            ),
+            all_close(
+                &format!("v after step {step}"),
+                &f64s(&v),
+                &read(&v_dev)?,
+                1e-5,
+                1e-12,
+            ),
+        ]);
+        let params = all_close(
             &format!("param after step {step}"),
             &f64s(&param),
             &read(&p_dev)?,
             1e-5,
             1e-7,
-        )?;
+        );
+        // Right moments and a wrong parameter: the step itself, most often the bias
+        // correction or where the decay enters.
+        let slip = moments.is_ok() && params.is_err();
+        every([
+            moments,
+            hint_if(
+                params,
+                slip,
+                "the moments are right, the update is not: are m and v divided by their \
+                 bias corrections, and does the decay use the parameter before the step?",
+            ),
+        ])?;
     }
     Ok(())
 }

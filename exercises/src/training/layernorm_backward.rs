@@ -18,7 +18,7 @@
 //! variance, and both paths come out as row means, of `g` and of `g·x̂`. Check your
 //! algebra on the finite differences.
 
-use crate::check::{Outcome, all_close, rng, with_seed};
+use crate::check::{Outcome, all_close, every, rng, with_seed};
 use brrr_backend::DType;
 use brrr_cpu::CpuBackend;
 use brrr_nn::gradcheck::{max_rel_error, numeric_grad, probe_indices};
@@ -96,9 +96,11 @@ fn compare(rng: &mut impl Rng) -> Outcome {
         .layernorm_backward(&dyt, &gt, &stats, eps as f32, &mut dgamma, &mut dbeta)
         .map_err(err)?;
     let v = |t: &Tensor<CpuBackend>| t.to_vec_f64().map_err(err);
-    all_close("dx vs brrr-cpu", &got.dx, &v(&dx)?, 1e-8, 1e-10)?;
-    all_close("dgamma vs brrr-cpu", &got.dgamma, &v(&dgamma)?, 1e-8, 1e-10)?;
-    all_close("dbeta vs brrr-cpu", &got.dbeta, &v(&dbeta)?, 1e-8, 1e-10)?;
+    every([
+        all_close("dx vs brrr-cpu", &got.dx, &v(&dx)?, 1e-8, 1e-10),
+        all_close("dgamma vs brrr-cpu", &got.dgamma, &v(&dgamma)?, 1e-8, 1e-10),
+        all_close("dbeta vs brrr-cpu", &got.dbeta, &v(&dbeta)?, 1e-8, 1e-10),
+    ])?;
 
     // The loss Σ dy·layernorm(x): its gradient in x is dx.
     let mut loss = |xv: &[f64]| -> f64 {
