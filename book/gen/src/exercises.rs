@@ -50,9 +50,11 @@ fn exercise_section(ex: &brrr_exercises::Exercise) -> String {
     if let Some(hint) = ex.hint() {
         out += &collapsed("Hint", &plain_links(&hint));
     }
+    // `ignore`: a solution is a piece of its exercise's module (it names `super::`),
+    // which `mdbook test` cannot compile on its own.
     out += &collapsed(
         "Solution",
-        &format!("```rust\n{}\n```", ex.solution.trim_end()),
+        &format!("```rust,ignore\n{}\n```", ex.solution.trim_end()),
     );
     out += &format!(
         "Write it in `{}`, then check it with `cargo run -p brrr-exercises -- {}`.\n\n",
