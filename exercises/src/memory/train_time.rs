@@ -13,7 +13,7 @@
 //! activations' gradient, one for the weights'). Kaplan et al. 2020 round the total to a
 //! whole number.
 
-use crate::check::{Outcome, close, rng, with_seed};
+use crate::check::{Outcome, close, hint_if, rel_diff, rng, with_seed};
 use brrr_perf::flops::{time_to_train, training_flops};
 use rand::Rng;
 
@@ -48,11 +48,23 @@ fn compare(rng: &mut impl Rng) -> Outcome {
         let flops = training_flops(params, tokens).map_err(|e| e.to_string())?;
         let want = time_to_train(flops, gpus, peak, mfu).map_err(|e| e.to_string())?;
         let got = train_seconds(params, tokens, gpus, peak, mfu);
-        close(
-            &format!("{params:.2e} params, {tokens:.2e} tokens, {gpus} GPUs at {mfu:.2} MFU"),
-            got,
-            want,
-            1e-12,
+        let near = |x: f64| rel_diff(got, x, 1e-300) < 1e-9;
+        let hint = if near(want * mfu) {
+            Some("that is the time at the full peak: the GPUs deliver only `mfu` of it")
+        } else if near(want * gpus as f64) {
+            Some("that is one GPU's time: the work is shared by all of them")
+        } else {
+            None
+        };
+        hint_if(
+            close(
+                &format!("{params:.2e} params, {tokens:.2e} tokens, {gpus} GPUs at {mfu:.2} MFU"),
+                got,
+                want,
+                1e-12,
+            ),
+            hint.is_some(),
+            hint.unwrap_or_default(),
         )?;
     }
     Ok(())

@@ -1,19 +1,21 @@
 //! # The 1F1B order of one stage
 //!
-//! Stage `r` of a `p`-stage pipeline with `m` micro-batches runs 1F1B
-//! (PipeDream-Flush) as: `min(p − r − 1, m)` warm-up forwards, then one forward and
-//! one backward alternately until every forward has run, then the remaining backwards.
-//! Forwards and backwards each go in micro-batch order. Write the compute order
-//! (`Action::F` and the fused `Action::BW`, chunk 0) of stage `r`.
+//! Under 1F1B (PipeDream-Flush), a stage starts a micro-batch's backward as soon as it can
+//! and, in the steady state, alternates one forward with one backward, so that it never
+//! holds more micro-batches' activations than it must. Stage `r` of a `p`-stage pipeline
+//! with `m` micro-batches: how many forwards must it run before its first backward can
+//! arrive, and what order follows? Forwards and backwards each go in micro-batch order.
+//! Write the compute order (`Action::F` and the fused `Action::BW`, chunk 0) of stage `r`.
 //!
-//! Checked against `brrr_pp::one_f_one_b`.
-//!
-//! About 16 lines.
+//! About 16 lines. Checked against `brrr_pp::one_f_one_b`.
 //!
 //! ## Hint
 //!
-//! Count the warm-up forwards first; then alternate while forwards remain, then drain
-//! the backwards. Keep two counters, the next forward and the next backward.
+//! Micro-batch 0's backward reaches stage `r` only after micro-batch 0 has gone forward
+//! through the stages after it, and each of those forwards takes one forward slot. So the
+//! last stage needs no warm-up and stage 0 the most; with few micro-batches, the warm-up
+//! cannot exceed `m`. After the warm-up, alternate forward and backward while forwards
+//! remain, then run the remaining backwards.
 
 use crate::check::{Outcome, rng, with_seed};
 #[cfg(not(feature = "solutions"))]

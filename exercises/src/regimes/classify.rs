@@ -17,7 +17,7 @@
 //! Do the same for the bytes and `bandwidth`.
 
 use crate::check::{Outcome, rng, with_seed};
-use brrr_perf::roofline::{OpCost, Roofline};
+use brrr_perf::roofline::{OpCost, Regime, Roofline};
 use rand::Rng;
 
 /// YOUR CODE: the regime of an op that took `measured_s` seconds.
@@ -67,9 +67,19 @@ fn compare(rng: &mut impl Rng) -> Outcome {
             .regime;
         let got = classify(flops, bytes, measured, roof.peak_flops, roof.bandwidth);
         if got != want {
+            let hint = match want {
+                Regime::Overhead => {
+                    "\nhint: it reached less than half of both ceilings: most of its time is \
+                     spent on neither"
+                }
+                _ if got == Regime::Overhead => {
+                    "\nhint: it reached at least half of one ceiling, so it counts as bound by it"
+                }
+                _ => "\nhint: compare the fractions of the two ceilings, not the raw rates",
+            };
             return Err(format!(
                 "{flops:.3e} FLOP, {bytes:.3e} B in {measured:.3e} s on 100 TFLOP/s and \
-                 2 TB/s: got {got:?}, expected {want:?}"
+                 2 TB/s: got {got:?}, expected {want:?}{hint}"
             ));
         }
         if !seen.contains(&want) {
