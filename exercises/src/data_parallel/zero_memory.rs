@@ -20,8 +20,8 @@ use rand::Rng;
 /// YOUR CODE: one rank's model-state bytes at ZeRO `stage` over `world` ranks.
 #[cfg(not(feature = "solutions"))]
 pub fn model_state_bytes(params: f64, stage: u8, world: u64) -> f64 {
-    let _ = (stage, world);
-    16.0 * params
+    let _ = (params, stage, world);
+    0.0
 }
 
 #[cfg(feature = "solutions")]

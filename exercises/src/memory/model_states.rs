@@ -21,8 +21,8 @@ use rand::Rng;
 /// YOUR CODE: bytes of weights, gradients, master weights and Adam moments per GPU.
 #[cfg(not(feature = "solutions"))]
 pub fn model_state_bytes_per_gpu(params: f64, zero_stage: u8, dp: u64) -> f64 {
-    let _ = (zero_stage, dp);
-    16.0 * params
+    let _ = (params, zero_stage, dp);
+    0.0
 }
 
 #[cfg(feature = "solutions")]
