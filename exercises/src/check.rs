@@ -34,12 +34,60 @@ pub fn rel_diff(got: f64, want: f64, floor: f64) -> f64 {
     if d.is_nan() { f64::INFINITY } else { d }
 }
 
-/// `Ok` if `got` is within relative tolerance `rtol` of `want`.
+/// `Ok` if `got` is within relative tolerance `rtol` of `want`; a failure says so when
+/// `got` is a simple multiple of `want`, the mark of a slip rather than a wrong method.
 pub fn close(what: &str, got: f64, want: f64, rtol: f64) -> Outcome {
     if rel_diff(got, want, 1e-300) <= rtol {
         Ok(())
     } else {
-        Err(format!("{what}: got {got}, expected {want}"))
+        let hint = ratio_hint(got, want).map_or(String::new(), |h| format!(" ({h})"));
+        Err(format!("{what}: got {got}, expected {want}{hint}"))
+    }
+}
+
+/// What `got / want` suggests when it is a small whole number, its inverse, or a sign:
+/// a factor counted twice or forgotten (an FMA's two FLOPs, a read and a write, both
+/// halves of an all-reduce).
+pub fn ratio_hint(got: f64, want: f64) -> Option<String> {
+    if want == 0.0 || !got.is_finite() || !want.is_finite() {
+        return None;
+    }
+    let r = got / want;
+    let near = |x: f64| (r - x).abs() <= 1e-6 * x.abs();
+    if near(-1.0) {
+        return Some("the right size with the wrong sign".into());
+    }
+    for k in 2..=16u32 {
+        let k = f64::from(k);
+        if near(k) {
+            return Some(format!(
+                "exactly {k}× too large: is a factor counted twice?"
+            ));
+        }
+        if near(1.0 / k) {
+            return Some(format!("exactly 1/{k} of it: is a factor of {k} missing?"));
+        }
+    }
+    None
+}
+
+/// Every failure of several checks, one per line, so a reader sees all the outputs that
+/// are wrong at once and not only the first.
+pub fn every(outcomes: impl IntoIterator<Item = Outcome>) -> Outcome {
+    let errors: Vec<String> = outcomes.into_iter().filter_map(Result::err).collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+/// `outcome`, with `hint` added to its failure when `slip` says the reader's answer has
+/// the shape of a known mistake.
+pub fn hint_if(outcome: Outcome, slip: bool, hint: &str) -> Outcome {
+    match outcome {
+        Err(e) if slip => Err(format!("{e}\nhint: {hint}")),
+        other => other,
     }
 }
 
@@ -56,7 +104,8 @@ pub fn all_close(what: &str, got: &[f64], want: &[f64], rtol: f64, atol: f64) ->
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let ok = (g - w).abs() <= atol + rtol * w.abs();
         if !ok || g.is_nan() != w.is_nan() {
-            return Err(format!("{what}[{i}]: got {g}, expected {w}"));
+            let hint = ratio_hint(*g, *w).map_or(String::new(), |h| format!(" ({h})"));
+            return Err(format!("{what}[{i}]: got {g}, expected {w}{hint}"));
         }
     }
     Ok(())
@@ -75,4 +124,32 @@ pub fn with_seed(outcome: Outcome, seed: u64) -> Outcome {
 /// What a stub returns where its type allows an error.
 pub fn not_done(what: &str) -> String {
     format!("{what}: not implemented yet")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_simple_multiple_is_named_and_anything_else_is_not() {
+        assert!(ratio_hint(2.0, 1.0).unwrap().contains("2×"));
+        assert!(ratio_hint(0.25, 1.0).unwrap().contains("1/4"));
+        assert!(ratio_hint(-3.0, 3.0).unwrap().contains("sign"));
+        assert_eq!(ratio_hint(1.3, 1.0), None);
+        assert_eq!(ratio_hint(1.0, 0.0), None);
+        assert!(close("x", 6.0, 3.0, 1e-9).unwrap_err().contains("2×"));
+    }
+
+    #[test]
+    fn every_failure_is_reported_and_hints_only_follow_failures() {
+        let e = every([Err("a".into()), Ok(()), Err("b".into())]).unwrap_err();
+        assert_eq!(e, "a\nb");
+        assert_eq!(every([Ok(()), Ok(())]), Ok(()));
+        assert_eq!(hint_if(Ok(()), true, "h"), Ok(()));
+        assert_eq!(
+            hint_if(Err("e".into()), true, "h"),
+            Err("e\nhint: h".into())
+        );
+        assert_eq!(hint_if(Err("e".into()), false, "h"), Err("e".into()));
+    }
 }

@@ -1,9 +1,10 @@
 //! # brrr-exercises
 //!
-//! The exercises of the brrr book, in the book's order. Each exercise is one file: a
-//! stub marked `YOUR CODE` for the reader, a `solution` module beside it, and a `check`
-//! that compares the stub with brrr's own crates on fresh random inputs. The cargo
-//! feature `solutions` swaps every stub for its solution.
+//! The exercises of the brrr book, in the book's order. Each exercise is one file: its
+//! statement (the module doc, with a `## Hint`), a stub marked `YOUR CODE` for the
+//! reader, and a `check` that compares the stub with brrr's own crates on fresh random
+//! inputs. Its `solution` module lives in `src/solutions/`, out of the reader's way; the
+//! cargo feature `solutions` swaps every stub for its solution.
 //!
 //! ```text
 //! cargo run -p brrr-exercises                  # every exercise, pass/fail, in book order

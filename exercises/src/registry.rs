@@ -18,6 +18,10 @@ pub struct Exercise {
     pub task: &'static str,
     /// Runs the exercise's check.
     pub check: fn() -> Outcome,
+    /// The exercise's file as written (its module doc is the statement).
+    pub source: &'static str,
+    /// The reference solution's file, which the book shows collapsed.
+    pub solution: &'static str,
 }
 
 impl Exercise {
@@ -29,6 +33,40 @@ impl Exercise {
     /// The short name (the module's last part).
     pub fn name(&self) -> &'static str {
         self.module.rsplit("::").next().unwrap_or(self.module)
+    }
+
+    /// The module doc, without its `//!` markers: the title line, the question, the hint.
+    fn doc(&self) -> String {
+        self.source
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .map(|l| l.trim_start_matches("//!").strip_prefix(' ').unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The title: the module doc's `# ` heading.
+    pub fn title(&self) -> String {
+        self.doc()
+            .lines()
+            .next()
+            .map(|l| l.trim_start_matches('#').trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The question: the module doc after its title, up to its `## Hint` section.
+    pub fn statement(&self) -> String {
+        let doc = self.doc();
+        let body = doc.split_once('\n').map_or("", |(_, rest)| rest);
+        let question = body.split("\n## Hint").next().unwrap_or(body);
+        question.trim().to_string()
+    }
+
+    /// The `## Hint` section of the module doc, if the exercise has one.
+    pub fn hint(&self) -> Option<String> {
+        let doc = self.doc();
+        let (_, hint) = doc.split_once("\n## Hint\n")?;
+        Some(hint.trim().to_string())
     }
 }
 
@@ -55,6 +93,14 @@ macro_rules! exercise {
             module: concat!(stringify!($group), "::", stringify!($name)),
             task: $task,
             check: $group::$name::check,
+            source: include_str!(concat!(stringify!($group), "/", stringify!($name), ".rs")),
+            solution: include_str!(concat!(
+                "solutions/",
+                stringify!($group),
+                "/",
+                stringify!($name),
+                ".rs"
+            )),
         }
     };
 }
@@ -67,13 +113,13 @@ pub fn all() -> Vec<Exercise> {
         kernels_exercises(),
         training_exercises(),
         memory_exercises(),
-        checkpointing_exercises(),
         amp_exercises(),
+        checkpointing_exercises(),
         collectives_exercises(),
         data_exercises(),
+        data_parallel_exercises(),
         tensor_parallel_exercises(),
         pipeline_exercises(),
-        data_parallel_exercises(),
         serving_exercises(),
     ]
     .concat()
@@ -190,7 +236,7 @@ fn memory_exercises() -> Vec<Exercise> {
         exercise!(
             MEMORY,
             memory::train_time,
-            "time to train from 6ND, GPUs, peak and MFU"
+            "time to train from parameters, tokens, GPUs, peak and MFU"
         ),
     ]
 }
@@ -381,4 +427,24 @@ fn serving_exercises() -> Vec<Exercise> {
             "speculative decoding's acceptance rule: keep, or draw from the residual"
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::all;
+
+    /// Every exercise has a title and a question for the book, and a solution to show.
+    #[test]
+    fn every_exercise_has_a_statement_and_a_solution() {
+        for ex in all() {
+            assert!(!ex.title().is_empty(), "{}: no `# ` title", ex.module);
+            assert!(!ex.statement().is_empty(), "{}: no statement", ex.module);
+            assert!(ex.solution.contains("pub fn"), "{}: no solution", ex.module);
+            assert!(
+                !ex.statement().contains("## "),
+                "{}: a section other than `## Hint` inside the statement",
+                ex.module
+            );
+        }
+    }
 }

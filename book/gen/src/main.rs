@@ -27,6 +27,9 @@ mod readme;
 mod regimes;
 mod serving;
 mod training;
+mod worked;
+mod worked_more;
+mod worked_training;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -50,6 +53,7 @@ fn generate() -> Result<BTreeMap<String, String>, String> {
         planning::files()?,
         serving::files(),
         exercises::files(),
+        worked::files()?,
     ];
     for (name, text) in all.into_iter().flatten() {
         if files.insert(name.clone(), text).is_some() {

@@ -5,6 +5,15 @@
 //! value down; hardware rounds to nearest, ties to even. Return the bf16 bits of `x`
 //! (NaN may be any quiet NaN). Checked against brrr-cpu's f32 → bf16 cast on random
 //! values of every magnitude, ties and NaN.
+//!
+//! About 6 lines.
+//!
+//! ## Hint
+//!
+//! Rounding to nearest is adding half a unit of the last kept bit and then truncating;
+//! for ties to even, add a little less when the last kept bit is 0, so that an exact
+//! tie rounds down to the even value. Deal with NaN first, or the addition can carry it
+//! into infinity.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_backend::{Backend, DType, HostData, block_on};
@@ -21,19 +30,10 @@ pub fn f32_to_bf16_bits(x: f32) -> u16 {
 #[cfg(feature = "solutions")]
 pub use solution::f32_to_bf16_bits;
 
-/// The reference solution.
-pub mod solution {
-    /// Adding `0x7FFF` plus the lowest kept bit carries into the kept bits exactly when
-    /// the dropped half is above one half, or equal to it and the kept value is odd.
-    pub fn f32_to_bf16_bits(x: f32) -> u16 {
-        if x.is_nan() {
-            return 0x7FC0;
-        }
-        let bits = x.to_bits();
-        let lsb = (bits >> 16) & 1;
-        (bits.wrapping_add(0x7FFF + lsb) >> 16) as u16
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/amp/bf16_round.rs"]
+pub mod solution;
 
 /// Against brrr-cpu's cast.
 pub fn check() -> Outcome {

@@ -5,6 +5,14 @@
 //! element-wise ops that read and write the same activations. Statistics (LayerNorm's
 //! variance, softmax's max and sum), the loss, reductions over many elements and the
 //! optimizer stay f32. Return the dtype `brrr_amp::Policy::new(low)` gives each class.
+//!
+//! About 8 lines.
+//!
+//! ## Hint
+//!
+//! One `match` over the op classes: which do the bulk of the FLOPs on tensor cores (low
+//! precision), and which accumulate over many elements or feed the loss and the
+//! optimizer (f32)? The failure message says why a class is wrong.
 
 use crate::check::Outcome;
 use brrr_amp::{OpClass, Policy};
@@ -21,23 +29,10 @@ pub fn autocast_dtype(class: OpClass, low: DType) -> DType {
 #[cfg(feature = "solutions")]
 pub use solution::autocast_dtype;
 
-/// The reference solution.
-pub mod solution {
-    use brrr_amp::OpClass;
-    use brrr_backend::DType;
-
-    /// Low precision where the matmuls are; f32 for everything that sums or updates.
-    pub fn autocast_dtype(class: OpClass, low: DType) -> DType {
-        match class {
-            OpClass::Gemm | OpClass::AttentionCore | OpClass::Elementwise => low,
-            OpClass::LayerNormStatistics
-            | OpClass::SoftmaxStatistics
-            | OpClass::Loss
-            | OpClass::Reduction
-            | OpClass::Optimizer => DType::F32,
-        }
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/amp/policy.rs"]
+pub mod solution;
 
 /// Against `brrr_amp::Policy` for every class, f16 and bf16.
 pub fn check() -> Outcome {

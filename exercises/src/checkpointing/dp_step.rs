@@ -21,6 +21,15 @@
 //! Return the least of the options that fit (a subtraction below zero does not fit).
 //! Checked by running the whole program with your step against
 //! `brrr_checkpoint::optimal` on random chains and budgets.
+//!
+//! About 35 lines.
+//!
+//! ## Hint
+//!
+//! Compute `first` and `back` for segment `s`, then the candidates: the base case `t =
+//! s + 1`, Fall, and Fck for every split `s'`. Each candidate needs its memory checked
+//! before its cost, and a budget that would go negative means the candidate does not
+//! fit. Return the minimum with `Option`.
 
 use crate::check::{Outcome, close, rng, with_seed};
 use brrr_checkpoint::{Chain, Segment};
@@ -45,52 +54,10 @@ pub fn dp_step(chain: &Chain, s: usize, t: usize, m: u64, opt: &mut SubProblem) 
 #[cfg(feature = "solutions")]
 pub use solution::dp_step;
 
-/// The reference solution.
-pub mod solution {
-    use super::SubProblem;
-    use brrr_checkpoint::Chain;
-
-    /// The two options of Beaumont et al.'s recurrence, the cheaper that fits.
-    pub fn dp_step(chain: &Chain, s: usize, t: usize, m: u64, opt: &mut SubProblem) -> Option<f64> {
-        let (x, d) = (|i| chain.x_bytes(i), |i| chain.delta_bytes(i));
-        let seg = &chain.segments[s];
-        let first = x(s) + d(t) + seg.stash + x(s + 1) + seg.forward_extra;
-        let back = x(s) + seg.stash + d(s + 1) + d(s) + seg.backward_extra;
-        let fits = first.max(back) <= m;
-        if t == s + 1 {
-            return fits.then_some(seg.forward + seg.backward);
-        }
-        let mut best: Option<f64> = None;
-        if fits
-            && let Some(rest) = (m - x(s)).checked_sub(seg.stash)
-            && let Some(c) = opt(s + 1, t, rest)
-        {
-            best = Some(seg.forward + c + seg.backward);
-        }
-        for split in s + 1..t {
-            let sweep_fits = first <= m
-                && (s + 1..split).all(|k| {
-                    let g = &chain.segments[k];
-                    x(s) + x(k) + d(t) + g.stash + x(k + 1) + g.forward_extra <= m
-                });
-            if !sweep_fits {
-                continue;
-            }
-            let Some(right) = opt(split, t, m - x(s)) else {
-                continue;
-            };
-            let Some(left) = opt(s, split, m) else {
-                continue;
-            };
-            let sweep: f64 = chain.segments[s..split].iter().map(|g| g.forward).sum();
-            let cost = sweep + right + left;
-            if best.is_none_or(|b| cost < b) {
-                best = Some(cost);
-            }
-        }
-        best
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/checkpointing/dp_step.rs"]
+pub mod solution;
 
 /// The whole program, memoised, with [`dp_step`] as its step.
 fn run_dp(chain: &Chain, budget: u64) -> Option<f64> {

@@ -22,6 +22,15 @@
 //!
 //! The schedules given are valid. Checked against `Schedule::simulate` on random chains
 //! and every strategy.
+//!
+//! About 60 lines.
+//!
+//! ## Hint
+//!
+//! Keep the state between ops in a few variables: the set of kept inputs, the stashes
+//! (and whether each is selective), the current forward output and the current
+//! gradient. For each op compute `held` from that state, add the op's own bytes, update
+//! the peak, then update the state.
 
 use crate::check::{Outcome, rng, with_seed};
 #[cfg(not(feature = "solutions"))]
@@ -38,75 +47,10 @@ pub fn schedule_peak(chain: &Chain, ops: &[Op]) -> u64 {
 #[cfg(feature = "solutions")]
 pub use solution::schedule_peak;
 
-/// The reference solution.
-pub mod solution {
-    use brrr_checkpoint::{Chain, Mode, Op};
-    use std::collections::{BTreeMap, BTreeSet};
-
-    /// Replays the ops on sets of kept inputs and stashes.
-    pub fn schedule_peak(chain: &Chain, ops: &[Op]) -> u64 {
-        let n = chain.len();
-        let mut inputs = BTreeSet::from([0usize]);
-        let mut stashes: BTreeMap<usize, (u64, u64)> = BTreeMap::new(); // bytes, refill
-        let mut front: Option<usize> = None;
-        let mut delta: Option<usize> = None;
-        let held = |inputs: &BTreeSet<usize>,
-                    stashes: &BTreeMap<usize, (u64, u64)>,
-                    front: Option<usize>,
-                    delta: Option<usize>| {
-            let xs: BTreeSet<usize> = inputs
-                .iter()
-                .copied()
-                .chain(stashes.keys().copied())
-                .chain(front)
-                .collect();
-            xs.iter().map(|&j| chain.x_bytes(j)).sum::<u64>()
-                + stashes.values().map(|v| v.0).sum::<u64>()
-                + delta.map_or(0, |i| chain.delta_bytes(i))
-        };
-        let mut peak = 0;
-        for op in ops {
-            match *op {
-                Op::Forward { seg, mode } => {
-                    let s = &chain.segments[seg];
-                    let during = held(&inputs, &stashes, front, delta)
-                        + s.stash
-                        + chain.x_bytes(seg + 1)
-                        + s.forward_extra;
-                    peak = peak.max(during);
-                    match mode {
-                        Mode::SaveInput => {
-                            inputs.insert(seg);
-                        }
-                        Mode::SaveAll => {
-                            stashes.insert(seg, (s.stash, 0));
-                        }
-                        Mode::SaveSelective => {
-                            let kept = s.selective_stash.unwrap_or(s.stash);
-                            stashes.insert(seg, (kept, s.stash - kept));
-                        }
-                        Mode::NoSave => {}
-                    }
-                    front = (seg + 1 < n).then_some(seg + 1);
-                }
-                Op::Backward { seg } => {
-                    let s = &chain.segments[seg];
-                    front = None;
-                    let refill = stashes.get(&seg).map_or(0, |v| v.1);
-                    let during = held(&inputs, &stashes, front, delta)
-                        + chain.delta_bytes(seg)
-                        + s.backward_extra
-                        + refill;
-                    peak = peak.max(during);
-                    stashes.remove(&seg);
-                    inputs.remove(&seg);
-                    delta = Some(seg);
-                }
-            }
-        }
-        peak
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/checkpointing/schedule_memory.rs"]
+pub mod solution;
 
 /// Against `Schedule::simulate` on random GPT-shaped chains, every strategy.
 pub fn check() -> Outcome {

@@ -5,6 +5,14 @@
 //! that chunks differ by at most one and cover the buffer exactly, in order.
 //!
 //! Checked against `brrr_collectives::chunk_range`.
+//!
+//! About 3 lines.
+//!
+//! ## Hint
+//!
+//! Every chunk has `len / n` elements, and the first `len % n` have one more. Where
+//! chunk `i` starts is the sum of the sizes of the chunks before it: write it without a
+//! loop.
 
 use crate::check::{Outcome, rng, with_seed};
 use rand::Rng;
@@ -21,18 +29,10 @@ pub fn chunk_bounds(len: usize, n: usize, i: usize) -> Range<usize> {
 #[cfg(feature = "solutions")]
 pub use solution::chunk_bounds;
 
-/// The reference solution.
-pub mod solution {
-    use std::ops::Range;
-
-    /// Base size `len / n`; the first `len % n` chunks are one longer, so chunk `i`
-    /// starts after `i` base chunks and `min(i, len % n)` extra elements.
-    pub fn chunk_bounds(len: usize, n: usize, i: usize) -> Range<usize> {
-        let (base, extra) = (len / n, len % n);
-        let start = i * base + i.min(extra);
-        start..start + base + usize::from(i < extra)
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/collectives/chunk_bounds.rs"]
+pub mod solution;
 
 /// Against brrr-collectives on random lengths and world sizes.
 pub fn check() -> Outcome {

@@ -4,12 +4,14 @@
 //! steps every rank sends one chunk to its right neighbour, which adds it into its own
 //! copy of that chunk. At the end rank `r` must hold chunk `r` summed over all ranks.
 //!
-//! Which chunk does rank `rank` send in step `step`? (Hint: in step 0 a rank cannot send
-//! its own chunk `r` — that one must arrive there last. In step `s` a rank forwards the
-//! chunk it received in step `s − 1`.)
+//! Which chunk does rank `rank` send in step `step`? About 3 lines. Checked by running the
+//! whole reduce-scatter built from your function with `brrr_collectives::Simulation`
+//! against a reference sum.
 //!
-//! Checked by running the whole reduce-scatter built from your function with
-//! `brrr_collectives::Simulation` against a reference sum.
+//! ## Hint
+//!
+//! In step 0 a rank cannot send its own chunk `r`: that one must arrive there last. In step
+//! `s` a rank forwards the chunk it received in step `s − 1`.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_collectives::{ReduceOp, Schedule, Simulation, Transfer, chunk_range, reference_reduce};
@@ -25,15 +27,10 @@ pub fn ring_send_chunk(n: usize, rank: usize, step: usize) -> usize {
 #[cfg(feature = "solutions")]
 pub use solution::ring_send_chunk;
 
-/// The reference solution.
-pub mod solution {
-    /// `(rank − step − 1) mod n`: in step 0 a rank sends chunk `rank − 1`; each later
-    /// step forwards the chunk just received, so chunk `c` travels `c+1, c+2, …` and
-    /// arrives at rank `c` in the last step, having passed every other rank.
-    pub fn ring_send_chunk(n: usize, rank: usize, step: usize) -> usize {
-        (rank + 2 * n - step - 1) % n
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/collectives/ring_step.rs"]
+pub mod solution;
 
 /// The reduce-scatter schedule your function describes.
 fn schedule(n: usize, len: usize) -> Result<Schedule, String> {

@@ -1,15 +1,20 @@
 //! # Which windows does each rank read?
 //!
-//! An epoch visits `total` windows in a shuffled order; position `g` of that order is
-//! one window. Data-parallel ranks deal them like cards: batch `k` of rank `r` out of
-//! `world` takes the `batch` positions starting at `(k · world + r) · batch`. An epoch
-//! has as many batches per rank as every rank can fill completely; the last
-//! `< world · batch` positions are dropped.
+//! An epoch visits `total` windows in a shuffled order; position `g` of that order is one
+//! window. Data-parallel ranks deal the positions like cards, a batch at a time: the first
+//! `batch` positions to rank 0, the next `batch` to rank 1, and so on to rank `world − 1`,
+//! then round again. An epoch has as many batches per rank as every rank can fill
+//! completely; the positions left over are dropped.
 //!
-//! Return, for one rank, the positions of every batch of the epoch (one `Vec` per
-//! batch). Checked against `brrr_data::ShardLoader`'s own arithmetic, and for the
-//! property that matters: ranks never share a position, and together they cover every
-//! position but the dropped tail.
+//! Which positions does rank `rank` read, batch by batch? Return one `Vec` per batch. About
+//! 10 lines. Checked against `brrr_data::ShardLoader`'s own arithmetic, and for the property
+//! that matters: ranks never share a position, and together they cover every position but
+//! the dropped tail.
+//!
+//! ## Hint
+//!
+//! One round deals `world · batch` positions. How many whole rounds fit in `total`? Where
+//! in round `k` does rank `r`'s slice start?
 
 use crate::check::{Outcome, rng, with_seed};
 use rand::Rng;
@@ -24,21 +29,10 @@ pub fn rank_batches(total: u64, batch: usize, rank: usize, world: usize) -> Vec<
 #[cfg(feature = "solutions")]
 pub use solution::rank_batches;
 
-/// The reference solution.
-pub mod solution {
-    /// Whole rounds of `world · batch` positions; batch `k` of rank `r` is a slice of
-    /// round `k`.
-    pub fn rank_batches(total: u64, batch: usize, rank: usize, world: usize) -> Vec<Vec<u64>> {
-        let per_round = (world * batch) as u64;
-        let rounds = total / per_round;
-        (0..rounds)
-            .map(|k| {
-                let start = (k * world as u64 + rank as u64) * batch as u64;
-                (start..start + batch as u64).collect()
-            })
-            .collect()
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/data/rank_windows.rs"]
+pub mod solution;
 
 /// Random epochs and layouts.
 pub fn check() -> Outcome {

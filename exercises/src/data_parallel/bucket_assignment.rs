@@ -8,6 +8,14 @@
 //! Return each bucket as the range of parameter indices it holds, first bucket first.
 //!
 //! Checked against `brrr_dp::assign_buckets`.
+//!
+//! About 16 lines.
+//!
+//! ## Hint
+//!
+//! Walk `(0..n).rev()` accumulating bytes; when the open bucket reaches its limit,
+//! close it as the range from its lowest index to its highest and switch the limit to
+//! `bucket_bytes`. Ranges are ascending even though you walk backwards.
 
 use crate::check::{Outcome, rng, with_seed};
 use rand::Rng;
@@ -29,37 +37,10 @@ pub fn assign(
 #[cfg(feature = "solutions")]
 pub use solution::assign;
 
-/// The reference solution.
-pub mod solution {
-    use std::ops::Range;
-
-    /// One pass from the last parameter to the first, closing a bucket when it reaches
-    /// its limit (the first bucket's limit is smaller, so the first all-reduce starts
-    /// early in the backward).
-    pub fn assign(
-        numels: &[usize],
-        elem_bytes: usize,
-        bucket_bytes: usize,
-        first_bucket_bytes: usize,
-    ) -> Vec<Range<usize>> {
-        let mut out = Vec::new();
-        let (mut end, mut bytes) = (numels.len(), 0);
-        for i in (0..numels.len()).rev() {
-            bytes += numels[i] * elem_bytes;
-            let limit = if out.is_empty() {
-                first_bucket_bytes
-            } else {
-                bucket_bytes
-            };
-            if bytes >= limit || i == 0 {
-                out.push(i..end);
-                end = i;
-                bytes = 0;
-            }
-        }
-        out
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/data_parallel/bucket_assignment.rs"]
+pub mod solution;
 
 /// Against brrr-dp on random models and bucket sizes.
 pub fn check() -> Outcome {

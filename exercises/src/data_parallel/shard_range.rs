@@ -1,11 +1,16 @@
 //! # Which elements does rank `r` own?
 //!
 //! ZeRO pads each flat bucket of `len` elements to a multiple of the world size `n`, so
-//! that every rank's chunk has the same size `c = ceil(len / n)` (an all-gather and a
-//! reduce-scatter then exchange equal chunks). Rank `r` owns `[r·c, (r+1)·c)`, cut at
-//! `len`: the real elements of its chunk (the last ranks may own fewer, or none).
+//! that every rank's chunk has the same size (an all-gather and a reduce-scatter then
+//! exchange equal chunks). Rank `r` owns chunk `r` of the padded buffer, minus the padding:
+//! which real elements are they? The last ranks may own fewer than the others, or none.
 //!
-//! Checked against `brrr_dp::shard_range`.
+//! About 3 lines. Checked against `brrr_dp::shard_range`.
+//!
+//! ## Hint
+//!
+//! What is the chunk size after padding? Try `len = 10, n = 4`: ranks 0 to 3 own
+//! `0..3, 3..6, 6..9, 9..10`. And with `len = 5, n = 4`?
 
 use crate::check::{Outcome, rng, with_seed};
 use rand::Rng;
@@ -21,16 +26,10 @@ pub fn shard(len: usize, world: usize, rank: usize) -> Range<usize> {
 #[cfg(feature = "solutions")]
 pub use solution::shard;
 
-/// The reference solution.
-pub mod solution {
-    use std::ops::Range;
-
-    /// Equal padded chunks of `ceil(len / world)`, clipped to the buffer.
-    pub fn shard(len: usize, world: usize, rank: usize) -> Range<usize> {
-        let c = len.div_ceil(world);
-        (rank * c).min(len)..((rank + 1) * c).min(len)
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/data_parallel/shard_range.rs"]
+pub mod solution;
 
 /// Against brrr-dp on random lengths and world sizes.
 pub fn check() -> Outcome {

@@ -14,6 +14,14 @@
 //!
 //! Use `GpuSpec::peak(dtype, unit)`. Checked against `brrr_perf::roofline::Roofline::for_op`
 //! for every GPU and dtype of the table.
+//!
+//! About 10 lines.
+//!
+//! ## Hint
+//!
+//! Try the units in the order the statement lists them and return the first peak the
+//! GPU has: `GpuSpec::peak` returns an `Err` for a pair it does not list, and
+//! `Result::or_else` chains the fallbacks.
 
 use crate::check::{Outcome, close};
 use brrr_perf::DType;
@@ -34,23 +42,10 @@ pub fn compute_ceiling(
 #[cfg(feature = "solutions")]
 pub use solution::compute_ceiling;
 
-/// The reference solution.
-pub mod solution {
-    use brrr_perf::{DType, GpuSpec, Unit};
-
-    /// Tensor cores for matmuls where present; vector units otherwise, f32 as fallback.
-    pub fn compute_ceiling(gpu: &GpuSpec, dtype: DType, matmul: bool) -> Result<f64, String> {
-        if matmul {
-            return gpu
-                .peak(dtype, Unit::Tensor)
-                .or_else(|_| gpu.peak(dtype, Unit::Vector))
-                .map_err(|e| e.to_string());
-        }
-        gpu.peak(dtype, Unit::Vector)
-            .or_else(|e| gpu.peak(DType::F32, Unit::Vector).map_err(|_| e))
-            .map_err(|e| e.to_string())
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/gpu/compute_ceiling.rs"]
+pub mod solution;
 
 /// Every GPU × dtype × {matmul, not}: same value where brrr-perf has one, an `Err`
 /// where it has none.

@@ -1,18 +1,20 @@
 //! # One row of attention, as a fused kernel keeps it
 //!
-//! A fused attention kernel (`crates/cpu/src/nn/attention.rs`) never stores the
-//! `[T, T]` probabilities. For each query row it turns the scores `s` into
-//! probabilities and keeps one number per row, the log-sum-exp
-//! `lse = ln Σ_j exp(s_j)`; the backward recomputes every probability as
-//! `p_j = exp(s_j − lse)`.
+//! A fused attention kernel (`crates/cpu/src/nn/attention.rs`) never stores the `[T, T]`
+//! probabilities. For each query row it turns the scores `s` into probabilities and keeps
+//! one number per row, the log-sum-exp `lse = ln Σ_j exp(s_j)`; the backward recomputes
+//! every probability from `s_j` and `lse` alone.
 //!
-//! Write `softmax_lse(scores)`, returning the probabilities and `lse` in f32. Scores
-//! here reach ±1000, and `exp(89)` already overflows f32: subtract the row's maximum
-//! `m` first (softmax does not change when every score moves by the same amount), and
-//! add it back to the log: `lse = m + ln Σ_j exp(s_j − m)`.
+//! Write `softmax_lse(scores)`, returning the probabilities and `lse` in f32. Scores here
+//! reach ±1000, and `exp(89)` already overflows f32: how do you compute both without ever
+//! taking `exp` of a large number? About 6 lines. Checked against an f64 reference, and
+//! `exp(s_j − lse)` must give the probabilities back.
 //!
-//! Checked against an f64 reference, and `exp(s_j − lse)` must give the probabilities
-//! back.
+//! ## Hint
+//!
+//! Adding the same constant to every score leaves the softmax unchanged. Which constant
+//! makes every `exp` argument at most 0? Then ask what that shift does to the log of the
+//! sum, and add it back.
 
 use crate::check::{Outcome, all_close, close, f64s, rng, with_seed};
 use rand::Rng;
@@ -26,17 +28,10 @@ pub fn softmax_lse(scores: &[f32]) -> (Vec<f32>, f32) {
 #[cfg(feature = "solutions")]
 pub use solution::softmax_lse;
 
-/// The reference solution.
-pub mod solution {
-    /// Max-shifted: every `exp` argument is ≤ 0, so nothing overflows, and the largest
-    /// term is exactly 1, so the sum is at least 1 and its log is finite.
-    pub fn softmax_lse(scores: &[f32]) -> (Vec<f32>, f32) {
-        let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let e: Vec<f32> = scores.iter().map(|&s| (s - m).exp()).collect();
-        let sum: f32 = e.iter().sum();
-        (e.iter().map(|x| x / sum).collect(), m + sum.ln())
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/kernels/attention_row.rs"]
+pub mod solution;
 
 /// Compares [`softmax_lse`] with an f64 reference on rows of random width and range.
 pub fn check() -> Outcome {

@@ -9,6 +9,14 @@
 //!
 //! Checked against `brrr_perf::memory::TransformerConfig::params` and
 //! `brrr_nn::GptConfig::num_params` (the model brrr trains) on random shapes.
+//!
+//! About 4 lines.
+//!
+//! ## Hint
+//!
+//! Count one block's weights and biases first (four matrices and their biases, two
+//! LayerNorms), multiply by `layers`, then add the embeddings and the final LayerNorm.
+//! The tied head adds nothing.
 
 use crate::check::{Outcome, close, rng, with_seed};
 use brrr_nn::GptConfig;
@@ -25,14 +33,10 @@ pub fn gpt_params(layers: u64, h: u64, s: u64, v: u64) -> u64 {
 #[cfg(feature = "solutions")]
 pub use solution::gpt_params;
 
-/// The reference solution.
-pub mod solution {
-    /// Per block `12h² + 13h` (QKV `3h² + 3h`, projection `h² + h`, MLP `8h² + 5h`,
-    /// LayerNorms `4h`); embeddings `(v + s)·h`; final LayerNorm `2h`.
-    pub fn gpt_params(layers: u64, h: u64, s: u64, v: u64) -> u64 {
-        layers * (12 * h * h + 13 * h) + (v + s) * h + 2 * h
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/memory/gpt_params.rs"]
+pub mod solution;
 
 /// Against brrr-perf's count and brrr-nn's, on random shapes and GPT-2 small.
 pub fn check() -> Outcome {

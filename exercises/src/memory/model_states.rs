@@ -1,13 +1,18 @@
 //! # Model states under mixed precision and ZeRO
 //!
-//! Mixed-precision training with Adam keeps, per parameter: a 16-bit weight (2 bytes),
-//! a 16-bit gradient (2), an f32 master weight (4) and two f32 moments (8): 16 bytes
-//! (Rajbhandari et al. 2020, "ZeRO", §3.1). Over `dp` data-parallel GPUs, ZeRO shards
-//! them: stage 1 shards the master weights and moments, stage 2 also the gradients,
-//! stage 3 also the weights; stage 0 is plain data parallelism (everything replicated).
+//! Mixed-precision training with Adam keeps, per parameter, a 16-bit weight, a 16-bit
+//! gradient, an f32 master copy of the weight and Adam's two f32 moments (Rajbhandari et al.
+//! 2020, "ZeRO", §3.1). Over `dp` data-parallel GPUs, ZeRO stage 1 shards the optimizer's
+//! share (master weights and moments), stage 2 also the gradients, stage 3 also the
+//! weights; stage 0 is plain data parallelism. How many bytes of model states does one GPU
+//! hold?
 //!
-//! Return the model-state bytes on one GPU. Checked against
-//! `brrr_perf::memory::model_state_bytes`.
+//! About 5 lines. Checked against `brrr_perf::memory::model_state_bytes`.
+//!
+//! ## Hint
+//!
+//! Count the bytes per parameter of each part first (their sum is the famous figure of
+//! mixed-precision Adam), then divide each part by `dp` from the stage that shards it on.
 
 use crate::check::{Outcome, close, rng, with_seed};
 use brrr_perf::memory::{Optimizer, Precision, model_state_bytes};
@@ -16,21 +21,17 @@ use rand::Rng;
 /// YOUR CODE: bytes of weights, gradients, master weights and Adam moments per GPU.
 #[cfg(not(feature = "solutions"))]
 pub fn model_state_bytes_per_gpu(params: f64, zero_stage: u8, dp: u64) -> f64 {
-    let _ = (zero_stage, dp);
-    16.0 * params
+    let _ = (params, zero_stage, dp);
+    0.0
 }
 
 #[cfg(feature = "solutions")]
 pub use solution::model_state_bytes_per_gpu;
 
-/// The reference solution.
-pub mod solution {
-    /// `2Ψ + 2Ψ + 12Ψ`, each part divided by `dp` from the stage that shards it.
-    pub fn model_state_bytes_per_gpu(params: f64, zero_stage: u8, dp: u64) -> f64 {
-        let shard = |from: u8| if zero_stage >= from { dp as f64 } else { 1.0 };
-        2.0 * params / shard(3) + 2.0 * params / shard(2) + 12.0 * params / shard(1)
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/memory/model_states.rs"]
+pub mod solution;
 
 /// Against brrr-perf for random sizes, every stage, and data-parallel degrees.
 pub fn check() -> Outcome {

@@ -1,14 +1,22 @@
 //! # How big is the bubble?
 //!
-//! In GPipe and 1F1B with `p` stages and `m` micro-batches, every stage waits `p − 1`
-//! forward slots before its first micro-batch arrives and `p − 1` backward slots
-//! after its last one leaves. Write the idle time as a fraction of the *whole step*
-//! (all stages together: idle / (p · step time)), for any forward and backward
-//! times `f` and `b` (a micro-batch's time on one stage).
+//! In a GPipe or 1F1B step with `p` stages and `m` micro-batches, a stage can start a
+//! micro-batch's forward only once the stages before it have, and its backward only once
+//! the stages after it have. So stages sit idle at the start and the end of the step. What
+//! fraction of the whole step is idle, counting all stages together (idle time over `p`
+//! times the step's time), when a micro-batch takes `f` forward and `b` backward on every
+//! stage? Does it depend on `f` and `b`?
 //!
-//! Checked against `brrr_pp::simulate` on generated schedules with random costs.
+//! About 4 lines. Checked against `brrr_pp::simulate` on generated schedules with random
+//! costs.
+//!
+//! ## Hint
+//!
+//! Draw the GPipe timeline for `p = 3`, `m = 2`. How long does the last stage wait for its
+//! first forward, and the first stage for its first backward? How long does each stage
+//! compute?
 
-use crate::check::{Outcome, close, rng, with_seed};
+use crate::check::{Outcome, close, hint_if, rel_diff, rng, with_seed};
 use brrr_pp::{Costs, ScheduleKind, generate, simulate};
 use rand::Rng;
 
@@ -16,23 +24,17 @@ use rand::Rng;
 /// micro-batches, each taking `f` forward and `b` backward on each stage.
 #[cfg(not(feature = "solutions"))]
 pub fn bubble_fraction(p: usize, m: usize, f: f64, b: f64) -> f64 {
-    // Bubble over the *ideal* time: a classic slip, not over the step.
-    let _ = (f, b);
-    (p as f64 - 1.0) / m as f64
+    let _ = (p, m, f, b);
+    0.0
 }
 
 #[cfg(feature = "solutions")]
 pub use solution::bubble_fraction;
 
-/// The reference solution.
-pub mod solution {
-    /// Each stage idles `(p − 1)(f + b)` and computes `m(f + b)`: the ratio of idle to
-    /// total is `(p − 1)/(m + p − 1)`, whatever `f` and `b` are.
-    pub fn bubble_fraction(p: usize, m: usize, f: f64, b: f64) -> f64 {
-        let idle = (p as f64 - 1.0) * (f + b);
-        idle / (m as f64 * (f + b) + idle)
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/pipeline/bubble.rs"]
+pub mod solution;
 
 /// Against the simulator.
 pub fn check() -> Outcome {
@@ -56,11 +58,17 @@ fn compare(rng: &mut impl Rng) -> Outcome {
         for kind in [ScheduleKind::GPipe, ScheduleKind::OneFOneB] {
             let s = generate(kind, p, m).map_err(|e| e.to_string())?;
             let t = simulate(&s, costs).map_err(|d| format!("{d:?}"))?;
-            close(
-                &format!("{kind}, p = {p}, m = {m}, f = {f:.2}, b = {b:.2}"),
-                bubble_fraction(p, m, f, b),
-                t.bubble_fraction(),
-                1e-9,
+            let got = bubble_fraction(p, m, f, b);
+            hint_if(
+                close(
+                    &format!("{kind}, p = {p}, m = {m}, f = {f:.2}, b = {b:.2}"),
+                    got,
+                    t.bubble_fraction(),
+                    1e-9,
+                ),
+                rel_diff(got, (p as f64 - 1.0) / m as f64, 1e-300) < 1e-9,
+                "that is the idle time over the time spent computing; the question divides \
+                 by the whole step, idle time included",
             )?;
         }
     }

@@ -8,6 +8,14 @@
 //! one micro-batch's activations (1F1B's memory).
 //!
 //! Run the check to see the validator's message for the broken list.
+//!
+//! About 27 lines.
+//!
+//! ## Hint
+//!
+//! Stage 1 must run micro-batch 0's backward and send its gradient before it waits for
+//! micro-batch 1's activation. Write stage 1's list in 1F1B order: receive, forward,
+//! backward, send, for each micro-batch in turn.
 
 use crate::check::Outcome;
 use brrr_pp::{Action, Schedule, ScheduleKind, validate, validate_memory};
@@ -78,42 +86,10 @@ pub fn stage1() -> Vec<Action> {
 #[cfg(feature = "solutions")]
 pub use solution::stage1;
 
-/// The reference solution.
-pub mod solution {
-    use brrr_pp::Action;
-
-    /// Finish micro-batch 0 (backward, send its gradient) before asking for
-    /// micro-batch 1: the last stage of 1F1B alternates F and B.
-    pub fn stage1() -> Vec<Action> {
-        use Action::*;
-        vec![
-            RecvAct {
-                mb: 0,
-                chunk: 0,
-                from: 0,
-            },
-            F { mb: 0, chunk: 0 },
-            BW { mb: 0, chunk: 0 },
-            SendGrad {
-                mb: 0,
-                chunk: 0,
-                to: 0,
-            },
-            RecvAct {
-                mb: 1,
-                chunk: 0,
-                from: 0,
-            },
-            F { mb: 1, chunk: 0 },
-            BW { mb: 1, chunk: 0 },
-            SendGrad {
-                mb: 1,
-                chunk: 0,
-                to: 0,
-            },
-        ]
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/pipeline/fix_schedule.rs"]
+pub mod solution;
 
 /// The schedule with your stage 1, validated, with stage 1 limited to one in flight.
 pub fn check() -> Outcome {

@@ -1,12 +1,21 @@
 //! # The 1F1B order of one stage
 //!
-//! Stage `r` of a `p`-stage pipeline with `m` micro-batches runs 1F1B
-//! (PipeDream-Flush) as: `min(p − r − 1, m)` warm-up forwards, then one forward and
-//! one backward alternately until every forward has run, then the remaining backwards.
-//! Forwards and backwards each go in micro-batch order. Write the compute order
-//! (`Action::F` and the fused `Action::BW`, chunk 0) of stage `r`.
+//! Under 1F1B (PipeDream-Flush), a stage starts a micro-batch's backward as soon as it can
+//! and, in the steady state, alternates one forward with one backward, so that it never
+//! holds more micro-batches' activations than it must. Stage `r` of a `p`-stage pipeline
+//! with `m` micro-batches: how many forwards must it run before its first backward can
+//! arrive, and what order follows? Forwards and backwards each go in micro-batch order.
+//! Write the compute order (`Action::F` and the fused `Action::BW`, chunk 0) of stage `r`.
 //!
-//! Checked against `brrr_pp::one_f_one_b`.
+//! About 16 lines. Checked against `brrr_pp::one_f_one_b`.
+//!
+//! ## Hint
+//!
+//! Micro-batch 0's backward reaches stage `r` only after micro-batch 0 has gone forward
+//! through the stages after it, and each of those forwards takes one forward slot. So the
+//! last stage needs no warm-up and stage 0 the most; with few micro-batches, the warm-up
+//! cannot exceed `m`. After the warm-up, alternate forward and backward while forwards
+//! remain, then run the remaining backwards.
 
 use crate::check::{Outcome, rng, with_seed};
 #[cfg(not(feature = "solutions"))]
@@ -32,30 +41,10 @@ pub fn one_f_one_b_stage(p: usize, m: usize, r: usize) -> Vec<Action> {
 #[cfg(feature = "solutions")]
 pub use solution::one_f_one_b_stage;
 
-/// The reference solution.
-pub mod solution {
-    use brrr_pp::Action;
-
-    /// Warm-up forwards, the steady 1F1B pairs, then the drain.
-    pub fn one_f_one_b_stage(p: usize, m: usize, r: usize) -> Vec<Action> {
-        let f = |i: usize| Action::F {
-            mb: i as u32,
-            chunk: 0,
-        };
-        let b = |i: usize| Action::BW {
-            mb: i as u32,
-            chunk: 0,
-        };
-        let warmup = (p - r - 1).min(m);
-        let mut out: Vec<Action> = (0..warmup).map(f).collect();
-        for i in 0..m - warmup {
-            out.push(f(warmup + i));
-            out.push(b(i));
-        }
-        out.extend((m - warmup..m).map(b));
-        out
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/pipeline/one_f_one_b.rs"]
+pub mod solution;
 
 /// Against brrr-pp on random pipeline sizes.
 pub fn check() -> Outcome {

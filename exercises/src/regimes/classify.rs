@@ -1,16 +1,23 @@
 //! # Which regime was it?
 //!
-//! A *measured* time for an op (its FLOPs and minimum bytes known) tells more than the
-//! prediction: compute the fraction of the compute ceiling it achieved
-//! (`flops / measured / peak`) and of the bandwidth ceiling (`bytes / measured /
-//! bandwidth`). If neither fraction reaches `brrr_perf::roofline::OVERHEAD_THRESHOLD`
-//! (one half), most of the time went to neither ceiling: `Regime::Overhead`. Otherwise
-//! the op is in the regime of the larger fraction (compute on a tie).
+//! The prediction says what an op could do; a *measured* time says what it did. An op whose
+//! FLOPs and minimum bytes you know took `measured_s` seconds. Which ceiling was it pressing
+//! against, if any?
 //!
-//! Checked against `brrr_perf::roofline::Roofline::classify`.
+//! Measure how close it came to each ceiling, as a fraction of that ceiling. If it reached
+//! neither by at least `brrr_perf::roofline::OVERHEAD_THRESHOLD` (one half), most of its
+//! time went to neither FLOPs nor bytes (launches, synchronisation, the host):
+//! `Regime::Overhead`. Otherwise it is in the regime of the ceiling it came closer to
+//! (compute on a tie). About 10 lines. Checked against
+//! `brrr_perf::roofline::Roofline::classify`.
+//!
+//! ## Hint
+//!
+//! `flops / measured_s` is the rate the op achieved: what fraction of `peak_flops` is it?
+//! Do the same for the bytes and `bandwidth`.
 
 use crate::check::{Outcome, rng, with_seed};
-use brrr_perf::roofline::{OpCost, Roofline};
+use brrr_perf::roofline::{OpCost, Regime, Roofline};
 use rand::Rng;
 
 /// YOUR CODE: the regime of an op that took `measured_s` seconds.
@@ -29,29 +36,10 @@ pub fn classify(
 #[cfg(feature = "solutions")]
 pub use solution::classify;
 
-/// The reference solution.
-pub mod solution {
-    use brrr_perf::roofline::{OVERHEAD_THRESHOLD, Regime};
-
-    /// Fractions of both ceilings; overhead below the threshold.
-    pub fn classify(
-        flops: f64,
-        bytes: f64,
-        measured_s: f64,
-        peak_flops: f64,
-        bandwidth: f64,
-    ) -> Regime {
-        let compute = flops / measured_s / peak_flops;
-        let memory = bytes / measured_s / bandwidth;
-        if compute.max(memory) < OVERHEAD_THRESHOLD {
-            Regime::Overhead
-        } else if compute >= memory {
-            Regime::Compute
-        } else {
-            Regime::Memory
-        }
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/regimes/classify.rs"]
+pub mod solution;
 
 /// Compares [`classify`] with brrr-perf on random measurements; every regime occurs.
 pub fn check() -> Outcome {
@@ -79,9 +67,19 @@ fn compare(rng: &mut impl Rng) -> Outcome {
             .regime;
         let got = classify(flops, bytes, measured, roof.peak_flops, roof.bandwidth);
         if got != want {
+            let hint = match want {
+                Regime::Overhead => {
+                    "\nhint: it reached less than half of both ceilings: most of its time is \
+                     spent on neither"
+                }
+                _ if got == Regime::Overhead => {
+                    "\nhint: it reached at least half of one ceiling, so it counts as bound by it"
+                }
+                _ => "\nhint: compare the fractions of the two ceilings, not the raw rates",
+            };
             return Err(format!(
                 "{flops:.3e} FLOP, {bytes:.3e} B in {measured:.3e} s on 100 TFLOP/s and \
-                 2 TB/s: got {got:?}, expected {want:?}"
+                 2 TB/s: got {got:?}, expected {want:?}{hint}"
             ));
         }
         if !seen.contains(&want) {

@@ -1,14 +1,22 @@
 //! # The cost of a GEMM
 //!
-//! `C[m,n] = A[m,k] · B[k,n]` with every element `bytes_per_element` wide. Count:
+//! `C[m,n] = A[m,k] · B[k,n]`, every element `bytes_per_element` wide. How much work is it,
+//! and how little data could it get away with moving?
 //!
-//! - `flops`: floating-point operations, a fused multiply-add counting 2;
-//! - `bytes`: the *minimum* traffic to DRAM: A and B read once, C written once.
+//! - `flops`: how many floating-point operations? Count a fused multiply-add as two (a
+//!   multiply and an add), as the GPUs' peak figures do.
+//! - `bytes`: the *least* DRAM traffic any kernel could manage: each matrix crosses the
+//!   memory bus once, in the direction it must.
 //!
-//! Their ratio is the arithmetic intensity. Checked against `brrr_perf::roofline::OpCost::gemm`
-//! on random shapes.
+//! Their ratio, `Cost::intensity`, decides the GEMM's regime. About 6 lines. Checked against
+//! `brrr_perf::roofline::OpCost::gemm` on random shapes.
+//!
+//! ## Hint
+//!
+//! Each element of `C` is a dot product of length `k`. For the bytes, ask which matrices
+//! must be read and which written, and how many elements each has.
 
-use crate::check::{Outcome, close, rng, with_seed};
+use crate::check::{Outcome, close, every, hint_if, rng, with_seed};
 use brrr_perf::DType;
 use brrr_perf::roofline::OpCost;
 use rand::Rng;
@@ -42,19 +50,10 @@ pub fn gemm_cost(m: u64, n: u64, k: u64, bytes_per_element: f64) -> Cost {
 #[cfg(feature = "solutions")]
 pub use solution::gemm_cost;
 
-/// The reference solution.
-pub mod solution {
-    use super::Cost;
-
-    /// `2mnk` FLOPs; `(mk + kn + mn)` elements moved.
-    pub fn gemm_cost(m: u64, n: u64, k: u64, bytes_per_element: f64) -> Cost {
-        let (m, n, k) = (m as f64, n as f64, k as f64);
-        Cost {
-            flops: 2.0 * m * n * k,
-            bytes: (m * k + k * n + m * n) * bytes_per_element,
-        }
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/regimes/gemm_cost.rs"]
+pub mod solution;
 
 /// Compares [`gemm_cost`] with brrr-perf on random shapes and dtypes.
 pub fn check() -> Outcome {
@@ -73,14 +72,25 @@ fn compare(rng: &mut impl Rng) -> Outcome {
         let want = OpCost::gemm(m, n, k, dtype).map_err(|e| e.to_string())?;
         let got = gemm_cost(m, n, k, dtype.bytes());
         let what = format!("gemm {m}x{n}x{k} {dtype}");
-        close(&format!("{what} flops"), got.flops, want.flops, 1e-12)?;
-        close(&format!("{what} bytes"), got.bytes, want.bytes, 1e-12)?;
-        close(
-            &format!("{what} intensity"),
-            got.intensity(),
-            want.intensity(),
-            1e-12,
-        )?;
+        let (mf, nf, kf, e) = (m as f64, n as f64, k as f64, dtype.bytes());
+        every([
+            hint_if(
+                close(&format!("{what} flops"), got.flops, want.flops, 1e-12),
+                got.flops == mf * nf * kf,
+                "a fused multiply-add is two FLOPs, a multiply and an add",
+            ),
+            hint_if(
+                close(&format!("{what} bytes"), got.bytes, want.bytes, 1e-12),
+                got.bytes == (mf * kf + kf * nf) * e,
+                "C is written back to DRAM too",
+            ),
+            close(
+                &format!("{what} intensity"),
+                got.intensity(),
+                want.intensity(),
+                1e-12,
+            ),
+        ])?;
     }
     Ok(())
 }

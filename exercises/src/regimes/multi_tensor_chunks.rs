@@ -10,13 +10,13 @@
 //!
 //! Return every chunk of the list, in that order, as `(buffer, first element, length)`.
 //! An empty buffer has no chunk. With `lens = [5, 0, 2]` and `chunk = 2`:
-//! `[(0, 0, 2), (0, 2, 2), (0, 4, 1), (2, 0, 2)]`.
+//! `[(0, 0, 2), (0, 2, 2), (0, 4, 1), (2, 0, 2)]`. About 8 lines. Checked against
+//! `brrr_backend::multi_tensor::chunks`, which brrr-cuda's multi-tensor kernels follow, on
+//! random lists.
 //!
-//! Hint: about eight lines; the number of chunks of a buffer of `n` elements is
-//! `n.div_ceil(chunk)`.
+//! ## Hint
 //!
-//! Checked against `brrr_backend::multi_tensor::chunks`, which brrr-cuda's multi-tensor
-//! kernels follow, on random lists.
+//! The number of chunks of a buffer of `n` elements is `n.div_ceil(chunk)`.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_backend::multi_tensor::chunks;
@@ -33,19 +33,10 @@ pub fn multi_tensor_chunks(lens: &[usize], chunk: usize) -> Vec<(usize, usize, u
 #[cfg(feature = "solutions")]
 pub use solution::multi_tensor_chunks;
 
-/// The reference solution.
-pub mod solution {
-    /// Buffer by buffer, a chunk at every multiple of `chunk` below its length.
-    pub fn multi_tensor_chunks(lens: &[usize], chunk: usize) -> Vec<(usize, usize, usize)> {
-        let mut out = Vec::new();
-        for (i, &n) in lens.iter().enumerate() {
-            for start in (0..n).step_by(chunk) {
-                out.push((i, start, chunk.min(n - start)));
-            }
-        }
-        out
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/regimes/multi_tensor_chunks.rs"]
+pub mod solution;
 
 /// Against brrr-backend's cut on random lists with empty, short and long buffers.
 pub fn check() -> Outcome {

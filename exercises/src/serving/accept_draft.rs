@@ -15,6 +15,14 @@
 //!
 //! Checked against the target's distribution and
 //! `brrr_serve::speculative::acceptance_probability` on random distributions.
+//!
+//! About 15 lines.
+//!
+//! ## Hint
+//!
+//! For each proposal in order draw `r` and test `r · q(x) < p(x)`. On the first
+//! rejection build the residual `max(0, p − q)` and draw from it with `sample_from`; if
+//! none is rejected, draw from `target[k]`.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_serve::speculative::{acceptance_probability, sample_from};
@@ -39,36 +47,10 @@ pub fn accept_draft(
 #[cfg(feature = "solutions")]
 pub use solution::accept_draft;
 
-/// The reference solution.
-pub mod solution {
-    use brrr_serve::speculative::sample_from;
-    use rand::Rng;
-    use rand_chacha::ChaCha8Rng;
-
-    /// Keep while `r · q < p`; at the first rejection draw from `max(0, p − q)`.
-    pub fn accept_draft(
-        target: &[Vec<f64>],
-        draft: &[Vec<f64>],
-        proposed: &[u32],
-        rng: &mut ChaCha8Rng,
-    ) -> (usize, u32) {
-        for (i, &x) in proposed.iter().enumerate() {
-            let (p, q) = (target[i][x as usize], draft[i][x as usize]);
-            if rng.random::<f64>() * q < p {
-                continue;
-            }
-            let residual: Vec<f64> = target[i]
-                .iter()
-                .zip(&draft[i])
-                .map(|(p, q)| (p - q).max(0.0))
-                .collect();
-            let next = sample_from(&residual, rng).or_else(|| sample_from(&target[i], rng));
-            return (i, next.unwrap_or(0) as u32);
-        }
-        let k = proposed.len();
-        (k, sample_from(&target[k], rng).unwrap_or(0) as u32)
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/serving/accept_draft.rs"]
+pub mod solution;
 
 /// A random distribution over `n` tokens, no token below about 1/(11n).
 fn distribution(n: usize, rng: &mut impl Rng) -> Vec<f64> {

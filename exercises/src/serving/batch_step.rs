@@ -14,6 +14,14 @@
 //!
 //! Checked against `brrr_serve::Scheduler::schedule` (with blocks to spare) on random
 //! workloads.
+//!
+//! About 17 lines.
+//!
+//! ## Hint
+//!
+//! One budget counter and one list of counts. Serve the running requests in order, each
+//! `min(pending, budget left)`, then the queue while budget is left and fewer than
+//! `max_seqs` run. Skip requests that get 0.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_serve::{SamplingParams, Scheduler, SchedulerConfig};
@@ -35,34 +43,10 @@ pub fn batch_step(
 #[cfg(feature = "solutions")]
 pub use solution::batch_step;
 
-/// The reference solution.
-pub mod solution {
-    /// Running first, then the queue, each `min(pending, budget left)`.
-    pub fn batch_step(
-        running: &[usize],
-        waiting: &[usize],
-        budget: usize,
-        max_seqs: usize,
-    ) -> Vec<usize> {
-        let mut left = budget;
-        let mut out = Vec::new();
-        for &p in running {
-            if left == 0 {
-                break;
-            }
-            out.push(p.min(left));
-            left -= p.min(left);
-        }
-        for &p in waiting.iter().take(max_seqs.saturating_sub(running.len())) {
-            if left == 0 {
-                break;
-            }
-            out.push(p.min(left));
-            left -= p.min(left);
-        }
-        out
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/serving/batch_step.rs"]
+pub mod solution;
 
 /// Against the scheduler, step by step, with requests arriving at random.
 pub fn check() -> Outcome {

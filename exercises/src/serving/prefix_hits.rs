@@ -17,6 +17,14 @@
 //!
 //! Checked against `brrr_serve::Scheduler::prefix_hit_tokens` on random prompts that
 //! share random prefixes.
+//!
+//! About 17 lines.
+//!
+//! ## Hint
+//!
+//! Keep a set of cached prefixes (the tokens of every filled block with everything
+//! before it). For each prompt, count leading blocks within the first `len − 1` tokens
+//! whose prefix is in the set, then add the blocks this prompt fills.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_serve::{SamplingParams, Scheduler, SchedulerConfig};
@@ -33,30 +41,10 @@ pub fn prefix_hits(prompts: &[Vec<u32>], block_size: usize) -> Vec<usize> {
 #[cfg(feature = "solutions")]
 pub use solution::prefix_hits;
 
-/// The reference solution.
-pub mod solution {
-    /// For each prompt: the most leading blocks it shares with an earlier prompt that
-    /// filled them, among the full blocks of its first `len − 1` tokens.
-    pub fn prefix_hits(prompts: &[Vec<u32>], block_size: usize) -> Vec<usize> {
-        let bs = block_size.max(1);
-        prompts
-            .iter()
-            .enumerate()
-            .map(|(i, q)| {
-                let usable = q.len().saturating_sub(1) / bs;
-                let blocks = prompts[..i]
-                    .iter()
-                    .map(|p| {
-                        let common = p.iter().zip(q).take_while(|(a, b)| a == b).count();
-                        (common / bs).min(p.len() / bs)
-                    })
-                    .max()
-                    .unwrap_or(0);
-                blocks.min(usable) * bs
-            })
-            .collect()
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/serving/prefix_hits.rs"]
+pub mod solution;
 
 /// The scheduler's own count for each prompt, served one after another.
 fn scheduler_hits(prompts: &[Vec<u32>], block_size: usize) -> Result<Vec<usize>, String> {

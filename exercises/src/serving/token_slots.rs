@@ -1,15 +1,17 @@
 //! # Paging: where a sequence's tokens are
 //!
-//! A paged KV cache (PagedAttention, Kwon et al. 2023) stores keys and values in
-//! blocks of `block_size` token slots anywhere in one pool; a sequence's block table
-//! lists its blocks in order. Token `i` lives in block `blocks[i / block_size]`, at
-//! offset `i % block_size`: pool-wide slot `blocks[i / block_size] · block_size +
-//! i % block_size`.
+//! A paged KV cache (PagedAttention, Kwon et al. 2023) stores keys and values in blocks of
+//! `block_size` token slots anywhere in one pool of slots, numbered block after block; a
+//! sequence's block table lists its blocks in order, so its token 0 is in the first slot of
+//! its first block. In which pool-wide slot is each token of `range`?
 //!
-//! Return the slots of the tokens in `range`. With blocks `[5, 2]` of 4 slots, tokens
-//! `2..6` are in slots `[22, 23, 8, 9]`.
+//! With blocks `[5, 2]` of 4 slots, tokens `2..6` are in slots `[22, 23, 8, 9]`. About 3
+//! lines. Checked against `brrr_serve::BlockTable::slots`.
 //!
-//! Checked against `brrr_serve::BlockTable::slots`.
+//! ## Hint
+//!
+//! Which entry of the block table holds token `i`, and at which offset inside that block?
+//! Block `b` starts at slot `b · block_size`.
 
 use crate::check::{Outcome, rng, with_seed};
 use rand::Rng;
@@ -26,17 +28,10 @@ pub fn token_slots(blocks: &[u32], block_size: usize, range: std::ops::Range<usi
 #[cfg(feature = "solutions")]
 pub use solution::token_slots;
 
-/// The reference solution.
-pub mod solution {
-    use std::ops::Range;
-
-    /// Block `i / block_size` of the table, offset `i % block_size`.
-    pub fn token_slots(blocks: &[u32], block_size: usize, range: Range<usize>) -> Vec<u32> {
-        range
-            .map(|i| blocks[i / block_size] * block_size as u32 + (i % block_size) as u32)
-            .collect()
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/serving/token_slots.rs"]
+pub mod solution;
 
 /// Against brrr-serve on random block tables (blocks scattered over the pool).
 pub fn check() -> Outcome {

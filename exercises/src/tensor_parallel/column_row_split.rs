@@ -8,6 +8,13 @@
 //! Return rank `rank`'s two shards, row-major: `[4C/n, C]` and `[C, 4C/n]`.
 //!
 //! Checked against `brrr_tp::shard::{column_shard, row_shard}`.
+//!
+//! About 9 lines.
+//!
+//! ## Hint
+//!
+//! `W_fc` is `[4C, C]`: rank `r` keeps a contiguous block of its rows. `W_proj` is `[C,
+//! 4C]`: rank `r` keeps the same column range from every row, so copy a slice per row.
 
 use crate::check::{Outcome, rng, with_seed};
 use brrr_backend::DType;
@@ -33,27 +40,10 @@ pub fn split_mlp(
 #[cfg(feature = "solutions")]
 pub use solution::split_mlp;
 
-/// The reference solution.
-pub mod solution {
-    /// `W_fc`'s rows are contiguous; `W_proj`'s slice is `4C/n` columns of each row.
-    pub fn split_mlp(
-        w_fc: &[f32],
-        w_proj: &[f32],
-        c: usize,
-        rank: usize,
-        n: usize,
-    ) -> (Vec<f32>, Vec<f32>) {
-        let inner = 4 * c / n;
-        let fc = w_fc[rank * inner * c..(rank + 1) * inner * c].to_vec();
-        let proj = (0..c)
-            .flat_map(|row| {
-                let start = row * 4 * c + rank * inner;
-                w_proj[start..start + inner].iter().copied()
-            })
-            .collect();
-        (fc, proj)
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/tensor_parallel/column_row_split.rs"]
+pub mod solution;
 
 /// Against brrr-tp's shards on random widths and rank counts.
 pub fn check() -> Outcome {

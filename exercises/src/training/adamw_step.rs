@@ -1,19 +1,27 @@
 //! # One AdamW step
 //!
-//! AdamW (Loshchilov and Hutter 2019) with Adam's bias correction (Kingma and Ba 2015),
-//! as `brrr_backend::AdamWParams` documents it. For each element, with `t = hp.step`
-//! (counting from 1) and `g = grad · hp.grad_scale`:
+//! Write AdamW (Loshchilov and Hutter 2019) with Adam's bias correction (Kingma and Ba
+//! 2015), with the settings `brrr_backend::AdamWParams` holds, for step `t = hp.step`
+//! (counting from 1). For each element, with the gradient `g = grad · hp.grad_scale`:
 //!
-//! ```text
-//! m ← β1·m + (1 − β1)·g            m̂ = m / (1 − β1^t)
-//! v ← β2·v + (1 − β2)·g²           v̂ = v / (1 − β2^t)
-//! p ← p − lr·( m̂ / (√v̂ + ε) + weight_decay·p )
-//! ```
+//! - `m` is an exponential moving average of `g` with decay `β1`, `v` one of `g²` with
+//!   decay `β2`;
+//! - both start at zero, so in early steps they are too small: divide each by the total
+//!   weight its average has given to gradients so far, giving `m̂` and `v̂`;
+//! - the parameter moves against `m̂ / (√v̂ + ε)`, scaled by the learning rate;
+//! - the weight decay is *decoupled*: it shrinks the parameter by `lr · weight_decay`
+//!   times its value before this step, rather than entering the gradient.
 //!
-//! Update `param`, `m` and `v` in place. Checked over several steps against
+//! Update `param`, `m` and `v` in place. About 12 lines. Checked over several steps against
 //! brrr-cpu's fused `adamw` kernel.
+//!
+//! ## Hint
+//!
+//! After `t` updates `m ← β1·m + (1 − β1)·g` starting from zero, the weights on the
+//! gradients sum to a geometric series: work it out for `t = 1` and `t = 2`. Compute `β^t`
+//! in f64: in f32 it drifts over thousands of steps.
 
-use crate::check::{Outcome, all_close, f64s, rng, with_seed};
+use crate::check::{Outcome, all_close, every, f64s, hint_if, rng, with_seed};
 use brrr_backend::{AdamWParams, Backend, HostData, block_on};
 use brrr_cpu::CpuBackend;
 use rand::Rng;
@@ -27,31 +35,10 @@ pub fn adamw_step(hp: &AdamWParams, param: &mut [f32], grad: &[f32], m: &mut [f3
 #[cfg(feature = "solutions")]
 pub use solution::adamw_step;
 
-/// The reference solution.
-pub mod solution {
-    use brrr_backend::AdamWParams;
-
-    /// Moments, bias correction, then the decoupled decay, element by element
-    /// (bias corrections in f64, as `beta^t` needs).
-    pub fn adamw_step(
-        hp: &AdamWParams,
-        param: &mut [f32],
-        grad: &[f32],
-        m: &mut [f32],
-        v: &mut [f32],
-    ) {
-        let t = f64::from(hp.step);
-        let bc1 = (1.0 - f64::from(hp.beta1).powf(t)) as f32;
-        let bc2 = (1.0 - f64::from(hp.beta2).powf(t)) as f32;
-        for i in 0..param.len() {
-            let g = grad[i] * hp.grad_scale;
-            m[i] = hp.beta1 * m[i] + (1.0 - hp.beta1) * g;
-            v[i] = hp.beta2 * v[i] + (1.0 - hp.beta2) * g * g;
-            let (mhat, vhat) = (m[i] / bc1, v[i] / bc2);
-            param[i] -= hp.lr * (mhat / (vhat.sqrt() + hp.eps) + hp.weight_decay * param[i]);
-        }
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/training/adamw_step.rs"]
+pub mod solution;
 
 /// Three steps against brrr-cpu's `adamw`, from random parameters and gradients.
 pub fn check() -> Outcome {
@@ -90,27 +77,41 @@ fn compare(rng: &mut impl Rng) -> Outcome {
                 other => Err(format!("unexpected dtype {}", other.dtype())),
             }
         };
-        all_close(
-            &format!("m after step {step}"),
-            &f64s(&m),
-            &read(&m_dev)?,
-            1e-5,
-            1e-9,
-        )?;
-        all_close(
-            &format!("v after step {step}"),
-            &f64s(&v),
-            &read(&v_dev)?,
-            1e-5,
-            1e-12,
-        )?;
-        all_close(
+        let moments = every([
+            all_close(
+                &format!("m after step {step}"),
+                &f64s(&m),
+                &read(&m_dev)?,
+                1e-5,
+                1e-9,
+            ),
+            all_close(
+                &format!("v after step {step}"),
+                &f64s(&v),
+                &read(&v_dev)?,
+                1e-5,
+                1e-12,
+            ),
+        ]);
+        let params = all_close(
             &format!("param after step {step}"),
             &f64s(&param),
             &read(&p_dev)?,
             1e-5,
             1e-7,
-        )?;
+        );
+        // Right moments and a wrong parameter: the step itself, most often the bias
+        // correction or where the decay enters.
+        let slip = moments.is_ok() && params.is_err();
+        every([
+            moments,
+            hint_if(
+                params,
+                slip,
+                "the moments are right, the update is not: are m and v divided by their \
+                 bias corrections, and does the decay use the parameter before the step?",
+            ),
+        ])?;
     }
     Ok(())
 }

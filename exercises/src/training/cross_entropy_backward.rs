@@ -1,13 +1,19 @@
 //! # Cross-entropy's backward
 //!
 //! The loss of one row of logits `z` (one position) with target class `t` is
-//! `logsumexp(z) − z[t]`. Given the upstream gradient `dloss` of each row's loss,
-//! return the gradient of the logits: `(softmax(z) − onehot(t)) · dloss`, row by row.
-//! A negative target marks a position to ignore (padding): its row's gradient is zero.
-//! Compute the softmax stably (subtract the row's maximum before `exp`).
+//! `logsumexp(z) − z[t]`. Given the upstream gradient `dloss` of each row's loss, what is
+//! the gradient of the logits? Derive `∂loss/∂z[j]` on paper, then write it row by row. A
+//! negative target marks a position to ignore (padding): its row's gradient is zero. A
+//! logit of 1000 overflows `exp`: compute so that it cannot.
 //!
-//! Checked in f64 against brrr-cpu's `cross_entropy_backward` and against finite
-//! differences of brrr-cpu's forward loss.
+//! About 15 lines. Checked in f64 against brrr-cpu's `cross_entropy_backward` and against
+//! finite differences of brrr-cpu's forward loss.
+//!
+//! ## Hint
+//!
+//! The derivative of `logsumexp(z)` by `z[j]` is `exp(z[j]) / Σₖ exp(z[k])`, a function you
+//! know by name. `z[t]` appears in one column only. Subtracting the row's maximum from every
+//! logit changes neither the loss nor its gradient.
 
 use crate::check::{Outcome, all_close, rng, with_seed};
 use brrr_backend::DType;
@@ -31,31 +37,10 @@ pub fn cross_entropy_backward(
 #[cfg(feature = "solutions")]
 pub use solution::cross_entropy_backward;
 
-/// The reference solution.
-pub mod solution {
-    /// Stable softmax per row, minus one at the target, times the row's `dloss`.
-    pub fn cross_entropy_backward(
-        logits: &[f64],
-        targets: &[i32],
-        dloss: &[f64],
-        vocab: usize,
-    ) -> Vec<f64> {
-        let mut out = vec![0.0; logits.len()];
-        for (r, row) in logits.chunks(vocab).enumerate() {
-            let Ok(t) = usize::try_from(targets[r]) else {
-                continue;
-            };
-            let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let sum: f64 = row.iter().map(|z| (z - max).exp()).sum();
-            for (j, z) in row.iter().enumerate() {
-                let p = (z - max).exp() / sum;
-                let onehot = if j == t { 1.0 } else { 0.0 };
-                out[r * vocab + j] = (p - onehot) * dloss[r];
-            }
-        }
-        out
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/training/cross_entropy_backward.rs"]
+pub mod solution;
 
 /// Against brrr-cpu's backward and the finite differences of its forward.
 pub fn check() -> Outcome {

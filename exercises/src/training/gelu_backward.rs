@@ -7,6 +7,14 @@
 //!
 //! Checked in f64 against brrr-cpu's `gelu_backward` and against central finite
 //! differences of brrr-cpu's forward (`brrr_nn::gradcheck`), on random inputs.
+//!
+//! About 10 lines.
+//!
+//! ## Hint
+//!
+//! Differentiate the product `0.5·x·(1 + tanh(u))` with the product rule; `tanh'(u) = 1
+//! − tanh²(u)` and `u' = √(2/π)·(1 + 3·0.044715·x²)`. Compute `tanh(u)` once and use it
+//! twice.
 
 use crate::check::{Outcome, all_close, rng, with_seed};
 use brrr_backend::DType;
@@ -25,21 +33,10 @@ pub fn gelu_backward(x: &[f64], dy: &[f64]) -> Vec<f64> {
 #[cfg(feature = "solutions")]
 pub use solution::gelu_backward;
 
-/// The reference solution.
-pub mod solution {
-    /// `gelu' = 0.5(1 + tanh u) + 0.5·x·(1 − tanh² u)·u'`, `u' = √(2/π)(1 + 3·0.044715·x²)`.
-    pub fn gelu_backward(x: &[f64], dy: &[f64]) -> Vec<f64> {
-        let k = (2.0 / std::f64::consts::PI).sqrt();
-        x.iter()
-            .zip(dy)
-            .map(|(&x, &g)| {
-                let t = (k * (x + 0.044715 * x * x * x)).tanh();
-                let du = k * (1.0 + 3.0 * 0.044715 * x * x);
-                g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
-            })
-            .collect()
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/training/gelu_backward.rs"]
+pub mod solution;
 
 /// Against brrr-cpu's backward and the finite differences of its forward.
 pub fn check() -> Outcome {

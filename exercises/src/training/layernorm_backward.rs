@@ -8,8 +8,17 @@
 //! - `dgamma` and `dbeta` (`cols` each): sums over the rows.
 //!
 //! Checked in f64 against brrr-cpu's `layernorm_backward` and against finite differences.
+//!
+//! About 20 lines.
+//!
+//! ## Hint
+//!
+//! `dgamma` and `dbeta` are column sums of `dy·x̂` and `dy`. For `dx`, write `g =
+//! dy·γ`: besides the direct path through `x̂`, each `x` moves the row's mean and
+//! variance, and both paths come out as row means, of `g` and of `g·x̂`. Check your
+//! algebra on the finite differences.
 
-use crate::check::{Outcome, all_close, rng, with_seed};
+use crate::check::{Outcome, all_close, every, rng, with_seed};
 use brrr_backend::DType;
 use brrr_cpu::CpuBackend;
 use brrr_nn::gradcheck::{max_rel_error, numeric_grad, probe_indices};
@@ -47,41 +56,10 @@ pub fn layernorm_backward(
 #[cfg(feature = "solutions")]
 pub use solution::layernorm_backward;
 
-/// The reference solution.
-pub mod solution {
-    use super::LayerNormGrads;
-
-    /// Per row: `dx = rstd · (g − mean(g) − x̂ · mean(g·x̂))` with `g = dy·γ`.
-    pub fn layernorm_backward(
-        x: &[f64],
-        gamma: &[f64],
-        dy: &[f64],
-        cols: usize,
-        eps: f64,
-    ) -> LayerNormGrads {
-        let mut out = LayerNormGrads {
-            dx: vec![0.0; x.len()],
-            dgamma: vec![0.0; cols],
-            dbeta: vec![0.0; cols],
-        };
-        let c = cols as f64;
-        for (r, (xr, dyr)) in x.chunks(cols).zip(dy.chunks(cols)).enumerate() {
-            let mean = xr.iter().sum::<f64>() / c;
-            let var = xr.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / c;
-            let rstd = 1.0 / (var + eps).sqrt();
-            let xhat: Vec<f64> = xr.iter().map(|v| (v - mean) * rstd).collect();
-            let g: Vec<f64> = dyr.iter().zip(gamma).map(|(d, w)| d * w).collect();
-            let g_mean = g.iter().sum::<f64>() / c;
-            let gx_mean = g.iter().zip(&xhat).map(|(g, h)| g * h).sum::<f64>() / c;
-            for j in 0..cols {
-                out.dx[r * cols + j] = rstd * (g[j] - g_mean - xhat[j] * gx_mean);
-                out.dgamma[j] += dyr[j] * xhat[j];
-                out.dbeta[j] += dyr[j];
-            }
-        }
-        out
-    }
-}
+/// The reference solution, in `exercises/src/solutions/` where it stays out of sight
+/// while the stub above is being written.
+#[path = "../solutions/training/layernorm_backward.rs"]
+pub mod solution;
 
 /// Against brrr-cpu's backward and finite differences of brrr-cpu's forward.
 pub fn check() -> Outcome {
@@ -118,9 +96,11 @@ fn compare(rng: &mut impl Rng) -> Outcome {
         .layernorm_backward(&dyt, &gt, &stats, eps as f32, &mut dgamma, &mut dbeta)
         .map_err(err)?;
     let v = |t: &Tensor<CpuBackend>| t.to_vec_f64().map_err(err);
-    all_close("dx vs brrr-cpu", &got.dx, &v(&dx)?, 1e-8, 1e-10)?;
-    all_close("dgamma vs brrr-cpu", &got.dgamma, &v(&dgamma)?, 1e-8, 1e-10)?;
-    all_close("dbeta vs brrr-cpu", &got.dbeta, &v(&dbeta)?, 1e-8, 1e-10)?;
+    every([
+        all_close("dx vs brrr-cpu", &got.dx, &v(&dx)?, 1e-8, 1e-10),
+        all_close("dgamma vs brrr-cpu", &got.dgamma, &v(&dgamma)?, 1e-8, 1e-10),
+        all_close("dbeta vs brrr-cpu", &got.dbeta, &v(&dbeta)?, 1e-8, 1e-10),
+    ])?;
 
     // The loss Σ dy·layernorm(x): its gradient in x is dx.
     let mut loss = |xv: &[f64]| -> f64 {
