@@ -142,7 +142,7 @@ impl<B: Backend> PipelineStage<B> {
 
     /// [`PipelineStage::new`] with the stage split over the tensor-parallel group `tp`
     /// (Megatron's 3D layout): this rank keeps its `1/T` slice of each of the stage's
-    /// pieces (brrr-tp's [`TpEmbeddingStage`], [`TpBlocksStage`], [`TpHeadStage`]);
+    /// pieces (brrr-tp's [`brrr_tp::TpEmbeddingStage`], [`brrr_tp::TpBlocksStage`], [`brrr_tp::TpHeadStage`]);
     /// with `sp` the residual stream between the tensor-parallel regions, and across
     /// the stage boundary, is this rank's sequence shard. Errors when heads or the
     /// vocabulary do not divide by the group's size.

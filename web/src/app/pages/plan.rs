@@ -147,7 +147,7 @@ fn chart(p: &Plan) -> Html {
         ),
     ];
     html! {
-        <Chart id="plan-chart" x_label="predicted seconds per step" y_label="GiB per GPU" x_log=true series={series} y_include={Some(0.0)} />
+        <Chart id="plan-chart" x_label="predicted seconds per step" y_label="GiB per GPU" series={series} y_include={Some(0.0)} />
     }
 }
 
