@@ -382,6 +382,11 @@ fn planning_exercises() -> Vec<Exercise> {
             planning::step_time,
             "a layout's predicted step from its parts and its bubble, and layouts ranked"
         ),
+        exercise!(
+            PLANNING,
+            planning::micro_batches,
+            "the fewest micro-batches that keep the bubble within a share of the step"
+        ),
     ]
 }
 
