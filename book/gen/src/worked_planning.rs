@@ -4,8 +4,8 @@
 
 use crate::planning::worked_inputs;
 use crate::worked::{Problem, Res, perf, smallest};
-use brrr_perf::memory::{PipelineSchedule, TransformerConfig};
-use brrr_perf::plan::{Candidate, Cluster, PlanInputs, StepTime, plan, published};
+use brrr_perf::memory::{PipelineSchedule, TrainingSetup, TransformerConfig};
+use brrr_perf::plan::{Candidate, Cluster, PlanInputs, StepTime, evaluate, plan, published};
 use brrr_perf::specs::gpu;
 use brrr_perf::table::{bytes_binary, duration, percent};
 
@@ -79,6 +79,7 @@ fn by_hand() -> Res<Problem> {
             duration(c.time.total_s())
         );
     }
+    let why = interleaving_note(&inp, three[1], three[2])?;
     let mut order: Vec<&Candidate> = three.to_vec();
     order.sort_by(|a, b| a.time.total_s().total_cmp(&b.time.total_s()));
     let names: Vec<String> = order.iter().map(|c| format!("`{}`", c.name)).collect();
@@ -92,11 +93,32 @@ fn by_hand() -> Res<Problem> {
         ),
         answer: format!(
             "The bubble is `(p − 1)/(v·m)` of the compute and tensor-parallel time:\n\n\
-             {answer}\nFastest first: {}, {} apart from the first to the last.",
+             {answer}\nFastest first: {}, {} apart from the first to the last.{why}",
             names.join(", "),
             percent(order[2].time.total_s() / order[0].time.total_s() - 1.0)
         ),
     })
+}
+
+/// Why the interleaved layout loses to the 1F1B one, where it does: the same layout
+/// interleaved does not fit, so the planner's best interleaved one recomputes.
+fn interleaving_note(inp: &PlanInputs, one: &Candidate, inter: &Candidate) -> Res<String> {
+    let same = TrainingSetup {
+        schedule: inter.setup.schedule,
+        ..one.setup.clone()
+    };
+    let slower = inter.time.total_s() > one.time.total_s();
+    match perf(evaluate(inp, &same))? {
+        Err(reason) if slower && inter.time.compute_s > one.time.compute_s => Ok(format!(
+            " Interleaving saves {} of bubble, but `{}` interleaved {reason}: it holds \
+             more micro-batches' activations in flight. The interleaved layout that fits \
+             recomputes instead, which costs {} more compute.",
+            duration(one.time.bubble_s - inter.time.bubble_s),
+            one.name,
+            duration(inter.time.compute_s - one.time.compute_s)
+        )),
+        _ => Ok(String::new()),
+    }
 }
 
 /// GPT-3 175B's fewest H100s: the model states' floor, then the planner's answer.

@@ -8,7 +8,7 @@
 //! How long is the step, as the planner predicts it? Then order a list of layouts
 //! fastest first.
 //!
-//! About 10 lines. Checked against `brrr_perf::plan::predict` on random layouts of
+//! About 8 lines. Checked against `brrr_perf::plan::predict` on random layouts of
 //! random models and clusters.
 //!
 //! ## Hint
