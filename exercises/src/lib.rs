@@ -39,6 +39,8 @@ pub mod kernels;
 pub mod memory;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod pipeline;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod planning;
 pub mod puzzles;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod regimes;

@@ -2,8 +2,8 @@
 
 use crate::check::Outcome;
 use crate::{
-    amp, checkpointing, collectives, data, data_parallel, gpu, kernels, memory, pipeline, regimes,
-    serving, tensor_parallel, training,
+    amp, checkpointing, collectives, data, data_parallel, gpu, kernels, memory, pipeline, planning,
+    regimes, serving, tensor_parallel, training,
 };
 
 /// One exercise as the runner and the book list it.
@@ -81,6 +81,7 @@ const COLLECTIVES: &str = "Collectives";
 const DATA: &str = "Data loading: shards, prefetching, packing and balance";
 const TENSOR_PARALLEL: &str = "Tensor parallelism";
 const PIPELINE: &str = "Pipeline parallelism";
+const PLANNING: &str = "Choosing a layout";
 const DATA_PARALLEL: &str = "Data parallelism: DDP, buckets and ZeRO";
 const SERVING: &str = "Serving: KV cache, batching, quantization, speculation and a server";
 
@@ -120,6 +121,7 @@ pub fn all() -> Vec<Exercise> {
         data_parallel_exercises(),
         tensor_parallel_exercises(),
         pipeline_exercises(),
+        planning_exercises(),
         serving_exercises(),
     ]
     .concat()
@@ -363,6 +365,27 @@ fn pipeline_exercises() -> Vec<Exercise> {
             PIPELINE,
             pipeline::fix_schedule,
             "fix a hand-written schedule the validator rejects"
+        ),
+    ]
+}
+
+/// The exercises of the chapter [`PLANNING`].
+fn planning_exercises() -> Vec<Exercise> {
+    vec![
+        exercise!(
+            PLANNING,
+            planning::fits,
+            "the layouts whose busiest GPU fits in the planner's share of memory"
+        ),
+        exercise!(
+            PLANNING,
+            planning::step_time,
+            "a layout's predicted step from its parts and its bubble, and layouts ranked"
+        ),
+        exercise!(
+            PLANNING,
+            planning::micro_batches,
+            "the fewest micro-batches that keep the bubble within a share of the step"
         ),
     ]
 }

@@ -29,6 +29,7 @@ mod serving;
 mod training;
 mod worked;
 mod worked_more;
+mod worked_planning;
 mod worked_training;
 
 use std::collections::BTreeMap;

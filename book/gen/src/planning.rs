@@ -46,7 +46,7 @@ fn megatron() -> Result<String, String> {
 }
 
 /// The worked case: a 13B-parameter GPT on 64 H100s with 4M-token batches.
-fn worked_inputs() -> Result<PlanInputs, String> {
+pub(crate) fn worked_inputs() -> Result<PlanInputs, String> {
     let model = TransformerConfig::gpt(40, 5120, 40, 2048, 50257);
     let cluster =
         Cluster::new(gpu("h100").map_err(|e| e.to_string())?, 64).map_err(|e| e.to_string())?;

@@ -658,6 +658,10 @@ pub fn files() -> Result<Vec<(String, String)>, String> {
         ),
         ("worked-pipeline.md".into(), render(&pipeline()?)),
         (
+            "worked-planning.md".into(),
+            render(&crate::worked_planning::planning_problems()?),
+        ),
+        (
             "worked-data-parallel.md".into(),
             render(&data_parallel_problems()?),
         ),
