@@ -25,8 +25,11 @@ pub struct PlanArgs {
     #[arg(long, default_value = "h100")]
     pub gpu: String,
     /// GPUs per node [default: the GPU's usual node].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "nodes")]
     pub gpus_per_node: Option<u64>,
+    /// Nodes the GPUs are spread over (sets the GPUs per node to --gpus / --nodes).
+    #[arg(long)]
+    pub nodes: Option<u64>,
     /// Bandwidth within a node, GB/s per GPU one way [default: the GPU's NVLink].
     #[arg(long, value_name = "GB/S")]
     pub intra: Option<f64>,
@@ -107,6 +110,12 @@ fn inputs(a: &PlanArgs) -> Result<PlanInputs, Box<dyn std::error::Error>> {
     let mut cluster = Cluster::new(specs::gpu(&a.gpu)?, gpus)?;
     if let Some(n) = a.gpus_per_node {
         cluster.gpus_per_node = n.max(1);
+    }
+    if let Some(k) = a.nodes {
+        if k == 0 || !gpus.is_multiple_of(k) {
+            return Err(format!("--nodes {k} does not divide --gpus {gpus}").into());
+        }
+        cluster.gpus_per_node = gpus / k;
     }
     if let Some(gb) = a.intra {
         cluster.intra = Link::new(cluster.intra.alpha_s, gb * 1e9)?;

@@ -13,7 +13,7 @@ use std::path::Path;
 const WIDTH: u32 = 900;
 const HEIGHT: u32 = 600;
 
-fn plot_err<E: std::fmt::Display>(e: E) -> PerfError {
+pub(crate) fn plot_err<E: std::fmt::Display>(e: E) -> PerfError {
     PerfError::Invalid(format!("plotting failed: {e}"))
 }
 

@@ -908,6 +908,18 @@ fn plan_ranks_layouts_and_refuses_what_it_cannot_use() {
         "2",
     ];
     fails_with(&eff, "efficiency");
+    let nodes = [
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "16384",
+        "--nodes",
+        "3",
+    ];
+    fails_with(&nodes, "--nodes 3 does not divide --gpus 16");
     let published = succeeds_finite(&["plan", "--published"]);
     assert!(
         published.contains("1008B") && published.contains("calibrated"),

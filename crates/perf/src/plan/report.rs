@@ -3,7 +3,7 @@
 //! per GPU, every candidate a point).
 
 use super::{Plan, PlanInputs};
-use crate::plot::PALETTE;
+use crate::plot::{PALETTE, plot_err};
 use crate::report::Report;
 use crate::table::{self, Table};
 use crate::{PerfError, Result};
@@ -150,8 +150,4 @@ impl Plan {
         }
         Ok(svg)
     }
-}
-
-fn plot_err<E: std::fmt::Display>(e: E) -> PerfError {
-    PerfError::Invalid(format!("plotting failed: {e}"))
 }
