@@ -46,32 +46,7 @@ pub fn roofline_svg(
             "a roofline plot needs at least one roofline".into(),
         ));
     }
-    // Axis ranges: cover every ridge and op with a decade of margin.
-    let mut xs: Vec<f64> = rooflines.iter().map(Roofline::ridge).collect();
-    xs.extend(predictions.iter().map(|p| p.intensity));
-    xs.extend(measured.iter().map(|c| c.predicted.intensity));
-    let x_min = 10f64.powf(
-        xs.iter()
-            .cloned()
-            .fold(f64::INFINITY, f64::min)
-            .max(1e-6)
-            .log10()
-            .floor()
-            - 1.0,
-    );
-    let x_max = 10f64.powf(xs.iter().cloned().fold(0.0, f64::max).log10().ceil() + 1.0);
-    let y_max = rooflines.iter().map(|r| r.peak_flops).fold(0.0, f64::max) * 3.0;
-    let mut ys: Vec<f64> = rooflines.iter().map(|r| r.attainable(x_min)).collect();
-    ys.extend(measured.iter().map(|c| c.achieved_flops));
-    ys.extend(predictions.iter().map(|p| p.attainable_flops));
-    let y_min = 10f64.powf(
-        ys.iter()
-            .cloned()
-            .fold(f64::INFINITY, f64::min)
-            .max(1e-3)
-            .log10()
-            .floor(),
-    );
+    let (x_min, x_max, y_min, y_max) = roofline_ranges(rooflines, predictions, measured);
 
     let mut svg = String::new();
     {
@@ -152,6 +127,41 @@ pub fn roofline_svg(
         root.present().map_err(plot_err)?;
     }
     Ok(svg)
+}
+
+/// The roofline plot's axis ranges `(x_min, x_max, y_min, y_max)`: every ridge and op
+/// covered, with a decade of margin.
+fn roofline_ranges(
+    rooflines: &[Roofline],
+    predictions: &[Prediction],
+    measured: &[Classification],
+) -> (f64, f64, f64, f64) {
+    let mut xs: Vec<f64> = rooflines.iter().map(Roofline::ridge).collect();
+    xs.extend(predictions.iter().map(|p| p.intensity));
+    xs.extend(measured.iter().map(|c| c.predicted.intensity));
+    let x_min = 10f64.powf(
+        xs.iter()
+            .cloned()
+            .fold(f64::INFINITY, f64::min)
+            .max(1e-6)
+            .log10()
+            .floor()
+            - 1.0,
+    );
+    let x_max = 10f64.powf(xs.iter().cloned().fold(0.0, f64::max).log10().ceil() + 1.0);
+    let y_max = rooflines.iter().map(|r| r.peak_flops).fold(0.0, f64::max) * 3.0;
+    let mut ys: Vec<f64> = rooflines.iter().map(|r| r.attainable(x_min)).collect();
+    ys.extend(measured.iter().map(|c| c.achieved_flops));
+    ys.extend(predictions.iter().map(|p| p.attainable_flops));
+    let y_min = 10f64.powf(
+        ys.iter()
+            .cloned()
+            .fold(f64::INFINITY, f64::min)
+            .max(1e-3)
+            .log10()
+            .floor(),
+    );
+    (x_min, x_max, y_min, y_max)
 }
 
 /// Draws the per-GPU memory breakdown as one stacked horizontal bar (weights, gradients,

@@ -861,6 +861,34 @@ pub fn comms_report(inp: &CommsInputs) -> Result<Report> {
         ),
         Value::Null,
     );
+    let levels = comms_levels(inp, node, &mut r)?;
+    let (t, rows) = collectives_table(inp, &levels)?;
+    r.table(
+        "Alpha-beta costs (algbw = bytes / time; busbw = algbw · 2(n−1)/n for all-reduce, \
+         algbw · (n−1)/n for reduce-scatter, all-gather and all-to-all, algbw for broadcast: \
+         nccl-tests PERFORMANCE.md)",
+        t,
+    );
+    r.note("Units: message sizes in GB and bandwidths in GB/s, both decimal (1e9 bytes).");
+    let (p, pj) = parallelism_table(inp, c, node)?;
+    if !p.is_empty() {
+        r.table(
+            format!(
+                "Parallelism rooflines (C = {} {}; Austin et al., scaling book ch. 12)",
+                table::flops_per_s(c),
+                inp.dtype
+            ),
+            p,
+        );
+    }
+    r.json = json!({"gpu": g.id, "gpus": inp.gpus, "bytes": inp.bytes, "collectives": rows, "parallelism": pj});
+    Ok(r)
+}
+
+/// The links the report prices: within a node, and across nodes when the ranks span
+/// more than one (a note on `r` where the spec has no network figure).
+fn comms_levels(inp: &CommsInputs, node: u64, r: &mut Report) -> Result<Vec<(&'static str, Link)>> {
+    let g = &inp.gpu;
     let mut levels: Vec<(&str, Link)> = Vec::new();
     // Link::new checks the latency: a negative or NaN --alpha-us is an error, not a row.
     let with_alpha = |l: Link| Link::new(inp.alpha_s.unwrap_or(l.alpha_s), l.bandwidth);
@@ -879,6 +907,11 @@ pub fn comms_report(inp: &CommsInputs) -> Result<Report> {
             what: "any interconnect bandwidth".into(),
         });
     }
+    Ok(levels)
+}
+
+/// Every collective and algorithm at every level: the table and its JSON rows.
+fn collectives_table(inp: &CommsInputs, levels: &[(&str, Link)]) -> Result<(Table, Vec<Value>)> {
     let mut rows = Vec::new();
     let mut t = Table::new([
         "level",
@@ -890,7 +923,7 @@ pub fn comms_report(inp: &CommsInputs) -> Result<Report> {
         "algbw",
         "busbw",
     ]);
-    for (level, link) in &levels {
+    for (level, link) in levels {
         for coll in Collective::ALL {
             for algo in [Algorithm::Ring, Algorithm::Tree] {
                 let Ok(time) = comms::collective_time(coll, algo, inp.gpus, inp.bytes, *link)
@@ -917,15 +950,13 @@ pub fn comms_report(inp: &CommsInputs) -> Result<Report> {
             }
         }
     }
-    r.table(
-        "Alpha-beta costs (algbw = bytes / time; busbw = algbw · 2(n−1)/n for all-reduce, \
-         algbw · (n−1)/n for reduce-scatter, all-gather and all-to-all, algbw for broadcast: \
-         nccl-tests PERFORMANCE.md)",
-        t,
-    );
-    r.note("Units: message sizes in GB and bandwidths in GB/s, both decimal (1e9 bytes).");
+    Ok((t, rows))
+}
 
-    // Parallelism rooflines (scaling book ch. 12).
+/// The parallelism rooflines (scaling book ch. 12) the inputs allow: the table and its
+/// JSON.
+fn parallelism_table(inp: &CommsInputs, c: f64, node: u64) -> Result<(Table, Value)> {
+    let g = &inp.gpu;
     let w_gpu = g.intra_node_bandwidth().ok();
     let w_node = g.node_egress_bandwidth().ok();
     let mut p = Table::new(["condition", "value", "formula"]);
@@ -999,18 +1030,7 @@ pub fn comms_report(inp: &CommsInputs) -> Result<Report> {
         ]);
         pj["ep"] = to_json(&ep);
     }
-    if !p.is_empty() {
-        r.table(
-            format!(
-                "Parallelism rooflines (C = {} {}; Austin et al., scaling book ch. 12)",
-                table::flops_per_s(c),
-                inp.dtype
-            ),
-            p,
-        );
-    }
-    r.json = json!({"gpu": g.id, "gpus": inp.gpus, "bytes": inp.bytes, "collectives": rows, "parallelism": pj});
-    Ok(r)
+    Ok((p, pj))
 }
 
 /// `brrr estimate serve`: the cache's bytes per token, the batch that fits, and the

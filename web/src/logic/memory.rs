@@ -40,6 +40,16 @@ pub fn preset_names() -> Vec<&'static str> {
     PRESETS.iter().map(|p| p.0).collect()
 }
 
+/// The model menu: every preset, then "custom" (what the menu shows for an edited shape).
+pub fn preset_menu() -> Vec<(String, String)> {
+    let mut menu: Vec<(String, String)> = preset_names()
+        .into_iter()
+        .map(|n| (n.to_string(), n.to_string()))
+        .collect();
+    menu.push(("custom".into(), "custom".into()));
+    menu
+}
+
 /// The preset whose shape `cfg` has, if any (the menu shows "custom" otherwise).
 pub fn preset_of(cfg: &TransformerConfig) -> Option<&'static str> {
     preset_names()

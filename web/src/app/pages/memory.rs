@@ -7,7 +7,7 @@ use crate::app::components::{
 use crate::app::util::edit;
 use crate::logic::memory::{
     MemoryInput, MemoryView, OPTIMIZERS, SCHEDULES, estimate, optimizer_key, precision_key,
-    preset_names, preset_of, recompute_key, schedule_from_key, schedule_key,
+    preset_menu, preset_of, recompute_key, schedule_from_key, schedule_key,
 };
 use crate::logic::roofline::find_gpu;
 use crate::logic::site::PageId;
@@ -48,11 +48,7 @@ pub fn memory_page() -> Html {
 }
 
 fn model_controls(input: &UseStateHandle<MemoryInput>) -> Html {
-    let mut presets: Vec<(String, String)> = preset_names()
-        .into_iter()
-        .map(|n| (n.to_string(), n.to_string()))
-        .collect();
-    presets.push(("custom".into(), "custom".into()));
+    let presets = preset_menu();
     let on_preset = edit(input, |i: &mut MemoryInput, name: String| {
         if let Ok(cfg) = TransformerConfig::preset(&name) {
             i.model = cfg;

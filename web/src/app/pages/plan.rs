@@ -5,7 +5,7 @@ use crate::app::components::{
     Banner, BannerKind, Chart, GpuPicker, PageHeader, Select, Series, SeriesStyle, SizeInput, Stat,
 };
 use crate::app::util::edit;
-use crate::logic::memory::{preset_names, preset_of};
+use crate::logic::memory::{preset_menu, preset_of};
 use crate::logic::plan::{PlanInput, points, search};
 use crate::logic::roofline::find_gpu;
 use crate::logic::site::PageId;
@@ -39,11 +39,7 @@ pub fn plan_page() -> Html {
 }
 
 fn controls(input: &UseStateHandle<PlanInput>) -> Html {
-    let mut presets: Vec<(String, String)> = preset_names()
-        .into_iter()
-        .map(|n| (n.to_string(), n.to_string()))
-        .collect();
-    presets.push(("custom".into(), "custom".into()));
+    let presets = preset_menu();
     let on_preset = edit(input, |i: &mut PlanInput, name: String| {
         if let Ok(cfg) = TransformerConfig::preset(&name) {
             i.model = cfg;
