@@ -213,7 +213,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub dp: Option<usize>,
     /// ZeRO stage over the --dp replicas: 0 (DDP), 1 (moments sharded), 2 (+
-    /// gradients), 3 (+ parameters, FSDP); with --tp or --pp, 1 [default: 0].
+    /// gradients), 3 (+ parameters, FSDP); with --pp, 1 [default: 0].
     #[arg(long)]
     pub zero: Option<u8>,
     /// Gradient bucket size in MiB of the --dp average [default: 25; with --dp alone

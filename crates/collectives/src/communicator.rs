@@ -11,7 +11,7 @@ use crate::reduce::ReduceOp;
 use crate::schedule::{Schedule, chunk_range};
 use crate::stats::CommStats;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The default receive timeout: long enough for a slow first step (allocations, a busy
@@ -65,7 +65,7 @@ impl Algorithms {
 /// (`&Communicator` is enough for every operation); the `*_start` methods return a
 /// [`Handle`](crate::Handle) so that a caller can compute while the collective runs.
 pub struct Communicator {
-    mailbox: Arc<Mutex<Mailbox>>,
+    mailbox: Arc<Mailbox>,
     /// Group rank → world rank.
     ranks: Vec<usize>,
     rank: usize,
@@ -92,7 +92,7 @@ impl Communicator {
         let rank = link.rank();
         let n = link.world_size();
         Communicator {
-            mailbox: Arc::new(Mutex::new(Mailbox::new(link, timeout))),
+            mailbox: Arc::new(Mailbox::new(link, timeout)),
             ranks: (0..n).collect(),
             rank,
             ctx: 0,
@@ -120,17 +120,17 @@ impl Communicator {
 
     /// The transport's name (`in-process`, `socket`, `mpi`).
     pub fn transport(&self) -> &'static str {
-        self.lock().transport()
+        self.mailbox().transport()
     }
 
     /// The receive timeout (shared by every communicator of the same world).
     pub fn timeout(&self) -> Duration {
-        self.lock().timeout()
+        self.mailbox().timeout()
     }
 
     /// Changes the receive timeout.
     pub fn set_timeout(&self, timeout: Duration) {
-        self.lock().set_timeout(timeout);
+        self.mailbox().set_timeout(timeout);
     }
 
     /// The algorithms in use.
@@ -172,9 +172,8 @@ impl Communicator {
         s.record(op.name(), elements, sent, received);
     }
 
-    fn lock(&self) -> MutexGuard<'_, Mailbox> {
-        // A panic while holding the lock leaves the mailbox usable: frames are whole.
-        self.mailbox.lock().unwrap_or_else(|p| p.into_inner())
+    fn mailbox(&self) -> &Mailbox {
+        &self.mailbox
     }
 
     fn header(&self, op: OpCode, dtype: u8, total: usize) -> Header {
@@ -205,8 +204,8 @@ impl Communicator {
                 ),
             ));
         }
-        let mut mb = self.lock();
-        let result = self.execute_locked(&mut mb, schedule, buf, op, header);
+        let mb = self.mailbox();
+        let result = self.run_schedule(mb, schedule, buf, op, header);
         if result.is_err() {
             mb.abort_all(self.ctx);
         } else {
@@ -226,9 +225,9 @@ impl Communicator {
         result
     }
 
-    fn execute_locked(
+    fn run_schedule(
         &self,
-        mb: &mut Mailbox,
+        mb: &Mailbox,
         schedule: &Schedule,
         buf: &mut [f32],
         op: ReduceOp,
@@ -393,7 +392,7 @@ impl Communicator {
         let world = *self.peer(to, "send")?;
         self.worker.wait_idle();
         let header = self.header(OpCode::SendRecv, 0, data.len());
-        self.lock().send(
+        self.mailbox().send(
             world,
             Frame {
                 header,
@@ -409,7 +408,7 @@ impl Communicator {
         let world = *self.peer(from, "recv")?;
         self.worker.wait_idle();
         let header = self.header(OpCode::SendRecv, 0, out.len());
-        let f = self.lock().recv(
+        let f = self.mailbox().recv(
             world,
             Expect {
                 header,

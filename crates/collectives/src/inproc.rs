@@ -4,6 +4,7 @@
 use crate::error::Result;
 use crate::frame::Frame;
 use crate::link::{Link, LinkError};
+use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::Duration;
 
@@ -11,7 +12,8 @@ use std::time::Duration;
 pub struct InProcessLink {
     rank: usize,
     to: Vec<Sender<Frame>>,
-    from: Vec<Receiver<Frame>>,
+    /// One lock per peer: threads receiving from different peers never wait on each other.
+    from: Vec<Mutex<Receiver<Frame>>>,
 }
 
 /// The links of a world of `n` ranks, one per rank, to move into one thread each.
@@ -36,7 +38,7 @@ pub fn links(n: usize) -> Vec<InProcessLink> {
                 .collect(),
             from: receivers[rank]
                 .iter_mut()
-                .map(|r| r.take().expect("one receiver"))
+                .map(|r| Mutex::new(r.take().expect("one receiver")))
                 .collect(),
         })
         .collect()
@@ -55,7 +57,7 @@ impl Link for InProcessLink {
         "in-process"
     }
 
-    fn send(&mut self, to: usize, frame: Frame) -> Result<(), LinkError> {
+    fn send(&self, to: usize, frame: Frame) -> Result<(), LinkError> {
         let tx = self
             .to
             .get(to)
@@ -65,11 +67,12 @@ impl Link for InProcessLink {
             .map_err(|_| LinkError::Lost("its thread has ended".into()))
     }
 
-    fn recv(&mut self, from: usize, timeout: Duration) -> Result<Frame, LinkError> {
+    fn recv(&self, from: usize, timeout: Duration) -> Result<Frame, LinkError> {
         let rx = self
             .from
             .get(from)
             .ok_or(LinkError::Lost(format!("no rank {from}")))?;
+        let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
         rx.recv_timeout(timeout).map_err(|e| match e {
             RecvTimeoutError::Timeout => LinkError::Timeout,
             RecvTimeoutError::Disconnected => LinkError::Lost("its thread has ended".into()),

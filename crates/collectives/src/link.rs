@@ -2,11 +2,20 @@
 //! moves [`Frame`]s between the ranks of one world. [`Mailbox`] puts message matching on
 //! top: frames of different communicators (sub-groups) sharing one link are told apart
 //! by their context id, and every receive is checked against what the caller expects.
+//!
+//! Several threads of one rank may run collectives at once on different communicators
+//! (a data-parallel gradient reduce-scatter on a communicator's background thread while
+//! the compute thread runs a tensor-parallel all-reduce). So nothing is locked while a
+//! receive waits: one thread at a time reads from a given peer, stashing the frames of
+//! other communicators, and the threads waiting on that peer are woken to look for
+//! theirs. A lock held across the wait would let a rank's two threads wait on each
+//! other through their peers' threads, and the world would hang.
 
 use crate::error::{CollError, Result};
 use crate::frame::{Frame, Header, OpCode, dtype_name};
 use std::collections::{HashMap, VecDeque};
-use std::time::Duration;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Why a link operation failed; [`Mailbox`] adds the op name and ranks.
 #[derive(Debug)]
@@ -23,8 +32,9 @@ pub enum LinkError {
 ///
 /// Contract: `send` never waits for the receiver to call `recv` (it buffers or queues),
 /// so that a step in which every rank sends and then receives cannot deadlock; frames
-/// from one sender arrive in the order sent.
-pub trait Link: Send {
+/// from one sender arrive in the order sent. Threads may call `send` and `recv` at once
+/// ([`Mailbox`] never has two threads receive from the same peer at once).
+pub trait Link: Send + Sync {
     /// This rank, `0..world_size`.
     fn rank(&self) -> usize;
     /// Number of ranks.
@@ -32,16 +42,30 @@ pub trait Link: Send {
     /// The transport's name in errors and reports (`in-process`, `socket`, `mpi`).
     fn name(&self) -> &'static str;
     /// Queues `frame` for rank `to`.
-    fn send(&mut self, to: usize, frame: Frame) -> Result<(), LinkError>;
+    fn send(&self, to: usize, frame: Frame) -> Result<(), LinkError>;
     /// The next frame from rank `from`, waiting at most `timeout`.
-    fn recv(&mut self, from: usize, timeout: Duration) -> Result<Frame, LinkError>;
+    fn recv(&self, from: usize, timeout: Duration) -> Result<Frame, LinkError>;
 }
 
-/// A link plus the frames that arrived for another communicator than the one asking.
+/// A link plus the frames that arrived for another communicator than the one asking,
+/// shared by every communicator (and thread) of a rank.
 pub struct Mailbox {
     link: Box<dyn Link>,
+    state: Mutex<Inbox>,
+    /// Signalled when a thread stops reading from a peer (a frame stashed, or an error).
+    arrived: Condvar,
+    timeout: Mutex<Duration>,
+}
+
+/// What the receiving threads share.
+#[derive(Default)]
+struct Inbox {
+    /// Frames read for another communicator than the reader's: by (peer, context).
     stash: HashMap<(usize, u32), VecDeque<Frame>>,
-    timeout: Duration,
+    /// Peers a thread is reading from now.
+    reading: Vec<bool>,
+    /// Peers that sent an abort.
+    aborted: Vec<bool>,
 }
 
 /// What a receiver expects: checked against the frame's header.
@@ -56,11 +80,22 @@ pub struct Expect {
 impl Mailbox {
     /// A mailbox over `link`; every receive waits at most `timeout`.
     pub fn new(link: Box<dyn Link>, timeout: Duration) -> Self {
+        let n = link.world_size();
         Mailbox {
             link,
-            stash: HashMap::new(),
-            timeout,
+            state: Mutex::new(Inbox {
+                reading: vec![false; n],
+                aborted: vec![false; n],
+                ..Inbox::default()
+            }),
+            arrived: Condvar::new(),
+            timeout: Mutex::new(timeout),
         }
+    }
+
+    fn inbox(&self) -> MutexGuard<'_, Inbox> {
+        // A panic while holding the lock leaves the inbox usable: frames are whole.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The world rank.
@@ -80,12 +115,12 @@ impl Mailbox {
 
     /// The receive timeout.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        *self.timeout.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Changes the receive timeout.
-    pub fn set_timeout(&mut self, timeout: Duration) {
-        self.timeout = timeout;
+    pub fn set_timeout(&self, timeout: Duration) {
+        *self.timeout.lock().unwrap_or_else(|p| p.into_inner()) = timeout;
     }
 
     fn lost(&self, op: OpCode, peer: usize, e: LinkError) -> CollError {
@@ -95,7 +130,7 @@ impl Mailbox {
                 op: op.name(),
                 rank,
                 peer,
-                timeout_s: self.timeout.as_secs_f64(),
+                timeout_s: self.timeout().as_secs_f64(),
             },
             LinkError::Lost(why) => CollError::PeerLost {
                 op: op.name(),
@@ -108,38 +143,70 @@ impl Mailbox {
     }
 
     /// Sends `frame` to world rank `to`.
-    pub fn send(&mut self, to: usize, frame: Frame) -> Result<()> {
+    pub fn send(&self, to: usize, frame: Frame) -> Result<()> {
         let op = frame.header.op;
         self.link.send(to, frame).map_err(|e| self.lost(op, to, e))
     }
 
     /// The next frame of communicator `expect.header.ctx` from world rank `from`, checked.
-    pub fn recv(&mut self, from: usize, expect: Expect) -> Result<Frame> {
-        let ctx = expect.header.ctx;
-        let op = expect.header.op;
+    /// Waits at most the timeout, reading from `from` itself unless another thread is.
+    pub fn recv(&self, from: usize, expect: Expect) -> Result<Frame> {
+        let (ctx, op) = (expect.header.ctx, expect.header.op);
+        let aborted = || CollError::PeerAborted {
+            op: op.name(),
+            rank: self.rank(),
+            peer: from,
+        };
+        if from >= self.world_size() {
+            return Err(self.lost(op, from, LinkError::Lost(format!("no rank {from}"))));
+        }
+        let deadline = Instant::now() + self.timeout();
+        let mut inbox = self.inbox();
         let frame = loop {
-            if let Some(f) = self.stash.get_mut(&(from, ctx)).and_then(|q| q.pop_front()) {
+            if let Some(f) = inbox
+                .stash
+                .get_mut(&(from, ctx))
+                .and_then(|q| q.pop_front())
+            {
                 break f;
             }
-            let f = self
-                .link
-                .recv(from, self.timeout)
-                .map_err(|e| self.lost(op, from, e))?;
+            if inbox.aborted[from] {
+                return Err(aborted());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if inbox.reading[from] {
+                // Another thread is reading from `from`: it stashes what is ours.
+                if left.is_zero() {
+                    return Err(self.lost(op, from, LinkError::Timeout));
+                }
+                inbox = self
+                    .arrived
+                    .wait_timeout(inbox, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+                continue;
+            }
+            inbox.reading[from] = true;
+            drop(inbox);
+            let read = self.link.recv(from, left.max(Duration::from_millis(1)));
+            inbox = self.inbox();
+            inbox.reading[from] = false;
+            self.arrived.notify_all();
+            let f = read.map_err(|e| self.lost(op, from, e))?;
             if f.header.op == OpCode::Abort {
-                return Err(CollError::PeerAborted {
-                    op: op.name(),
-                    rank: self.rank(),
-                    peer: from,
-                });
+                inbox.aborted[from] = true;
+                return Err(aborted());
             }
             if f.header.ctx == ctx {
                 break f;
             }
-            self.stash
+            inbox
+                .stash
                 .entry((from, f.header.ctx))
                 .or_default()
                 .push_back(f);
         };
+        drop(inbox);
         self.check(from, &frame, expect)?;
         Ok(frame)
     }
@@ -179,7 +246,7 @@ impl Mailbox {
 
     /// Tells every other rank that this one gave up (best effort: errors are ignored,
     /// the peers may be gone already).
-    pub fn abort_all(&mut self, ctx: u32) {
+    pub fn abort_all(&self, ctx: u32) {
         let me = self.rank();
         for peer in (0..self.world_size()).filter(|&p| p != me) {
             let frame = Frame {

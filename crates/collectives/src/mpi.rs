@@ -12,6 +12,7 @@ use mpi::request::{Request, StaticScope};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator as _, Destination, Source};
 use std::mem::ManuallyDrop;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// A send in flight and the buffer it reads (from `Box::into_raw`).
@@ -19,12 +20,19 @@ type PendingSend = (Request<'static, [u8], StaticScope>, *mut [u8]);
 
 /// One rank of `MPI_COMM_WORLD`.
 pub struct MpiLink {
-    world: SimpleCommunicator,
     rank: usize,
     size: usize,
+    max_frame_elems: u64,
+    /// Every MPI call, one at a time (`Threading::Serialized`); never held while a receive
+    /// waits between polls.
+    mpi: Mutex<Mpi>,
+}
+
+/// MPI's state: the world, the sends in flight, whether a peer failed.
+struct Mpi {
+    world: SimpleCommunicator,
     /// Sends in flight and the buffers they read, freed when they complete.
     pending: Vec<PendingSend>,
-    max_frame_elems: u64,
     /// A receive timed out or a frame was malformed: a peer is dead or stuck, and
     /// `MPI_Finalize` (which waits for every rank) would hang on it.
     failed: bool,
@@ -34,10 +42,10 @@ pub struct MpiLink {
 }
 
 // SAFETY: MPI is initialised with at least `Threading::Serialized`, which allows calls
-// from any thread as long as no two run at once. Every call goes through `&mut self`,
-// and the one `MpiLink` of a process sits behind the `Mailbox` mutex, so calls are
-// serialised; the raw buffer pointers are owned by this value alone.
-unsafe impl Send for MpiLink {}
+// from any thread as long as no two run at once. Every call goes through `&mut Mpi`,
+// which only `MpiLink`'s mutex hands out, so calls are serialised; the raw buffer
+// pointers are owned by this value alone.
+unsafe impl Send for Mpi {}
 
 impl MpiLink {
     /// Initialises MPI (once per process) and joins `MPI_COMM_WORLD`.
@@ -53,16 +61,24 @@ impl MpiLink {
         let world = universe.world();
         let (rank, size) = (world.rank() as usize, world.size() as usize);
         Ok(MpiLink {
-            world,
             rank,
             size,
-            pending: Vec::new(),
             max_frame_elems: 1 << 28,
-            failed: false,
-            universe: ManuallyDrop::new(universe),
+            mpi: Mutex::new(Mpi {
+                world,
+                pending: Vec::new(),
+                failed: false,
+                universe: ManuallyDrop::new(universe),
+            }),
         })
     }
 
+    fn mpi(&self) -> MutexGuard<'_, Mpi> {
+        self.mpi.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Mpi {
     /// Frees the buffers of completed sends.
     fn reap(&mut self) {
         let mut still = Vec::with_capacity(self.pending.len());
@@ -81,7 +97,7 @@ impl MpiLink {
 /// How long a closing link waits for its last sends to be received.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-impl Drop for MpiLink {
+impl Drop for Mpi {
     /// Waits (boundedly) for the sends still in flight, then finalises MPI. A peer that
     /// stopped answering never receives them and never reaches `MPI_Finalize`: waiting
     /// for it (`MPI_Wait`, or `MPI_Finalize`, which waits for every rank) would turn its
@@ -128,42 +144,47 @@ impl Link for MpiLink {
         "mpi"
     }
 
-    fn send(&mut self, to: usize, frame: Frame) -> Result<(), LinkError> {
+    fn send(&self, to: usize, frame: Frame) -> Result<(), LinkError> {
         if to >= self.size {
             return Err(LinkError::Lost(format!("no rank {to}")));
         }
-        self.reap();
+        let mut mpi = self.mpi();
+        mpi.reap();
         let mut bytes = frame.encode_header().to_vec();
         bytes.extend(frame.payload_bytes());
         let raw: *mut [u8] = Box::into_raw(bytes.into_boxed_slice());
         // SAFETY: the buffer stays allocated until the request completes (`reap`/`drop`),
         // which is what the `'static` promises MPI.
         let buf: &'static [u8] = unsafe { &*raw };
-        let req = self
+        let req = mpi
             .world
             .process_at_rank(to as i32)
             .immediate_send(StaticScope, buf);
-        self.pending.push((req, raw));
+        mpi.pending.push((req, raw));
         Ok(())
     }
 
-    fn recv(&mut self, from: usize, timeout: Duration) -> Result<Frame, LinkError> {
+    fn recv(&self, from: usize, timeout: Duration) -> Result<Frame, LinkError> {
         if from >= self.size {
             return Err(LinkError::Lost(format!("no rank {from}")));
         }
         let deadline = Instant::now() + timeout;
         let bytes = loop {
-            if let Some(probed) = self
-                .world
-                .process_at_rank(from as i32)
-                .immediate_matched_probe()
             {
-                break probed.matched_receive_vec::<u8>().0;
-            }
-            self.reap();
-            if Instant::now() > deadline {
-                self.failed = true;
-                return Err(LinkError::Timeout);
+                // Locked for one poll only: the rank's other threads call MPI between polls.
+                let mut mpi = self.mpi();
+                if let Some(probed) = mpi
+                    .world
+                    .process_at_rank(from as i32)
+                    .immediate_matched_probe()
+                {
+                    break probed.matched_receive_vec::<u8>().0;
+                }
+                mpi.reap();
+                if Instant::now() > deadline {
+                    mpi.failed = true;
+                    return Err(LinkError::Timeout);
+                }
             }
             std::thread::yield_now();
         };

@@ -58,7 +58,8 @@ fn io_err(what: impl std::fmt::Display, e: std::io::Error) -> CollError {
 /// One rank's connections to every other rank.
 pub struct SocketLink {
     rank: usize,
-    readers: Vec<Option<TcpStream>>,
+    /// One lock per peer: threads receiving from different peers never wait on each other.
+    readers: Vec<Mutex<Option<TcpStream>>>,
     writers: Vec<Option<Sender<Frame>>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     write_error: Arc<Mutex<Option<String>>>,
@@ -343,7 +344,7 @@ impl SocketLink {
         }
         Ok(SocketLink {
             rank,
-            readers: streams,
+            readers: streams.into_iter().map(Mutex::new).collect(),
             writers,
             threads,
             write_error,
@@ -365,7 +366,7 @@ impl Link for SocketLink {
         "socket"
     }
 
-    fn send(&mut self, to: usize, frame: Frame) -> Result<(), LinkError> {
+    fn send(&self, to: usize, frame: Frame) -> Result<(), LinkError> {
         if let Some(e) = self
             .write_error
             .lock()
@@ -383,12 +384,16 @@ impl Link for SocketLink {
             .map_err(|_| LinkError::Lost("its sender thread has ended".into()))
     }
 
-    fn recv(&mut self, from: usize, timeout: Duration) -> Result<Frame, LinkError> {
+    fn recv(&self, from: usize, timeout: Duration) -> Result<Frame, LinkError> {
         let max = self.max_frame_elems;
-        let s = self
+        let mut reader = self
             .readers
-            .get_mut(from)
-            .and_then(Option::as_mut)
+            .get(from)
+            .ok_or_else(|| LinkError::Lost(format!("no connection to rank {from}")))?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let s = reader
+            .as_mut()
             .ok_or_else(|| LinkError::Lost(format!("no connection to rank {from}")))?;
         s.set_read_timeout(Some(timeout))
             .map_err(|e| LinkError::Lost(e.to_string()))?;

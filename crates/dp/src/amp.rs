@@ -25,20 +25,20 @@
 //!   shards of one model) would no longer describe the same weights.
 
 use crate::engine::DataParallel;
-use brrr_amp::apply_policy;
+use crate::model::ReplicaModel;
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_collectives::ReduceOp;
-use brrr_nn::{Module, Param};
+use brrr_nn::Param;
 use brrr_tensor::Tensor;
 
-impl<B: Backend> DataParallel<B> {
+impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
     /// Turns the freshly sharded model into `--amp`'s layout (nothing without `--amp`):
     /// 16-bit compute copies, and at stages 1-3 f32 masters only in this rank's shards.
     pub(crate) fn adopt_amp(&mut self) -> Result<()> {
         let Some(policy) = self.config.amp.policy() else {
             return Ok(());
         };
-        apply_policy(&policy, &mut self.model)?;
+        self.model.apply_policy(&policy)?;
         self.compute = policy.compute_dtype();
         if self.dp.zero == 0 {
             return Ok(());
@@ -116,13 +116,18 @@ impl<B: Backend> DataParallel<B> {
         self.agree_on_overflow()
     }
 
-    /// All-reduces the overflow flag with MAX: one rank's inf skips the step everywhere.
+    /// All-reduces the overflow flag with MAX (over the replicas, and a shard's group):
+    /// one rank's inf skips the step everywhere.
     fn agree_on_overflow(&mut self) -> Result<()> {
         let Some(scaler) = &mut self.scaler else {
             return Ok(());
         };
         let mut flag = [scaler.found_inf().to_vec_f32()?[0]];
         self.scalars.all_reduce(&mut flag, ReduceOp::Max)?;
+        // A shard's inf is the whole model's: every shard of every replica skips.
+        if let Some(group) = self.model.shard_group() {
+            group.all_reduce(&mut flag, ReduceOp::Max)?;
+        }
         scaler.set_found_inf(flag[0])
     }
 

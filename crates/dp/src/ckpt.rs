@@ -11,8 +11,8 @@
 //! read: a flipped bit or a bad copy is an error naming the file, never a silent resume.
 
 use crate::engine::DataParallel;
+use crate::model::ReplicaModel;
 use brrr_backend::{Backend, DType, Error, Result};
-use brrr_nn::Module;
 use brrr_tensor::Tensor;
 use brrr_train::data::fingerprint;
 use brrr_train::{ParamState, TrainState};
@@ -61,7 +61,7 @@ pub fn shard_path(dir: &Path, rank: usize, world: usize) -> PathBuf {
     dir.join(format!("dp-rank{rank}-of{world}.bin"))
 }
 
-impl<B: Backend> DataParallel<B> {
+impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
     fn header(&self, chunk_elems: usize) -> Result<ShardHeader> {
         let loss_scaler = match &self.scaler {
             Some(s) => {
@@ -129,6 +129,14 @@ impl<B: Backend> DataParallel<B> {
 
     /// Writes this rank's shard into `dir` (atomically) and waits for every rank's.
     pub fn save_shard(&self, dir: &Path) -> Result<PathBuf> {
+        if self.model.shard_group().is_some() {
+            // Every tensor-parallel rank would write the same file name.
+            return Err(Error::invalid(
+                "dp checkpoint",
+                "a tensor-parallel shard's run saves one whole checkpoint \
+                 (`Engine::save_to`), not per-rank shard files",
+            ));
+        }
         let [p, m, v] = self.state_chunks()?;
         let mut data = Vec::with_capacity(12 * p.len());
         for x in p.iter().chain(&m).chain(&v) {
@@ -356,7 +364,7 @@ impl<B: Backend> DataParallel<B> {
     }
 }
 
-impl<B: Backend> DataParallel<B> {
+impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
     /// `--amp` at stages 0-2: puts the saved f32 weights back where the masters live
     /// (stage 0 beside each parameter, stages 1-2 in this rank's shard); `chunk` is this
     /// rank's part of bucket `g`, `full` the whole bucket. Nothing without `--amp`.

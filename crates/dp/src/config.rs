@@ -41,6 +41,17 @@ impl DpConfig {
         }
     }
 
+    /// The data-parallel part of a run's layout: `--dp`, `--zero`, and `--bucket-mb`
+    /// (the first bucket no larger than it).
+    pub fn of(config: &brrr_train::TrainConfig) -> Self {
+        let mut dp = DpConfig::new(config.layout.dp, config.layout.zero);
+        if config.layout.bucket_mb.is_some() {
+            dp.bucket_bytes = bucket_bytes(config);
+            dp.first_bucket_bytes = dp.first_bucket_bytes.min(dp.bucket_bytes).max(1);
+        }
+        dp
+    }
+
     /// Checks the fields; errors name the `brrr train` flag.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::invalid("dp", m));
@@ -75,6 +86,14 @@ impl DpConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// The gradient bucket of a run: `--bucket-mb` in bytes, or PyTorch DDP's 25 MiB.
+pub fn bucket_bytes(config: &brrr_train::TrainConfig) -> usize {
+    match config.layout.bucket_mb {
+        Some(mb) => ((mb * (1u64 << 20) as f64) as usize).max(1),
+        None => DEFAULT_BUCKET_BYTES,
     }
 }
 

@@ -5,6 +5,7 @@
 use crate::bucket::{Bucket, assign_buckets, chunk_len, padded_len};
 use crate::config::DpConfig;
 use crate::layout::{FlatLayout, Pieces, Segment, covered_len, segments};
+use crate::model::ReplicaModel;
 use crate::overlap::hidden_fraction;
 use crate::walk::Walk;
 use brrr_amp::DynamicLossScaler;
@@ -14,7 +15,7 @@ use brrr_collectives::{CommStats, Communicator, Handle, ReduceOp};
 use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, Param, clip_grad_norm_on_device, walk};
 use brrr_perf::trace::Tracer;
 use brrr_tensor::Tensor;
-use brrr_train::{Batch, BatchSource, StepStats, TrainConfig, upload, upload_mask};
+use brrr_train::{Batch, BatchSource, StepStats, TrainConfig, upload_mask};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
@@ -94,8 +95,9 @@ pub(crate) type Pending = (usize, Handle<(Vec<f32>, f64, f64)>);
 /// parameter) with the gather's (start, end) times.
 pub(crate) type Gathering<B> = (usize, Handle<(Result<Vec<Tensor<B>>>, f64, f64)>);
 
-/// One rank of a data-parallel run (DDP, or ZeRO stage 1, 2 or 3).
-pub struct DataParallel<B: Backend> {
+/// One rank of a data-parallel run (DDP, or ZeRO stage 1, 2 or 3) of a whole GPT or
+/// (`--dp × --tp`) of its tensor-parallel shards: see [`ReplicaModel`].
+pub struct DataParallel<B: Backend, M: ReplicaModel<B> = Gpt<B>> {
     pub(crate) backend: B,
     pub(crate) config: TrainConfig,
     pub(crate) dp: DpConfig,
@@ -104,7 +106,10 @@ pub struct DataParallel<B: Backend> {
     pub(crate) comm: Arc<Communicator>,
     /// Losses and norms (a few scalars per step).
     pub(crate) scalars: Communicator,
-    pub(crate) model: Gpt<B>,
+    pub(crate) model: M,
+    /// Whether each parameter's gradient counts in this rank's part of the norm (a
+    /// shard's replicated parameters count on the group's first rank only).
+    pub(crate) counted: Vec<bool>,
     pub(crate) layout: FlatLayout,
     pub(crate) pieces: Pieces,
     pub(crate) groups: Vec<Bucket>,
@@ -135,7 +140,7 @@ pub struct DataParallel<B: Backend> {
     /// Overlap summed over the steps timed by the engine loop (all but a run's first).
     pub(crate) timed: crate::run::Timed,
     /// `--checkpoint`: the executor that drops and recomputes blocks (one device's plan).
-    pub(crate) recompute: Option<Recompute<B>>,
+    pub(crate) recompute: Option<Recompute<B, M::Targets>>,
 }
 
 impl<B: Backend> DataParallel<B> {
@@ -149,6 +154,25 @@ impl<B: Backend> DataParallel<B> {
         config: TrainConfig,
         dp: DpConfig,
         comm: &Communicator,
+        data: Box<dyn BatchSource>,
+    ) -> Result<Self> {
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let mut model = Gpt::new(backend, config.model.clone(), DType::F32, &mut rng)?;
+        model.set_fused_attention(config.fused_attention);
+        DataParallel::with_model(backend, config, dp, comm, model, data)
+    }
+}
+
+impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
+    /// [`DataParallel::new`] with a model the caller built (in f32, the same on every
+    /// rank of `comm` up to rank 0's broadcast): a tensor-parallel shard, say, whose
+    /// `comm` is then the data-parallel group of the shard's rank.
+    pub fn with_model(
+        backend: &B,
+        config: TrainConfig,
+        dp: DpConfig,
+        comm: &Communicator,
+        mut model: M,
         data: Box<dyn BatchSource>,
     ) -> Result<Self> {
         dp.validate_for(&config)?;
@@ -165,12 +189,15 @@ impl<B: Backend> DataParallel<B> {
         let rank = comm.rank();
         let grads = Arc::new(comm.split(0, rank as u32)?);
         let scalars = comm.split(0, rank as u32)?;
-        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-        let mut model = Gpt::new(backend, config.model.clone(), DType::F32, &mut rng)?;
-        model.set_fused_attention(config.fused_attention);
         broadcast_params(&grads, &mut model)?;
         let layout = FlatLayout::of(&model)?;
-        let pieces = Pieces::of(&model);
+        let pieces = model.pieces();
+        let first_of_group = model.shard_group().is_none_or(|g| g.rank() == 0);
+        let counted = model
+            .replicated_params()
+            .into_iter()
+            .map(|r| first_of_group || !r)
+            .collect();
         let groups = match dp.zero {
             3 => pieces.units(&layout),
             _ => assign_buckets(&layout.numels(), 4, dp.bucket_bytes, dp.first_bucket_bytes)?,
@@ -191,6 +218,7 @@ impl<B: Backend> DataParallel<B> {
             comm: grads,
             scalars,
             model,
+            counted,
             layout,
             pieces,
             groups,
@@ -273,7 +301,7 @@ impl<B: Backend> DataParallel<B> {
 
     /// The model (at stage 3 its parameters are empty between uses: see
     /// [`DataParallel::gather_all`]).
-    pub fn model(&self) -> &Gpt<B> {
+    pub fn model(&self) -> &M {
         &self.model
     }
 
@@ -354,12 +382,12 @@ impl<B: Backend> DataParallel<B> {
         };
         for mb in 0..k {
             let batch = self.local_batch()?;
-            let (ids, targets) = upload(&self.backend, &batch)?;
+            let targets = self.model.targets(&self.backend, &batch)?;
             self.mask = upload_mask(&self.backend, &batch)?;
             let mbid = MicroBatch(mb as u32);
             let losses = match recompute {
-                true => self.forward_recomputed(mbid, &ids, &targets),
-                false => self.forward(mbid, &ids, &targets),
+                true => self.forward_recomputed(mbid, &batch, &targets),
+                false => self.forward(mbid, &batch, &targets),
             };
             self.end_mask();
             let mean = losses?.mean_all()?;
@@ -438,22 +466,19 @@ impl<B: Backend> DataParallel<B> {
         Ok(batch)
     }
 
-    /// The token and position embeddings of micro-batch `mb`. With a document mask the
-    /// positions restart at each document and every block's attention gets the segment
-    /// ids (what [`Gpt::forward_loss_packed_mb`] does, part by part); the blocks' saved
-    /// state keeps the segments for their backward.
-    pub(crate) fn embed(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
-        let Some((positions, segments)) = self.mask.clone() else {
-            return self.model.embed_mb(mb, ids);
-        };
-        self.model.set_segments(Some(&segments));
-        self.model.embed_packed_mb(mb, ids, Some(&positions))
+    /// The token and position embeddings of micro-batch `mb`'s rows `batch`. With a
+    /// document mask the positions restart at each document and every block's attention
+    /// gets the segment ids (what [`Gpt::forward_loss_packed_mb`] does, part by part);
+    /// the blocks' saved state keeps the segments for their backward.
+    pub(crate) fn embed(&mut self, mb: MicroBatch, batch: &Batch) -> Result<Tensor<B>> {
+        let mask = self.mask.clone();
+        self.model.embed(&self.backend, mb, batch, mask.as_ref())
     }
 
     /// Clears what [`DataParallel::embed`] set for a masked micro-batch.
     pub(crate) fn end_mask(&mut self) {
         if self.mask.take().is_some() {
-            self.model.set_segments(None);
+            self.model.end_mask();
         }
     }
 
@@ -463,8 +488,8 @@ impl<B: Backend> DataParallel<B> {
     fn forward(
         &mut self,
         mb: MicroBatch,
-        ids: &Tensor<B>,
-        targets: &Tensor<B>,
+        batch: &Batch,
+        targets: &M::Targets,
     ) -> Result<Tensor<B>> {
         let tracer = self.tracer.clone();
         let _s = tracer.span("forward");
@@ -474,7 +499,7 @@ impl<B: Backend> DataParallel<B> {
             self.report.max_blocks_gathered = 0;
         }
         let mut walk = Walk::new(self, None);
-        let x0 = walk.embed(mb, ids)?;
+        let x0 = walk.embed(mb, batch)?;
         walk::forward_loss(&mut walk, mb, x0, targets)
     }
 
@@ -507,7 +532,7 @@ impl<B: Backend> DataParallel<B> {
         {
             let tracer = self.tracer.clone();
             let _s = tracer.span("backward embed");
-            self.model.embed_backward_mb(mb, dx)?;
+            self.model.embed_backward(mb, dx)?;
         }
         match launch {
             Some((p, done)) => self.launch_ready(self.pieces.embed.start, p, done),
@@ -538,6 +563,8 @@ impl<B: Backend> DataParallel<B> {
             }
             *done = true;
             let bucket = self.groups[g].clone();
+            // A shard's gradients are whole over its group before replicas average them.
+            self.model.complete_grads(bucket.params.clone())?;
             let mut data = Vec::with_capacity(padded_len(bucket.len(), self.dp.world));
             for p in &self.model.params()[bucket.params.clone()] {
                 data.extend(p.grad.to_vec_f32()?);
@@ -604,17 +631,37 @@ impl<B: Backend> DataParallel<B> {
     /// one-device [`brrr_train::Trainer`] runs them; the overflow flag is every rank's.
     fn replicated_update(&mut self, lr: f64) -> Result<Update> {
         self.unscale_replicated()?;
-        let (norm, coef) = clip_grad_norm_on_device(&self.model.params(), self.config.grad_clip)?;
         // The flag skips the update on the device (f32 masters and 16-bit copies alike).
         let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
-        self.opt.step_scaled(
-            self.model.params_mut(),
-            lr as f32,
-            1.0,
-            Some(&coef),
-            found_inf,
-        )?;
-        let norm = f64::from(norm.to_vec_f32()?[0]);
+        let norm = match self.model.shard_group() {
+            None => {
+                let (norm, coef) =
+                    clip_grad_norm_on_device(&self.model.params(), self.config.grad_clip)?;
+                let params = self.model.params_mut();
+                self.opt
+                    .step_scaled(params, lr as f32, 1.0, Some(&coef), found_inf)?;
+                f64::from(norm.to_vec_f32()?[0])
+            }
+            // A shard's norm is the whole model's: its part, summed over the group.
+            Some(_) => {
+                let mut ss = 0.0f64;
+                for (p, _) in self
+                    .model
+                    .params()
+                    .iter()
+                    .zip(&self.counted)
+                    .filter(|c| *c.1)
+                {
+                    ss += sum_sq(&p.grad.to_vec_f32()?);
+                }
+                let norm = self.shard_sum(ss)?.sqrt();
+                let coef = (self.config.grad_clip / (norm + 1e-6)).min(1.0) as f32;
+                let params = self.model.params_mut();
+                self.opt
+                    .step_scaled(params, lr as f32, coef, None, found_inf)?;
+                norm
+            }
+        };
         let (loss_scale, skipped) = self.update_scale()?;
         if skipped {
             // A skipped step is no AdamW step: its bias-correction count stays (as the
@@ -642,17 +689,14 @@ impl<B: Backend> DataParallel<B> {
                 .as_ref()
                 .ok_or_else(|| Error::invalid("dp", "a bucket was never reduced"))?
                 .to_vec_f32()?;
-            for seg in &s.segments {
-                ss += g[seg.in_chunk.clone()]
-                    .iter()
-                    .map(|&x| f64::from(x) * f64::from(x))
-                    .sum::<f64>();
+            for seg in s.segments.iter().filter(|seg| self.counted[seg.param]) {
+                ss += sum_sq(&g[seg.in_chunk.clone()]);
             }
             grads.push(g);
         }
         let mut total = [ss as f32];
         self.scalars.all_reduce(&mut total, ReduceOp::Sum)?;
-        let norm = f64::from(total[0]).sqrt();
+        let norm = self.shard_sum(f64::from(total[0]))?.sqrt();
         let coef = (self.config.grad_clip / (norm + 1e-6)).min(1.0) as f32;
         let (loss_scale, skipped) = self.update_scale()?;
         if !skipped {
@@ -673,6 +717,16 @@ impl<B: Backend> DataParallel<B> {
             loss_scale,
             skipped,
         })
+    }
+
+    /// `x` summed over the shard group (`x` itself for a whole model): a shard's part
+    /// of the squared gradient norm, made the whole model's.
+    pub(crate) fn shard_sum(&self, x: f64) -> Result<f64> {
+        let mut buf = [x as f32];
+        if let Some(group) = self.model.shard_group() {
+            group.all_reduce(&mut buf, ReduceOp::Sum)?;
+        }
+        Ok(f64::from(buf[0]))
     }
 
     /// AdamW on this rank's chunk of bucket `g` (its f32 master with `--amp`), then the
@@ -978,18 +1032,7 @@ impl<B: Backend> DataParallel<B> {
         self.gather_all()?;
         let mut sum = 0.0f64;
         for b in val {
-            let (ids, targets) = upload(&self.backend, b)?;
-            // As the one-device trainer: a masked batch attends within its documents.
-            let losses = match upload_mask(&self.backend, b)? {
-                None => self.model.forward_loss(&ids, &targets)?,
-                Some((pos, seg)) => self.model.forward_loss_packed_mb(
-                    MicroBatch::default(),
-                    &ids,
-                    &targets,
-                    &pos,
-                    &seg,
-                )?,
-            };
+            let losses = self.model.eval_loss(&self.backend, b)?;
             let mean = losses.mean_all()?;
             sum += f64::from(mean.to_vec_f32()?[0]);
             self.model.clear_saved();
@@ -1024,8 +1067,13 @@ fn bucket_views<B: Backend>(
         .collect()
 }
 
+/// Σ x² in f64.
+fn sum_sq(x: &[f32]) -> f64 {
+    x.iter().map(|&x| f64::from(x) * f64::from(x)).sum()
+}
+
 /// Makes every rank's parameters rank 0's (DDP's start: the replicas begin equal).
-fn broadcast_params<B: Backend>(comm: &Communicator, model: &mut Gpt<B>) -> Result<()> {
+fn broadcast_params<B: Backend>(comm: &Communicator, model: &mut impl Module<B>) -> Result<()> {
     for p in model.params_mut() {
         let mut host = p.value.to_vec_f32()?;
         comm.broadcast(&mut host, 0)?;

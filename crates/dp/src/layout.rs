@@ -3,7 +3,7 @@
 
 use crate::bucket::{Bucket, flat_offsets, shard_range};
 use brrr_backend::{Backend, Result};
-use brrr_nn::{Gpt, Module};
+use brrr_nn::Module;
 use std::ops::Range;
 
 /// One parameter's place in the flat buffer.
@@ -31,7 +31,7 @@ pub struct FlatLayout {
 
 impl FlatLayout {
     /// The layout of `model`'s parameters.
-    pub fn of<B: Backend>(model: &Gpt<B>) -> Result<Self> {
+    pub fn of<B: Backend>(model: &impl Module<B>) -> Result<Self> {
         let ps = model.params();
         let numels: Vec<usize> = ps.iter().map(|p| p.numel()).collect();
         let offsets = flat_offsets(&numels)?;
@@ -68,7 +68,8 @@ impl FlatLayout {
 }
 
 /// The parameter indices of the GPT's parts, in forward order: the embeddings (`wte`,
-/// `wpe`), each block, and the final LayerNorm (the head's projection is `wte`, tied).
+/// `wpe`), each block, and the final LayerNorm (the head's projection is `wte`, tied);
+/// a model says its own ([`crate::ReplicaModel::pieces`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pieces {
     /// `wte` and `wpe`.
@@ -80,23 +81,22 @@ pub struct Pieces {
 }
 
 impl Pieces {
-    /// The parts of `model`.
-    pub fn of<B: Backend>(model: &Gpt<B>) -> Self {
-        let embed = 0..model.wte.params().len() + model.wpe.params().len();
-        let mut next = embed.end;
-        let blocks = model
-            .h
-            .iter()
-            .map(|b| {
-                let r = next..next + b.params().len();
+    /// The parts of a model whose embeddings hold `embed` parameters, whose blocks hold
+    /// `blocks` each (input first) and whose head holds `head` of its own.
+    pub fn from_counts(embed: usize, blocks: impl IntoIterator<Item = usize>, head: usize) -> Self {
+        let mut next = embed;
+        let blocks = blocks
+            .into_iter()
+            .map(|n| {
+                let r = next..next + n;
                 next = r.end;
                 r
             })
             .collect();
         Pieces {
-            embed,
+            embed: 0..embed,
             blocks,
-            head: next..next + model.ln_f.params().len(),
+            head: next..next + head,
         }
     }
 

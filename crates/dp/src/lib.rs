@@ -84,6 +84,8 @@ mod engine;
 #[cfg(not(target_arch = "wasm32"))]
 mod layout;
 mod memory;
+#[cfg(not(target_arch = "wasm32"))]
+mod model;
 mod overlap;
 #[cfg(not(target_arch = "wasm32"))]
 mod recompute;
@@ -100,7 +102,7 @@ pub use bucket::{
 };
 #[cfg(not(target_arch = "wasm32"))]
 pub use ckpt::{ScalerHeader, ShardHeader, shard_path};
-pub use config::DpConfig;
+pub use config::{DpConfig, bucket_bytes};
 #[cfg(not(target_arch = "wasm32"))]
 pub use consolidate::{
     consolidate, read_shard, read_shard_header, shard_worlds, write_consolidated,
@@ -110,9 +112,11 @@ pub use engine::{DataParallel, StepReport};
 #[cfg(not(target_arch = "wasm32"))]
 pub use layout::{FlatLayout, ParamSlot, Pieces, Segment, segments};
 pub use memory::{estimate_model_states, padded_elems};
+#[cfg(not(target_arch = "wasm32"))]
+pub use model::{DeviceMask, ReplicaModel};
 pub use overlap::hidden_fraction;
 #[cfg(not(target_arch = "wasm32"))]
-pub use replica::{ParamOwners, average_grads, bucket_bytes};
+pub use replica::{ParamOwners, average_grads};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -7,19 +7,21 @@
 //! trades that overlap for the memory it saves.
 
 use crate::engine::{DataParallel, Pending};
+use crate::model::ReplicaModel;
 use crate::walk::Walk;
 use brrr_backend::{Backend, Result};
 use brrr_nn::MicroBatch;
 use brrr_tensor::Tensor;
+use brrr_train::Batch;
 
-impl<B: Backend> DataParallel<B> {
+impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
     /// The forward of micro-batch `mb` under `--checkpoint`: the embeddings (gathered,
     /// then freed), then the executor's first sweep over the blocks and the head.
     pub(crate) fn forward_recomputed(
         &mut self,
         mb: MicroBatch,
-        ids: &Tensor<B>,
-        targets: &Tensor<B>,
+        batch: &Batch,
+        targets: &M::Targets,
     ) -> Result<Tensor<B>> {
         if self.mask.is_some() {
             // `TrainConfig::validate` refuses the pair; a caller's batch source may not.
@@ -30,7 +32,7 @@ impl<B: Backend> DataParallel<B> {
         }
         let embed = self.groups.len() - 1;
         self.gather_if_sharded(embed)?;
-        let x0 = self.embed(mb, ids);
+        let x0 = self.embed(mb, batch);
         self.free_if_sharded(embed)?;
         let mut r = self.take_recompute()?;
         let losses = r.forward_loss_from(&mut Walk::new(self, None), mb, x0?, targets, &mut |_| {});
@@ -57,7 +59,7 @@ impl<B: Backend> DataParallel<B> {
         Ok((start, self.now()))
     }
 
-    fn take_recompute(&mut self) -> Result<brrr_checkpoint::Recompute<B>> {
+    fn take_recompute(&mut self) -> Result<brrr_checkpoint::Recompute<B, M::Targets>> {
         self.recompute.take().ok_or_else(|| {
             brrr_backend::Error::invalid("dp", "the step recomputes, but has no executor")
         })

@@ -9,14 +9,6 @@ use brrr_collectives::{Communicator, ReduceOp};
 use brrr_nn::{AdamW, Param};
 use brrr_tensor::Tensor;
 
-/// The gradient bucket of a run: `--bucket-mb` in bytes, or PyTorch DDP's 25 MiB.
-pub fn bucket_bytes(config: &brrr_train::TrainConfig) -> usize {
-    match config.layout.bucket_mb {
-        Some(mb) => ((mb * (1u64 << 20) as f64) as usize).max(1),
-        None => crate::DEFAULT_BUCKET_BYTES,
-    }
-}
-
 /// Averages the gradients of `params` over `comm`, packed into buckets of about
 /// `bucket_bytes` (f32; a parameter larger than a bucket is a bucket of its own): one
 /// all-reduce per bucket, fewer and larger messages than one per parameter, less host

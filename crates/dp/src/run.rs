@@ -2,6 +2,7 @@
 //! (`brrr_train::run`) drives it as it drives one device.
 
 use crate::engine::DataParallel;
+use crate::model::ReplicaModel;
 use brrr_backend::{Backend, Result};
 use brrr_train::run_dir::DP_DIR;
 use brrr_train::{Batch, Engine, StepStats, TrainConfig};
@@ -15,7 +16,7 @@ pub struct Timed {
     steps: u32,
 }
 
-impl<B: Backend> DataParallel<B> {
+impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
     /// The fixed batches [`Engine::evaluate`] scores (global batches: every rank
     /// evaluates all of them on the whole model).
     pub fn set_validation(&mut self, val: Vec<Batch>) {
@@ -23,7 +24,7 @@ impl<B: Backend> DataParallel<B> {
     }
 }
 
-impl<B: Backend> Engine for DataParallel<B> {
+impl<B: Backend, M: ReplicaModel<B>> Engine for DataParallel<B, M> {
     fn config(&self) -> &TrainConfig {
         DataParallel::config(self)
     }
@@ -50,27 +51,42 @@ impl<B: Backend> Engine for DataParallel<B> {
         loss
     }
 
-    /// Every rank writes `dir/dp/dp-rank{r}-of{n}.bin` (atomic, fsynced).
+    /// Every rank writes `dir/dp/dp-rank{r}-of{n}.bin` (atomic, fsynced). Shards of a
+    /// tensor-parallel model instead put the whole model together (collective over both
+    /// groups), which the first rank writes as one checkpoint: `brrr sample` and a run in
+    /// any layout read it.
     async fn save_to(&mut self, dir: &Path) -> Result<()> {
-        self.save_shard(&dir.join(DP_DIR)).map(drop)
+        let Some(group) = self.model.shard_group() else {
+            return self.save_shard(&dir.join(DP_DIR)).map(drop);
+        };
+        let writer = self.rank == 0 && group.rank() == 0;
+        let state = self.model.whole_state(self.gather_state()?)?;
+        match writer {
+            true => brrr_train::save_state(&state, dir),
+            false => Ok(()),
+        }
     }
 
     /// This layout's shards when `dir` has them, else one whole checkpoint (a run of
-    /// another layout, consolidated): the replicas then take their chunks of it.
+    /// another layout, consolidated): the replicas then take their chunks of it (of
+    /// their tensor-parallel shard of it).
     async fn restore_from(&mut self, dir: &Path) -> Result<()> {
         let shards = dir.join(DP_DIR);
         let whole = dir.join(brrr_train::CHECKPOINT_FILE);
-        if !crate::shard_path(&shards, self.rank, self.dp.world).exists() && whole.exists() {
-            return self.restore_state(&brrr_train::load_state(dir)?);
+        let own = crate::shard_path(&shards, self.rank, self.dp.world).exists();
+        if self.model.shard_group().is_some() || (!own && whole.exists()) {
+            let state = brrr_train::load_state(dir)?;
+            return self.restore_state(&self.model.local_state(&state)?);
         }
         self.load_shard(&shards)
     }
 
     fn describe(&self) -> String {
         format!(
-            "data parallel: --dp {} --zero {} ({} transport), {} buckets",
+            "data parallel: --dp {} --zero {}{} ({} transport), {} buckets",
             self.dp.world,
             self.dp.zero,
+            self.model.describe(),
             self.comm.transport(),
             self.groups.len()
         )

@@ -13,14 +13,16 @@
 //!   buckets it completed start (on the step's last micro-batch; `no_sync` on others).
 
 use crate::engine::{DataParallel, Gathering, Pending};
+use crate::model::ReplicaModel;
 use brrr_backend::{Backend, Result};
-use brrr_nn::{MicroBatch, Module, SegmentId, Segments};
+use brrr_nn::{MicroBatch, SegmentId, Segments};
 use brrr_tensor::Tensor;
+use brrr_train::Batch;
 
 /// The engine walked segment by segment, with the bucket launches of the step's last
 /// micro-batch (`None` on the others).
-pub(crate) struct Walk<'a, 'l, B: Backend> {
-    pub(crate) dp: &'a mut DataParallel<B>,
+pub(crate) struct Walk<'a, 'l, B: Backend, M: ReplicaModel<B>> {
+    pub(crate) dp: &'a mut DataParallel<B, M>,
     pub(crate) launch: Option<(&'l mut Vec<Pending>, &'l mut Vec<bool>)>,
     /// The bucket of the segment the walk said runs next.
     next: Option<usize>,
@@ -28,9 +30,9 @@ pub(crate) struct Walk<'a, 'l, B: Backend> {
     in_flight: Option<Gathering<B>>,
 }
 
-impl<'a, 'l, B: Backend> Walk<'a, 'l, B> {
+impl<'a, 'l, B: Backend, M: ReplicaModel<B>> Walk<'a, 'l, B, M> {
     pub(crate) fn new(
-        dp: &'a mut DataParallel<B>,
+        dp: &'a mut DataParallel<B, M>,
         launch: Option<(&'l mut Vec<Pending>, &'l mut Vec<bool>)>,
     ) -> Self {
         Walk {
@@ -74,7 +76,7 @@ impl<'a, 'l, B: Backend> Walk<'a, 'l, B> {
         &mut self,
         groups: &[usize],
         free: &[usize],
-        f: impl FnOnce(&mut DataParallel<B>) -> Result<T>,
+        f: impl FnOnce(&mut DataParallel<B, M>) -> Result<T>,
     ) -> Result<T> {
         for &g in groups {
             self.land(g)?;
@@ -93,8 +95,8 @@ impl<'a, 'l, B: Backend> Walk<'a, 'l, B> {
     }
 
     /// The embeddings of micro-batch `mb` (their bucket stays gathered for the head).
-    pub(crate) fn embed(&mut self, mb: MicroBatch, ids: &Tensor<B>) -> Result<Tensor<B>> {
-        let first = match self.dp.model.h.is_empty() {
+    pub(crate) fn embed(&mut self, mb: MicroBatch, batch: &Batch) -> Result<Tensor<B>> {
+        let first = match self.dp.model.n_blocks() == 0 {
             true => SegmentId::Head,
             false => SegmentId::Block(0),
         };
@@ -103,7 +105,7 @@ impl<'a, 'l, B: Backend> Walk<'a, 'l, B> {
         self.run(&[embed], &[], |dp| {
             let tracer = dp.tracer.clone();
             let _s = tracer.span("forward embed");
-            dp.embed(mb, ids)
+            dp.embed(mb, batch)
         })
     }
 
@@ -121,11 +123,11 @@ impl<'a, 'l, B: Backend> Walk<'a, 'l, B> {
     }
 }
 
-impl<B: Backend> Segments<B> for Walk<'_, '_, B> {
-    type Targets = Tensor<B>;
+impl<B: Backend, M: ReplicaModel<B>> Segments<B> for Walk<'_, '_, B, M> {
+    type Targets = M::Targets;
 
     fn n_blocks(&self) -> usize {
-        self.dp.model.h.len()
+        self.dp.model.n_blocks()
     }
 
     fn block_forward(
@@ -150,27 +152,27 @@ impl<B: Backend> Segments<B> for Walk<'_, '_, B> {
             dp.ensure_grads(params.clone())?;
             let tracer = dp.tracer.clone();
             let _s = tracer.span(format!("backward h.{l}"));
-            dp.model.h[l].backward(mb, dy)
+            dp.model.block_backward(mb, l, dy)
         })?;
         self.launch_from(params.start)?;
         Ok(dx)
     }
 
     fn block_discard(&mut self, mb: MicroBatch, l: usize) -> Result<()> {
-        self.dp.model.h[l].discard_saved(mb)
+        self.dp.model.block_discard(mb, l)
     }
 
     fn head_loss(
         &mut self,
         mb: MicroBatch,
         x: &Tensor<B>,
-        targets: &Tensor<B>,
+        targets: &M::Targets,
     ) -> Result<Tensor<B>> {
         let [embed, head] = self.head_groups();
         self.run(&[embed, head], &[head, embed], |dp| {
             let tracer = dp.tracer.clone();
             let _s = tracer.span("forward head");
-            dp.model.head_loss_mb(mb, x, targets)
+            dp.model.head_loss(mb, x, targets)
         })
     }
 
@@ -182,14 +184,14 @@ impl<B: Backend> Segments<B> for Walk<'_, '_, B> {
             dp.ensure_grads(ep)?;
             let tracer = dp.tracer.clone();
             let _s = tracer.span("backward head");
-            dp.model.head_backward_mb(mb, dloss)
+            dp.model.head_backward(mb, dloss)
         })?;
         self.launch_from(hp.start)?;
         Ok(dx)
     }
 
     fn head_discard(&mut self, mb: MicroBatch) -> Result<()> {
-        self.dp.model.discard_head(mb)
+        self.dp.model.head_discard(mb)
     }
 
     fn prefetch(&mut self, next: SegmentId) -> Result<()> {

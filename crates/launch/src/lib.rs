@@ -429,11 +429,7 @@ fn train_rank<B: Backend>(
             drive(&mut e, &backend, job, lead, tracer)
         }
         EngineKind::DataParallel => {
-            let mut dp = DpConfig::new(l.dp, l.zero);
-            if let Some(mb) = l.bucket_mb {
-                dp.bucket_bytes = (mb * (1u64 << 20) as f64) as usize;
-                dp.first_bucket_bytes = dp.first_bucket_bytes.min(dp.bucket_bytes).max(1);
-            }
+            let dp = DpConfig::of(&cfg);
             let mut e = DataParallel::new(&backend, cfg.clone(), dp, world()?, source)?;
             e.set_validation(val);
             if let Some(t) = &tracer {
@@ -449,6 +445,15 @@ fn train_rank<B: Backend>(
             };
             let groups = ParallelGroups::new(world()?, layout)?;
             let tp = TpConfig { tp: l.tp, sp: l.sp };
+            if l.zero >= 2 {
+                // ZeRO-2/3 shard gradients and parameters: brrr-dp's engine over the shard.
+                let mut e = brrr_tp::data_parallel(&backend, cfg.clone(), tp, groups, source)?;
+                e.set_validation(val);
+                if let Some(t) = &tracer {
+                    e.set_tracer(t.clone());
+                }
+                return drive(&mut e, &backend, job, lead, tracer);
+            }
             let mut e = TpTrainer::new(&backend, cfg.clone(), tp, groups)?;
             e.set_data(source, val);
             if let Some(t) = &tracer {

@@ -301,6 +301,14 @@ impl<B: Backend> TpGpt<B> {
         Ok(())
     }
 
+    /// Packed documents: every block's attention stays inside the segments (u32
+    /// `[B, T]`, the whole sequence) until called again with `None`.
+    pub fn set_segments(&mut self, segments: Option<&Tensor<B>>) {
+        for block in &mut self.h {
+            block.attn.segments = segments.cloned();
+        }
+    }
+
     /// The tensor-parallel group.
     pub fn comm(&self) -> &Arc<Communicator> {
         &self.comm

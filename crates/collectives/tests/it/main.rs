@@ -2,5 +2,6 @@
 //! links once and instantiates the generic code once, where a binary per file did both
 //! for every file (`cargo test -p brrr-collectives --test it NAME` runs the tests matching NAME).
 
+mod concurrent;
 mod inproc;
 mod socket;

@@ -7,3 +7,4 @@ mod communication;
 mod equivalence;
 mod example;
 mod memory;
+mod zero;
