@@ -51,7 +51,9 @@ fn config() -> TrainConfig {
 }
 
 /// The layouts the test command runs on each GPU backend: dp 2, tp 2 (with and without
-/// sp), pp 2 (1f1b and zb-h1), dp 2 × pp 2.
+/// sp), pp 2 (1f1b and zb-h1), dp 2 × pp 2, and dp 2 × tp 2 at ZeRO-3 (brrr-dp's engine
+/// over tensor-parallel shards: each block's parameters gathered into one flat device
+/// buffer that the shard's layers read through views).
 fn layouts() -> Vec<(&'static str, TrainConfig)> {
     let with = |f: &dyn Fn(&mut TrainConfig)| {
         let mut c = config();
@@ -73,6 +75,10 @@ fn layouts() -> Vec<(&'static str, TrainConfig)> {
         (
             "--dp 2 --pp 2",
             with(&|c| (c.layout.dp, c.layout.pp) = (2, 2)),
+        ),
+        (
+            "--dp 2 --tp 2 --sp --zero 3",
+            with(&|c| (c.layout.dp, c.layout.tp, c.layout.sp, c.layout.zero) = (2, 2, true, 3)),
         ),
     ]
 }

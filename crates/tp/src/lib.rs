@@ -68,6 +68,7 @@
 
 pub mod comm;
 mod config;
+mod ends;
 mod layers;
 pub mod memory;
 mod model;

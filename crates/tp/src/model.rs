@@ -2,9 +2,10 @@
 //! same weights, so that the same seed gives the same model at any degree.
 
 use crate::comm::{RegionEntry, RegionExit};
+use crate::ends::{self, HeadSaved, Region};
 use crate::layers::{ColumnParallelLinear, RowParallelLinear};
 use crate::shard::{column_shard, qkv_shard, row_shard, split_dim};
-use crate::vocab::{VocabParallelEmbedding, VocabParallelLoss, vocab_parallel_cross_entropy};
+use crate::vocab::VocabParallelEmbedding;
 use brrr_backend::{Backend, Error, Result};
 use brrr_collectives::Communicator;
 use brrr_nn::{
@@ -212,14 +213,6 @@ impl<B: Backend> Module<B> for TpBlock<B> {
     }
 }
 
-/// What the head keeps between its forward and backward.
-struct HeadSaved<B: Backend> {
-    /// ln_f's output over the whole sequence, `[B·T, C]`.
-    x_final: Tensor<B>,
-    loss: VocabParallelLoss<B>,
-    bt: (usize, usize),
-}
-
 /// Rank `r`'s shard of a GPT over a tensor-parallel group of `n` ranks (Megatron-LM):
 /// the vocabulary-parallel token embedding (also the tied head), the positional
 /// embedding and LayerNorms replicated, each block's heads and MLP columns split.
@@ -381,24 +374,13 @@ impl<B: Backend> TpGpt<B> {
         x: &Tensor<B>,
         targets: &[u32],
     ) -> Result<Tensor<B>> {
-        let b = x.dims()[0];
-        let t = targets.len() / b.max(1);
-        let c = self.config.n_embd;
-        let entry = RegionEntry::for_sequence_parallel(self.sp);
-        let x_final = entry
-            .forward(&self.comm, &self.ln_f.forward(mb, x)?)?
-            .reshape([b * t, c])?;
-        let logits = x_final.matmul(&self.wte.weight.value.transpose(0, 1)?)?;
-        let loss = vocab_parallel_cross_entropy(&self.comm, &logits, targets, self.wte.start)?;
-        let losses = loss.losses.reshape([b, t])?;
-        self.saved.put(
-            mb,
-            HeadSaved {
-                x_final,
-                loss,
-                bt: (b, t),
-            },
-        );
+        let region = Region {
+            comm: &self.comm,
+            sp: self.sp,
+        };
+        let tied = (&self.wte.weight.value, self.wte.start);
+        let (losses, saved) = ends::head_forward(&mut self.ln_f, tied, region, mb, x, targets)?;
+        self.saved.put(mb, saved);
         Ok(losses)
     }
 
@@ -418,11 +400,12 @@ impl<B: Backend> TpGpt<B> {
         (b, t): (usize, usize),
         positions: Option<&[u32]>,
     ) -> Result<Tensor<B>> {
-        let exit = RegionExit::for_sequence_parallel(self.sp);
-        let tok = exit.forward(&self.comm, &self.wte.forward(mb, ids, [b, t])?)?;
-        let pos = rank_positions(&self.comm, self.sp, (b, t), positions)?;
-        let pos = Tensor::from_u32(tok.backend(), &pos, [b, pos.len() / b.max(1)])?;
-        tok.add(&self.wpe.forward(mb, &pos)?)
+        let region = Region {
+            comm: &self.comm,
+            sp: self.sp,
+        };
+        let tables = (&mut self.wte, &mut self.wpe);
+        ends::embed(tables, region, mb, ids, (b, t), positions)
     }
 
     /// Backward of micro-batch `mb` from `Σ losses · dloss`, accumulating every local
@@ -437,29 +420,23 @@ impl<B: Backend> TpGpt<B> {
     /// The head's backward from `Σ losses · dloss`: the gradient of the last block's
     /// output (this rank's part of it).
     pub fn head_backward_mb(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>> {
-        let s = self.saved.take(mb, "TpGpt")?;
-        let (b, t) = s.bt;
-        let dlogits = s.loss.backward(dloss)?; // [B·T, V/n]
-        drop(s.loss);
-        Tensor::matmul_into(
-            &mut self.wte.weight.grad,
-            &dlogits.transpose(0, 1)?,
-            &s.x_final,
-            1.0,
-            1.0,
-        )?;
-        let dx = dlogits
-            .matmul(&self.wte.weight.value)?
-            .reshape([b, t, self.config.n_embd])?;
-        let entry = RegionEntry::for_sequence_parallel(self.sp);
-        self.ln_f.backward(mb, &entry.backward(&self.comm, &dx)?)
+        let saved = self.saved.take(mb, "TpGpt")?;
+        let (dx, tied) = ends::head_backward(saved, &self.wte.weight.value, dloss)?;
+        ends::add_tied_grad(&mut self.wte.weight.grad, tied)?;
+        let region = Region {
+            comm: &self.comm,
+            sp: self.sp,
+        };
+        ends::head_backward_input(&mut self.ln_f, region, mb, &dx)
     }
 
     /// The embeddings' backward from the gradient of the first block's input.
     pub fn embed_backward_mb(&mut self, mb: MicroBatch, dx: &Tensor<B>) -> Result<()> {
-        self.wpe.backward(mb, dx)?;
-        let exit = RegionExit::for_sequence_parallel(self.sp);
-        self.wte.backward(mb, &exit.backward(&self.comm, dx)?)
+        let region = Region {
+            comm: &self.comm,
+            sp: self.sp,
+        };
+        ends::embed_backward((&mut self.wte, &mut self.wpe), region, mb, dx)
     }
 
     /// Under sequence parallelism each rank's gradient of a replicated parameter covers

@@ -15,10 +15,10 @@
 //! tied copy, so the first and the last stage's tied-gradient exchange pairs the same
 //! rows on the same tensor rank.
 
-use crate::comm::{RegionEntry, RegionExit};
-use crate::model::{TpBlock, copy_layer_norm, copy_param, rank_positions};
+use crate::ends::{self, HeadSaved, Region, TiedGrad};
+use crate::model::{TpBlock, copy_layer_norm, copy_param};
 use crate::shard::split_dim;
-use crate::vocab::{VocabParallelEmbedding, VocabParallelLoss, vocab_parallel_cross_entropy};
+use crate::vocab::VocabParallelEmbedding;
 use brrr_backend::{Backend, Error, HostData, Result};
 use brrr_collectives::Communicator;
 use brrr_nn::{
@@ -120,23 +120,26 @@ impl<B: Backend> TpEmbeddingStage<B> {
             ));
         }
         let ids = host_ids(OP, ids)?;
-        let exit = RegionExit::for_sequence_parallel(self.sp);
-        let tok = exit.forward(&self.comm, &self.wte.forward(mb, &ids, [b, t])?)?;
         let positions = match positions {
             Some(p) => Some(host_ids(OP, p)?),
             None => None,
         };
-        let pos = rank_positions(&self.comm, self.sp, (b, t), positions.as_deref())?;
-        let pos = Tensor::from_u32(tok.backend(), &pos, [b, pos.len() / b.max(1)])?;
-        tok.add(&self.wpe.forward(mb, &pos)?)
+        let region = Region {
+            comm: &self.comm,
+            sp: self.sp,
+        };
+        let tables = (&mut self.wte, &mut self.wpe);
+        ends::embed(tables, region, mb, &ids, (b, t), positions.as_deref())
     }
 
     /// Scatter-adds the gradient of this rank's part of the residual stream into the
     /// positional table and (after the exit's backward) into this rank's vocabulary rows.
     pub fn backward(&mut self, mb: MicroBatch, dx: &Tensor<B>) -> Result<()> {
-        self.wpe.backward(mb, dx)?;
-        let exit = RegionExit::for_sequence_parallel(self.sp);
-        self.wte.backward(mb, &exit.backward(&self.comm, dx)?)
+        let region = Region {
+            comm: &self.comm,
+            sp: self.sp,
+        };
+        ends::embed_backward((&mut self.wte, &mut self.wpe), region, mb, dx)
     }
 }
 
@@ -214,15 +217,6 @@ impl<B: Backend> HeadPart<B> for TpHeadStage<B> {
     }
 }
 
-/// What the head keeps between its forward and backward.
-struct TpHeadSaved<B: Backend> {
-    /// ln_f's output over the whole sequence, `[B·T, C]`.
-    x_final: Tensor<B>,
-    loss: VocabParallelLoss<B>,
-    /// `[B, T]` of the whole sequence.
-    bt: (usize, usize),
-}
-
 /// The last stage over a tensor-parallel group: the final LayerNorm (on the sequence
 /// shard with sequence parallelism), the region's entry (nothing, or the all-gather of
 /// the sequence), this rank's vocabulary columns of the logits against its rows of the
@@ -238,9 +232,9 @@ pub struct TpHeadStage<B: Backend> {
     /// Sequence parallelism on.
     pub sp: bool,
     comm: Arc<Communicator>,
-    saved: Stash<TpHeadSaved<B>>,
+    saved: Stash<HeadSaved<B>>,
     /// `(dlogits [B·T, V/n], x_final [B·T, C])` between B and W.
-    pending_weight: Stash<(Tensor<B>, Tensor<B>)>,
+    pending_weight: Stash<TiedGrad<B>>,
 }
 
 impl<B: Backend> TpHeadStage<B> {
@@ -268,38 +262,23 @@ impl<B: Backend> TpHeadStage<B> {
         targets: &Tensor<B>,
     ) -> Result<Tensor<B>> {
         const OP: &str = "TpHeadStage::forward_loss";
-        let (b, t) = dims2(OP, targets)?;
+        dims2(OP, targets)?;
         let targets = host_ids(OP, targets)?;
-        let c = self.wte.value.dims()[1];
-        let entry = RegionEntry::for_sequence_parallel(self.sp);
-        let x_final = entry
-            .forward(&self.comm, &self.ln_f.forward(mb, x)?)?
-            .reshape([b * t, c])?;
-        let logits = x_final.matmul(&self.wte.value.transpose(0, 1)?)?;
-        let loss = vocab_parallel_cross_entropy(&self.comm, &logits, &targets, self.start)?;
-        let losses = loss.losses.reshape([b, t])?;
-        self.saved.put(
-            mb,
-            TpHeadSaved {
-                x_final,
-                loss,
-                bt: (b, t),
-            },
-        );
+        let region = Region {
+            comm: &self.comm,
+            sp: self.sp,
+        };
+        let tied = (&self.wte.value, self.start);
+        let (losses, saved) = ends::head_forward(&mut self.ln_f, tied, region, mb, x, &targets)?;
+        self.saved.put(mb, saved);
         Ok(losses)
     }
 
     /// Backward from `Σ losses · dloss`: accumulates into `ln_f` and this rank's rows
     /// of `wte`; returns the gradient of this rank's part of the stage's input.
     pub fn backward(&mut self, mb: MicroBatch, dloss: f32) -> Result<Tensor<B>> {
-        let (dx, (dlogits, x_final)) = self.backward_parts(mb, dloss)?;
-        Tensor::matmul_into(
-            &mut self.wte.grad,
-            &dlogits.transpose(0, 1)?,
-            &x_final,
-            1.0,
-            1.0,
-        )?;
+        let (dx, tied) = self.backward_parts(mb, dloss)?;
+        ends::add_tied_grad(&mut self.wte.grad, tied)?;
         self.finish_input(mb, dx)
     }
 
@@ -319,38 +298,24 @@ impl<B: Backend> TpHeadStage<B> {
                 format!("no input gradient (B) of {mb} is waiting for its weight gradient"),
             ));
         }
-        let (dlogits, x_final) = self.pending_weight.take(mb, "TpHeadStage")?;
-        Tensor::matmul_into(
-            &mut self.wte.grad,
-            &dlogits.transpose(0, 1)?,
-            &x_final,
-            1.0,
-            1.0,
-        )
+        let tied = self.pending_weight.take(mb, "TpHeadStage")?;
+        ends::add_tied_grad(&mut self.wte.grad, tied)
     }
 
-    /// `dlogits`, this rank's partial `dx = dlogits · wte_r` `[B, T, C]`, and what the
-    /// weight gradient needs.
-    #[allow(clippy::type_complexity)]
-    fn backward_parts(
-        &mut self,
-        mb: MicroBatch,
-        dloss: f32,
-    ) -> Result<(Tensor<B>, (Tensor<B>, Tensor<B>))> {
-        let s = self.saved.take(mb, "TpHeadStage")?;
-        let (b, t) = s.bt;
-        let dlogits = s.loss.backward(dloss)?;
-        let dx = dlogits
-            .matmul(&self.wte.value)?
-            .reshape([b, t, self.wte.value.dims()[1]])?;
-        Ok((dx, (dlogits, s.x_final)))
+    /// This rank's partial input gradient and the tied rows' pending weight gradient.
+    fn backward_parts(&mut self, mb: MicroBatch, dloss: f32) -> Result<(Tensor<B>, TiedGrad<B>)> {
+        let saved = self.saved.take(mb, "TpHeadStage")?;
+        ends::head_backward(saved, &self.wte.value, dloss)
     }
 
     /// The entry's backward (sum, or reduce-scatter, of the ranks' partial `dx`) and
     /// ln_f's.
     fn finish_input(&mut self, mb: MicroBatch, dx: Tensor<B>) -> Result<Tensor<B>> {
-        let entry = RegionEntry::for_sequence_parallel(self.sp);
-        self.ln_f.backward(mb, &entry.backward(&self.comm, &dx)?)
+        let region = Region {
+            comm: &self.comm,
+            sp: self.sp,
+        };
+        ends::head_backward_input(&mut self.ln_f, region, mb, &dx)
     }
 }
 
