@@ -300,3 +300,43 @@ fn a_zero3_tensor_parallel_run_resumes_bit_for_bit() {
         );
     }
 }
+
+/// What each stage keeps: the model states after a step (parameters, gradients and
+/// moments of this rank's shard, activations freed) shrink as ZeRO shards more of them
+/// over the two replicas of each shard, as `brrr_perf`'s estimate says: f32 AdamW keeps
+/// 16 bytes per parameter, ZeRO-2 `4 + 12/2`, ZeRO-3 `16/2`.
+#[test]
+fn each_zero_stage_keeps_less_of_the_shard() {
+    let mut bytes = Vec::new();
+    for zero in [0, 1, 2, 3] {
+        let c = config(zero, true);
+        let layout = ParallelLayout {
+            dp: 2,
+            tp: 2,
+            pp: 1,
+        };
+        let results = run_in_process(4, |world| {
+            let b = CpuBackend::new();
+            let groups = ParallelGroups::new(world, layout)?;
+            let tp = TpConfig { tp: 2, sp: true };
+            let mut e = brrr_tp::data_parallel(&b, c.clone(), tp, groups, batcher(&c))?;
+            // The shard's parameters (stage 3 frees them between uses).
+            let params = e.layout().total;
+            e.step()?;
+            Ok((e.report().model_state_bytes, params))
+        });
+        let (state, params) = results.into_iter().next().unwrap().unwrap();
+        eprintln!("--zero {zero}: {state} B of model states for a shard of {params} parameters");
+        bytes.push((state, params));
+    }
+    let per_param = |(b, p): (u64, usize)| b as f64 / p as f64;
+    let want = [16.0, 4.0 + 4.0 + 8.0 / 2.0, 4.0 + 12.0 / 2.0, 16.0 / 2.0];
+    for (zero, (&got, want)) in bytes.iter().zip(want).enumerate() {
+        let got = per_param(got);
+        // Padding to the buckets' multiple of two and the loss scaler's few bytes.
+        assert!(
+            (got - want).abs() < 0.05 * want,
+            "--zero {zero}: {got:.2} B/param, expected {want}"
+        );
+    }
+}
