@@ -78,6 +78,21 @@ impl fmt::Display for ConsolidateReport {
 /// Runs `brrr ckpt consolidate`.
 pub fn run_consolidate(args: &ConsolidateArgs) -> Result<ConsolidateReport> {
     let config = read_config(&args.run_dir)?;
+    if matches!(
+        config.layout.engine(),
+        EngineKind::OneDevice | EngineKind::TensorParallel
+    ) {
+        // These layouts save the whole model (a --tp run gathers it from its shards).
+        return Err(Error::invalid(
+            "ckpt consolidate",
+            format!(
+                "the run in {} ({}) saved one whole checkpoint already: `brrr sample` and \
+                 `--resume` in any layout read it as it is",
+                args.run_dir.display(),
+                config.layout.flags()
+            ),
+        ));
+    }
     let out = args
         .out
         .clone()

@@ -144,3 +144,36 @@ fn consolidate_refuses_to_overwrite_and_names_missing_shards() {
         .to_string();
     assert!(e.contains("config.toml"), "{e}");
 }
+
+/// A `--tp` run (at any `--zero`) saves the whole model gathered from its shards:
+/// there is nothing to consolidate, `consolidate` says so, and `brrr sample` reads it.
+#[test]
+fn a_tensor_parallel_zero3_run_is_whole_already() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut a = dp_args(d, "tp", 3, 2, 3);
+    (a.tp, a.sp) = (Some(2), true);
+    train::run(&a).unwrap();
+    let run = d.join("tp");
+    assert!(run.join("checkpoint.safetensors").exists());
+    let e = run_consolidate(&ConsolidateArgs {
+        out: Some(d.join("elsewhere.safetensors")),
+        ..consolidate_args(&run)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("whole checkpoint") && e.contains("--tp 2"),
+        "{e}"
+    );
+    let text = sample::run(&SampleArgs {
+        dir: run,
+        prompt: "It was".into(),
+        tokens: 8,
+        temperature: 0.0,
+        top_k: 0,
+        seed: 0,
+    })
+    .unwrap();
+    assert!(text.starts_with("It was") && text.len() > 6, "{text:?}");
+}
