@@ -94,7 +94,7 @@ pub fn invocations(p: &Puzzle) -> usize {
         .product()
 }
 
-fn row_width(p: &Puzzle) -> usize {
+pub(super) fn row_width(p: &Puzzle) -> usize {
     (p.workgroup_size[0] as usize) * (p.workgroups[0] as usize)
 }
 
@@ -128,8 +128,9 @@ pub fn instrument(puzzle: &Puzzle, source: &str) -> Result<Instrumented, String>
         g = gid_name,
         plane = width * height
     );
-    let head = rewrite(&head, &vars);
-    let body = rewrite(&source[body_open..], &vars);
+    let counted = counting(&vars);
+    let head = rewrite(&head, &counted);
+    let body = rewrite(&source[body_open..], &counted);
     let wgsl = format!(
         "{head}{{{set_inv}{}\n{}",
         &body[1..],
@@ -170,7 +171,7 @@ fn storage_vars(source: &str) -> Vec<StorageVar> {
 
 /// Where the entry point's body opens (the index of its `{`), and the name of its
 /// `global_invocation_id` parameter if it has one.
-fn entry_point(source: &str) -> Result<(usize, Option<String>), String> {
+pub(super) fn entry_point(source: &str) -> Result<(usize, Option<String>), String> {
     let start = source
         .find("fn main(")
         .ok_or("the kernel has no `fn main(`")?;
@@ -209,12 +210,36 @@ fn helpers(vars: &[StorageVar], binding: u32) -> String {
     s
 }
 
-fn is_ident(c: char) -> bool {
+pub(super) fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// Rewrites every element access of a storage buffer in `text`.
-fn rewrite(text: &str, vars: &[StorageVar]) -> String {
+/// What an element access of one of `names` becomes: `emit(name, index, kind)` gives
+/// the text to insert before the statement it is in, and the text replacing it (`index`
+/// already rewritten).
+pub(super) struct Accesses<'a> {
+    pub(super) names: Vec<String>,
+    pub(super) emit: &'a dyn Fn(&str, &str, Assign) -> (String, String),
+}
+
+/// Storage-buffer accesses that count: a read becomes a counted load, a write counts
+/// before its statement.
+fn counting(vars: &[StorageVar]) -> Accesses<'static> {
+    Accesses {
+        names: vars.iter().map(|v| v.name.clone()).collect(),
+        emit: &|name, index, kind| match kind {
+            Assign::Plain => ("brrr_write(); ".into(), format!("{name}[{index}]")),
+            Assign::Compound => (
+                "brrr_read(); brrr_write(); ".into(),
+                format!("{name}[{index}]"),
+            ),
+            Assign::None => (String::new(), format!("brrr_load_{name}(u32({index}))")),
+        },
+    }
+}
+
+/// Rewrites every element access of the arrays `a` names in `text`.
+pub(super) fn rewrite(text: &str, a: &Accesses) -> String {
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len() * 2);
     // Where the statement being copied begins in `out` (after indentation and comments),
@@ -237,7 +262,7 @@ fn rewrite(text: &str, vars: &[StorageVar]) -> String {
         }
         if is_ident(c) && (i == 0 || !(is_ident(chars[i - 1]) || chars[i - 1] == '.')) {
             at_stmt_start = false;
-            i = access(&chars, i, vars, &mut out, stmt_start);
+            i = access(&chars, i, a, &mut out, stmt_start);
             continue;
         }
         out.push(c);
@@ -254,22 +279,16 @@ fn rewrite(text: &str, vars: &[StorageVar]) -> String {
     out
 }
 
-/// Copies the identifier at `i` into `out`, rewritten if it is an element access of a
-/// storage buffer; returns where copying goes on.
-fn access(
-    chars: &[char],
-    i: usize,
-    vars: &[StorageVar],
-    out: &mut String,
-    stmt_start: usize,
-) -> usize {
+/// Copies the identifier at `i` into `out`, rewritten if it is an element access of
+/// one of `a`'s arrays; returns where copying goes on.
+fn access(chars: &[char], i: usize, a: &Accesses, out: &mut String, stmt_start: usize) -> usize {
     let end = (i..chars.len())
         .find(|&j| !is_ident(chars[j]))
         .unwrap_or(chars.len());
     let name: String = chars[i..end].iter().collect();
-    let is_storage = vars.iter().any(|v| v.name == name);
+    let is_target = a.names.contains(&name);
     let after_amp = prev_non_space(chars, i) == Some('&');
-    let sub = if is_storage && !after_amp {
+    let sub = if is_target && !after_amp {
         subscript(chars, end)
     } else {
         None
@@ -278,18 +297,10 @@ fn access(
         out.push_str(&name);
         return end;
     };
-    let inner = rewrite(&index, vars);
-    match assignment_after(chars, close + 1) {
-        Assign::Plain => {
-            out.insert_str(stmt_start, "brrr_write(); ");
-            out.push_str(&format!("{name}[{inner}]"));
-        }
-        Assign::Compound => {
-            out.insert_str(stmt_start, "brrr_read(); brrr_write(); ");
-            out.push_str(&format!("{name}[{inner}]"));
-        }
-        Assign::None => out.push_str(&format!("brrr_load_{name}(u32({inner}))")),
-    }
+    let inner = rewrite(&index, a);
+    let (prefix, replacement) = (a.emit)(&name, &inner, assignment_after(chars, close + 1));
+    out.insert_str(stmt_start, &prefix);
+    out.push_str(&replacement);
     close + 1
 }
 
@@ -324,9 +335,14 @@ fn subscript(chars: &[char], from: usize) -> Option<(String, usize)> {
     None
 }
 
-enum Assign {
+/// How an element access is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Assign {
+    /// Read.
     None,
+    /// The target of `=`.
     Plain,
+    /// The target of `+=` and the like, or of `++`/`--`: read and written.
     Compound,
 }
 
@@ -361,7 +377,7 @@ mod tests {
         let p = puzzle("p01_map");
         let got = rewrite(
             "    out[i] = a[i] + 10.0;\n    out[j] += a[a[j]];\n    let same = a[0] == out[1];",
-            &storage_vars(p.solution),
+            &counting(&storage_vars(p.solution)),
         );
         assert_eq!(
             got,
@@ -378,7 +394,10 @@ mod tests {
         let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["a", "out"]);
         assert_eq!(
-            rewrite("cache[local.x] = data[i]; v.a[0] = x.out[1];", &vars),
+            rewrite(
+                "cache[local.x] = data[i]; v.a[0] = x.out[1];",
+                &counting(&vars)
+            ),
             "cache[local.x] = data[i]; v.a[0] = x.out[1];"
         );
     }

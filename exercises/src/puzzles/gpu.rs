@@ -7,6 +7,7 @@
 
 use super::count::{AccessCounts, instrument};
 use super::data::Puzzle;
+use super::race;
 use crate::check::Outcome;
 use brrr_backend::{Backend, DType, HostData, block_on};
 use brrr_wgpu::{WgpuBackend, WgpuBuffer};
@@ -57,18 +58,31 @@ impl Checker {
         inputs: &[Vec<f32>],
     ) -> Result<AccessCounts, String> {
         let inst = instrument(puzzle, wgsl)?;
-        let (_, counters) = self.dispatch(puzzle, &inst.wgsl, inputs, Some(inst.invocations))?;
+        let (_, counters) =
+            self.dispatch(puzzle, &inst.wgsl, inputs, Some(2 * inst.invocations))?;
         AccessCounts::from_counters(puzzle, &counters)
     }
 
-    /// One dispatch; with `counters = Some(n)`, a zeroed buffer of `2n` u32 is bound
-    /// after the output and read back too.
+    /// Runs `wgsl` rewritten by [`race::instrument`] and checks its shared-memory
+    /// accesses and barriers ([`race::find_races`]); `Ok` too for a kernel without
+    /// workgroup memory, which has none to race on.
+    pub fn races(&self, puzzle: &Puzzle, wgsl: &str, inputs: &[Vec<f32>]) -> Result<(), String> {
+        if !wgsl.contains("var<workgroup>") {
+            return Ok(());
+        }
+        let inst = race::instrument(puzzle, wgsl)?;
+        let (_, log) = self.dispatch(puzzle, &inst.wgsl, inputs, Some(inst.log_len))?;
+        race::find_races(puzzle, &inst, &log)
+    }
+
+    /// One dispatch; with `extra = Some(n)`, a zeroed buffer of `n` u32 (access counters,
+    /// or the race log) is bound after the output and read back too.
     fn dispatch(
         &self,
         puzzle: &Puzzle,
         wgsl: &str,
         inputs: &[Vec<f32>],
-        counters: Option<usize>,
+        extra: Option<usize>,
     ) -> Result<(Vec<f32>, Vec<u32>), String> {
         let err = |e: brrr_backend::Error| e.to_string();
         let (device, queue) = self.gpu.device();
@@ -79,10 +93,10 @@ impl Checker {
             .chain([self.gpu.zeros(DType::F32, puzzle.output_len + OUTPUT_SLACK)])
             .collect::<Result<_, _>>()
             .map_err(err)?;
-        if let Some(n) = counters {
-            bufs.push(self.gpu.zeros(DType::U32, 2 * n).map_err(err)?);
+        if let Some(n) = extra {
+            bufs.push(self.gpu.zeros(DType::U32, n).map_err(err)?);
         }
-        let pipeline = pipeline(device, &module, puzzle, counters.is_some());
+        let pipeline = pipeline(device, &module, puzzle, extra.is_some());
         let entries: Vec<wgpu::BindGroupEntry> = bufs
             .iter()
             .enumerate()
@@ -110,7 +124,7 @@ impl Checker {
             HostData::F32(v) => v,
             other => return Err(format!("output read back as {}", other.dtype())),
         };
-        let counts = match counters {
+        let counts = match extra {
             None => Vec::new(),
             Some(_) => match block_on(self.gpu.read(&bufs[inputs.len() + 1])).map_err(err)? {
                 HostData::U32(v) => v,
@@ -163,7 +177,8 @@ impl Checker {
                 "inputs {inputs:?}: output {got:?}, expected {want:?}"
             ));
         }
-        Ok(())
+        // The right answer by luck is not enough: the order the kernel promises.
+        self.races(puzzle, wgsl, &inputs)
     }
 }
 
@@ -259,7 +274,7 @@ pub fn test_access_counts() {
             .count(&p, p.solution, &inputs)
             .unwrap_or_else(|e| panic!("{}: {e}", p.id));
         let (out, _) = checker
-            .dispatch(&p, &inst.wgsl, &inputs, Some(inst.invocations))
+            .dispatch(&p, &inst.wgsl, &inputs, Some(2 * inst.invocations))
             .expect("the instrumented solution runs");
         assert_eq!(out, plain, "{}: instrumenting changed the output", p.id);
         println!("{}: {}", p.id, counts.summary());
@@ -286,6 +301,56 @@ pub fn test_access_counts() {
     }
 }
 
+/// The race checker on `p10_dot`'s solution broken the two ways the book warns about:
+/// without the barrier after filling `cache`, and with the tree's barrier inside its
+/// `if`. Each must fail by name, whether or not the adapter printed the right sum.
+pub fn test_race_checker() {
+    let checker = match Checker::new() {
+        Ok(c) => c,
+        Err(why) if std::env::var(REQUIRE_ENV).as_deref() != Ok("1") => {
+            brrr_backend::skip::report_skipped(
+                "puzzle race checker",
+                &format!("no wgpu adapter: {why}"),
+            );
+            return;
+        }
+        Err(why) => panic!("race checker: no wgpu adapter and {REQUIRE_ENV}=1: {why}"),
+    };
+    let p = super::all()
+        .into_iter()
+        .find(|p| p.id == "p10_dot")
+        .expect("p10_dot");
+    let fill = "cache[i] = a[i] * b[i];\n    workgroupBarrier();";
+    let tree = "cache[i] = cache[i] + cache[i + stride];\n        }\n        workgroupBarrier();";
+    assert!(p.solution.contains(fill) && p.solution.contains(tree));
+    let broken = [
+        (
+            p.solution.replace(fill, "cache[i] = a[i] * b[i];"),
+            "shared-memory race on cache[",
+        ),
+        (
+            p.solution.replace(
+                tree,
+                "cache[i] = cache[i] + cache[i + stride];\n            workgroupBarrier();\n        }",
+            ),
+            "divergent control flow",
+        ),
+    ];
+    let seed = crate::check::seed();
+    for (wgsl, want) in broken {
+        let inputs = p.random_inputs(seed);
+        let right = checker
+            .run(&p, &wgsl, &inputs)
+            .is_ok_and(|out| out[..p.output_len] == (p.reference)(&inputs)[..]);
+        let e = checker.check(&p, &wgsl, seed).unwrap_err();
+        println!(
+            "{want}: the output was {}; {e}",
+            if right { "right" } else { "wrong" }
+        );
+        assert!(e.contains(want), "{e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! One test per puzzle, ignored on the stubs like the other exercises.
@@ -294,6 +359,11 @@ mod tests {
     #[test]
     fn access_counts_of_the_solutions() {
         super::test_access_counts();
+    }
+
+    #[test]
+    fn the_race_checker_catches_a_missing_barrier_and_a_divergent_one() {
+        super::test_race_checker();
     }
 
     #[test]

@@ -10,5 +10,6 @@ pub mod count;
 pub mod data;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod gpu;
+pub mod race;
 
 pub use data::{Puzzle, all};
