@@ -356,6 +356,19 @@ async function puzzles(browser) {
   await runPuzzle(page);
   check(await page.$eval('[data-testid="puzzle-verdict"]', (el) => el.dataset.pass === 'true').catch(() => false), 'the tiled matmul solution PASSes');
   await shot(page, 'puzzles-matmul');
+  // Puzzle 10's solution without the barrier after filling `cache`: the sum may well be
+  // right (a workgroup in lockstep), the race checker fails it all the same.
+  await page.select('[data-testid="puzzle"]', '9');
+  await page.click('[data-testid="puzzle-solution"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="puzzle-source"]').value.includes('cache[i] = a[i] * b[i];'));
+  await page.$eval('[data-testid="puzzle-source"]', (el) => {
+    el.value = el.value.replace('cache[i] = a[i] * b[i];\n    workgroupBarrier();', 'cache[i] = a[i] * b[i];');
+    el.dispatchEvent(new Event('input', { bubbles: true }));
+  });
+  await runPuzzle(page);
+  const race = await page.$eval('[data-testid="puzzle-verdict"]', (el) => el.textContent).catch(() => '');
+  check(race.startsWith('FAIL') && race.includes('shared-memory race on cache['), `a missing barrier is caught as a race (${race.slice(0, 120)})`);
+  await shot(page, 'puzzles-race');
   await page.close();
 }
 

@@ -11,6 +11,7 @@ use crate::logic::puzzles::OUTPUT_SLACK;
 use brrr_backend::{Backend, DType, HostData};
 use brrr_exercises::puzzles::Puzzle;
 use brrr_exercises::puzzles::count::{AccessCounts, instrument};
+use brrr_exercises::puzzles::race;
 use brrr_wgpu::{WgpuBackend, WgpuBuffer};
 
 /// Why a run produced no output.
@@ -44,18 +45,36 @@ pub async fn count_puzzle(
     inputs: &[Vec<f32>],
 ) -> Result<AccessCounts, RunError> {
     let inst = instrument(puzzle, wgsl).map_err(RunError::Gpu)?;
-    let (_, counters) = run(gpu, puzzle, &inst.wgsl, inputs, Some(inst.invocations)).await?;
+    let (_, counters) = run(gpu, puzzle, &inst.wgsl, inputs, Some(2 * inst.invocations)).await?;
     AccessCounts::from_counters(puzzle, &counters).map_err(RunError::Gpu)
 }
 
-/// One dispatch; with `counters = Some(n)`, a zeroed buffer of `2n` u32 is bound after
-/// the output and read back too.
+/// Runs `wgsl` rewritten to log its shared-memory accesses and barriers
+/// (`brrr_exercises::puzzles::race`), as the native checker does: `Ok(Some(problem))`
+/// names a race or a barrier some invocations skip, `Ok(None)` is clean (or a kernel
+/// without workgroup memory), `Err` says why it could not be checked.
+pub async fn race_puzzle(
+    gpu: &WgpuBackend,
+    puzzle: &Puzzle,
+    wgsl: &str,
+    inputs: &[Vec<f32>],
+) -> Result<Option<String>, RunError> {
+    if !wgsl.contains("var<workgroup>") {
+        return Ok(None);
+    }
+    let inst = race::instrument(puzzle, wgsl).map_err(RunError::Gpu)?;
+    let (_, log) = run(gpu, puzzle, &inst.wgsl, inputs, Some(inst.log_len)).await?;
+    Ok(race::find_races(puzzle, &inst, &log).err())
+}
+
+/// One dispatch; with `extra = Some(n)`, a zeroed buffer of `n` u32 (access counters,
+/// or the race log) is bound after the output and read back too.
 async fn run(
     gpu: &WgpuBackend,
     puzzle: &Puzzle,
     wgsl: &str,
     inputs: &[Vec<f32>],
-    counters: Option<usize>,
+    extra: Option<usize>,
 ) -> Result<(Vec<f32>, Vec<u32>), RunError> {
     let (device, queue) = gpu.device();
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -79,8 +98,8 @@ async fn run(
         .zeros(DType::F32, puzzle.output_len + OUTPUT_SLACK)
         .map_err(gpu_err)?;
     bufs.push(out);
-    if let Some(n) = counters {
-        bufs.push(gpu.zeros(DType::U32, 2 * n).map_err(gpu_err)?);
+    if let Some(n) = extra {
+        bufs.push(gpu.zeros(DType::U32, n).map_err(gpu_err)?);
     }
     dispatch(device, queue, &module, puzzle, &bufs);
     if let Some(e) = scope.pop().await {

@@ -3,7 +3,7 @@
 
 use crate::app::components::{Banner, BannerKind, DeviceBanner, DeviceState, PageHeader, Select};
 use crate::app::device::{Device, acquire};
-use crate::app::puzzle_run::{RunError, count_puzzle, run_puzzle};
+use crate::app::puzzle_run::{RunError, count_puzzle, race_puzzle, run_puzzle};
 use crate::logic::puzzles::{Verdict, cell_text, columns, judge};
 use crate::logic::site::PageId;
 use brrr_exercises::puzzles::count::AccessCounts;
@@ -196,7 +196,17 @@ fn run_callback(
             let want = (puzzle.reference)(&inputs);
             let next = match run_puzzle(&gpu, &puzzle, &wgsl, &inputs).await {
                 Ok(buffer) => Outcome::Ran {
-                    verdict: judge(&buffer, &want),
+                    verdict: {
+                        let mut v = judge(&buffer, &want);
+                        // A third run, rewritten to log shared memory and barriers: a
+                        // race can print the right answer. One that cannot be checked
+                        // is not held against the kernel.
+                        v.race = race_puzzle(&gpu, &puzzle, &wgsl, &inputs)
+                            .await
+                            .ok()
+                            .flatten();
+                        v
+                    },
                     // A second run of the kernel rewritten to count its accesses.
                     counts: count_puzzle(&gpu, &puzzle, &wgsl, &inputs).await.map_err(
                         |e| match e {
