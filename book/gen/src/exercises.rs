@@ -91,7 +91,8 @@ fn exercise_lists() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The puzzles: what each computes and how it is launched.
+/// The puzzles: what each computes, how it is launched and its budget of global
+/// accesses per invocation.
 fn puzzle_table() -> String {
     let mut t = Md::new(&[
         "puzzle",
@@ -99,6 +100,7 @@ fn puzzle_table() -> String {
         "workgroup size",
         "workgroups",
         "invocations",
+        "budget (reads / writes per invocation)",
     ])
     .left(&[1]);
     for p in brrr_exercises::puzzles::all() {
@@ -110,6 +112,7 @@ fn puzzle_table() -> String {
             format!("{x} × {y} × {z}"),
             format!("{gx} × {gy} × {gz}"),
             (x * y * z * gx * gy * gz).to_string(),
+            format!("{} / {}", p.budget.reads, p.budget.writes),
         ]);
     }
     page(&format!(

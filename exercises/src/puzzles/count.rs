@@ -17,7 +17,7 @@
 //! Plain Rust, no GPU: this module compiles for wasm32 and both the page and the native
 //! checker use it.
 
-use super::data::Puzzle;
+use super::data::{Budget, Puzzle};
 
 /// A kernel rewritten to count, and how to read its counters back.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +69,21 @@ impl AccessCounts {
     /// Total writes of all invocations.
     pub fn total_writes(&self) -> u64 {
         self.writes.iter().map(|&w| u64::from(w)).sum()
+    }
+
+    /// The first invocation that made more global accesses than `budget` allows, as a
+    /// sentence for the reader; `None` when every invocation kept to it.
+    pub fn over_budget(&self, budget: Budget) -> Option<String> {
+        let over = |kind: &str, counts: &[u32], allowed: u32| {
+            let (i, &n) = counts.iter().enumerate().find(|(_, n)| **n > allowed)?;
+            Some(format!(
+                "invocation {i} made {n} global {kind}, over the budget of {allowed} per \
+                 invocation: keep what several invocations need in shared memory \
+                 (`var<workgroup>`), or a value you need twice in a local"
+            ))
+        };
+        over("reads", &self.reads, budget.reads)
+            .or_else(|| over("writes", &self.writes, budget.writes))
     }
 
     /// One sentence: totals and the busiest invocation.
@@ -421,6 +436,36 @@ mod tests {
         );
         assert_eq!(inst.binding, p.inputs.len() as u32 + 1);
         assert_eq!(inst.invocations, invocations(&p));
+    }
+
+    #[test]
+    fn a_count_over_the_budget_is_named() {
+        let c = AccessCounts {
+            width: 3,
+            reads: vec![1, 3, 1],
+            writes: vec![1, 1, 2],
+        };
+        let e = c
+            .over_budget(Budget {
+                reads: 2,
+                writes: 2,
+            })
+            .unwrap();
+        assert!(e.starts_with("invocation 1 made 3 global reads"), "{e}");
+        let e = c
+            .over_budget(Budget {
+                reads: 3,
+                writes: 1,
+            })
+            .unwrap();
+        assert!(e.starts_with("invocation 2 made 2 global writes"), "{e}");
+        assert_eq!(
+            c.over_budget(Budget {
+                reads: 3,
+                writes: 2
+            }),
+            None
+        );
     }
 
     #[test]

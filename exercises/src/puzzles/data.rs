@@ -29,7 +29,38 @@ pub struct Puzzle {
     pub output_len: usize,
     /// The CPU reference: inputs to the expected output.
     pub reference: fn(&[Vec<f32>]) -> Vec<f32>,
+    /// Global-memory accesses allowed per invocation.
+    pub budget: Budget,
 }
+
+/// Global-memory (storage buffer) element accesses one invocation may make: what the
+/// puzzle's solution needs, so that a kernel reading `a` again for every partial sum,
+/// where shared memory would read it once, fails although its answer is right.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Element reads.
+    pub reads: u32,
+    /// Element writes (`+=` is a read and a write).
+    pub writes: u32,
+}
+
+/// Each puzzle's [`Budget`], (reads, writes) per invocation, as its solution uses them.
+const BUDGETS: [(&str, u32, u32); 14] = [
+    ("p01_map", 1, 1),
+    ("p02_zip", 2, 1),
+    ("p03_guards", 1, 1),
+    ("p04_map_2d", 1, 1),
+    ("p05_broadcast", 2, 1),
+    ("p06_blocks", 1, 1),
+    ("p07_blocks_2d", 1, 1),
+    ("p08_shared", 1, 1),
+    ("p09_pooling", 1, 1),
+    ("p10_dot", 2, 1),
+    ("p11_conv1d", 6, 1),
+    ("p12_prefix_sum", 1, 1),
+    ("p13_axis_sum", 1, 1),
+    ("p14_matmul", 4, 1),
+];
 
 /// The line that opens the reader's part of a kernel.
 pub const BEGIN_MARKER: &str = "// ---- your code: begin ----";
@@ -172,11 +203,26 @@ const fn puzzle(
         inputs,
         output_len,
         reference,
+        // Set from `BUDGETS` by `all`.
+        budget: Budget {
+            reads: u32::MAX,
+            writes: u32::MAX,
+        },
     }
 }
 
 /// Every puzzle, in order.
 pub fn all() -> Vec<Puzzle> {
+    let mut all = puzzles();
+    for p in &mut all {
+        if let Some(&(_, reads, writes)) = BUDGETS.iter().find(|b| b.0 == p.id) {
+            p.budget = Budget { reads, writes };
+        }
+    }
+    all
+}
+
+fn puzzles() -> Vec<Puzzle> {
     vec![
         puzzle(
             "p01_map",

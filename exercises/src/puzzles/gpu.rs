@@ -178,7 +178,13 @@ impl Checker {
             ));
         }
         // The right answer by luck is not enough: the order the kernel promises.
-        self.races(puzzle, wgsl, &inputs)
+        self.races(puzzle, wgsl, &inputs)?;
+        // Nor the right answer by too many global accesses. A kernel that cannot be
+        // counted (see `count`) is not held to the budget.
+        match self.count(puzzle, wgsl, &inputs) {
+            Ok(c) => c.over_budget(puzzle.budget).map_or(Ok(()), Err),
+            Err(_) => Ok(()),
+        }
     }
 }
 
@@ -303,7 +309,8 @@ pub fn test_access_counts() {
 
 /// The race checker on `p10_dot`'s solution broken the two ways the book warns about:
 /// without the barrier after filling `cache`, and with the tree's barrier inside its
-/// `if`. Each must fail by name, whether or not the adapter printed the right sum.
+/// `if`. Each must fail by name, whether or not the adapter printed the right sum; and a
+/// right, race-free kernel over its global-memory budget fails by name too.
 pub fn test_race_checker() {
     let checker = match Checker::new() {
         Ok(c) => c,
@@ -337,6 +344,13 @@ pub fn test_race_checker() {
         ),
     ];
     let seed = crate::check::seed();
+    // Right, race-free, and over the budget: invocation 0 sums a·b itself.
+    let greedy = p.solution.replace(
+        "out[0] = cache[0];",
+        "var s = 0.0;\n        for (var k = 0u; k < SIZE; k++) { s += a[k] * b[k]; }\n        out[0] = s;",
+    );
+    let e = checker.check(&p, &greedy, seed).unwrap_err();
+    assert!(e.contains("over the budget of 2"), "{e}");
     for (wgsl, want) in broken {
         let inputs = p.random_inputs(seed);
         let right = checker

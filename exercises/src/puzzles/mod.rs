@@ -12,4 +12,4 @@ pub mod data;
 pub mod gpu;
 pub mod race;
 
-pub use data::{Puzzle, all};
+pub use data::{Budget, Puzzle, all};

@@ -33,17 +33,17 @@ pub struct Verdict {
     pub mismatches: Vec<Mismatch>,
     /// Slack elements that were written: (index in the whole buffer, value).
     pub overflow: Vec<(usize, f32)>,
-    /// A shared-memory race or a barrier in divergent control flow, found by running
-    /// the kernel rewritten to log them (`brrr_exercises::puzzles::race`); the output
-    /// may be right all the same.
-    pub race: Option<String>,
+    /// What fails the kernel although its output may be right, as the native checker
+    /// finds it: a shared-memory race or a barrier in divergent control flow
+    /// (`brrr_exercises::puzzles::race`), global accesses over the puzzle's budget.
+    pub problems: Vec<String>,
 }
 
 impl Verdict {
     /// Whether the kernel passes: every element matches, nothing was written past the
     /// end, and shared memory is used in an order the kernel enforces.
     pub fn pass(&self) -> bool {
-        self.mismatches.is_empty() && self.overflow.is_empty() && self.race.is_none()
+        self.mismatches.is_empty() && self.overflow.is_empty() && self.problems.is_empty()
     }
 
     /// One sentence for the reader: PASS, or the first differences.
@@ -82,9 +82,7 @@ impl Verdict {
                 self.out.len()
             ));
         }
-        if let Some(race) = &self.race {
-            parts.push(race.clone());
-        }
+        parts.extend(self.problems.iter().cloned());
         format!("FAIL: {}.", parts.join("; "))
     }
 }
@@ -117,7 +115,7 @@ pub fn judge(buffer: &[f32], want: &[f32]) -> Verdict {
         ok,
         mismatches,
         overflow,
-        race: None,
+        problems: Vec::new(),
     }
 }
 

@@ -157,8 +157,9 @@ fn describe(p: &Puzzle) -> Html {
         <div class="puzzle-task" data-testid="puzzle-task">
             <p><strong>{ p.title }</strong>{ ": " }{ p.task }</p>
             <p class="muted small">
-                { format!("@workgroup_size({wx}, {wy}, {wz}), {gx}×{gy}×{gz} workgroups; inputs {}; out[{}]. ",
-                    inputs.join(", "), p.output_len) }
+                { format!("@workgroup_size({wx}, {wy}, {wz}), {gx}×{gy}×{gz} workgroups; inputs {}; out[{}]; \
+                    budget: at most {} global reads and {} writes per invocation. ",
+                    inputs.join(", "), p.output_len, p.budget.reads, p.budget.writes) }
                 { "File: " }<code>{ p.file() }</code>
             </p>
         </div>
@@ -195,28 +196,30 @@ fn run_callback(
             let inputs = puzzle.random_inputs(seed);
             let want = (puzzle.reference)(&inputs);
             let next = match run_puzzle(&gpu, &puzzle, &wgsl, &inputs).await {
-                Ok(buffer) => Outcome::Ran {
-                    verdict: {
-                        let mut v = judge(&buffer, &want);
-                        // A third run, rewritten to log shared memory and barriers: a
-                        // race can print the right answer. One that cannot be checked
-                        // is not held against the kernel.
-                        v.race = race_puzzle(&gpu, &puzzle, &wgsl, &inputs)
-                            .await
-                            .ok()
-                            .flatten();
-                        v
-                    },
+                Ok(buffer) => {
+                    let mut verdict = judge(&buffer, &want);
                     // A second run of the kernel rewritten to count its accesses.
-                    counts: count_puzzle(&gpu, &puzzle, &wgsl, &inputs).await.map_err(
-                        |e| match e {
+                    let counts = count_puzzle(&gpu, &puzzle, &wgsl, &inputs)
+                        .await
+                        .map_err(|e| match e {
                             RunError::Compile(lines) => lines.join("; "),
                             RunError::Gpu(e) => e,
-                        },
-                    ),
-                    inputs,
-                    want,
-                },
+                        });
+                    // A third, rewritten to log shared memory and barriers: a race can
+                    // print the right answer. What cannot be checked is not held
+                    // against the kernel.
+                    let race = race_puzzle(&gpu, &puzzle, &wgsl, &inputs).await;
+                    verdict.problems.extend(race.ok().flatten());
+                    if let Ok(c) = &counts {
+                        verdict.problems.extend(c.over_budget(puzzle.budget));
+                    }
+                    Outcome::Ran {
+                        verdict,
+                        counts,
+                        inputs,
+                        want,
+                    }
+                }
                 Err(e) => Outcome::Failed(e),
             };
             outcome.set(next);
