@@ -297,7 +297,7 @@ async function puzzles(browser) {
   await page.waitForSelector('[data-testid="banner-gpu"], [data-testid="banner-cpu"]', { timeout: 60000 });
   check((await page.$('[data-testid="banner-gpu"]')) !== null, 'the puzzles page found WebGPU');
   const options = await page.$$eval('[data-testid="puzzle"] option', (els) => els.length);
-  check(options === 14, `14 puzzles to pick from (got ${options})`);
+  check(options === 17, `17 puzzles to pick from (got ${options})`);
   const chapter = await page.$eval('[data-testid="chapter-link"]', (a) => a.getAttribute('href'));
   check(chapter === 'book/puzzles.html', `links the book chapter (${chapter})`);
   // Puzzle 1's stub writes nothing: every element of out stays 0 and differs from a + 10.

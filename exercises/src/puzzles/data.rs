@@ -45,7 +45,7 @@ pub struct Budget {
 }
 
 /// Each puzzle's [`Budget`], (reads, writes) per invocation, as its solution uses them.
-const BUDGETS: [(&str, u32, u32); 14] = [
+const BUDGETS: [(&str, u32, u32); 17] = [
     ("p01_map", 1, 1),
     ("p02_zip", 2, 1),
     ("p03_guards", 1, 1),
@@ -60,6 +60,9 @@ const BUDGETS: [(&str, u32, u32); 14] = [
     ("p12_prefix_sum", 1, 1),
     ("p13_axis_sum", 1, 1),
     ("p14_matmul", 4, 1),
+    ("p15_softmax_shift", 1, 1),
+    ("p16_mean_var", 1, 2),
+    ("p17_transpose", 1, 1),
 ];
 
 /// The line that opens the reader's part of a kernel.
@@ -156,6 +159,23 @@ fn prefix_sum(x: &[Vec<f32>]) -> Vec<f32> {
 
 fn axis_sum(x: &[Vec<f32>]) -> Vec<f32> {
     x[0].chunks(6).map(|row| row.iter().sum()).collect()
+}
+
+fn softmax_shift(x: &[Vec<f32>]) -> Vec<f32> {
+    let m = x[0].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    x[0].iter().map(|v| v - m).collect()
+}
+
+/// Exact in f32 for the puzzles' inputs (small integers, divided by 8).
+fn mean_var(x: &[Vec<f32>]) -> Vec<f32> {
+    let n = x[0].len() as f32;
+    let mean = x[0].iter().sum::<f32>() / n;
+    let var = x[0].iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    vec![mean, var]
+}
+
+fn transpose4(x: &[Vec<f32>]) -> Vec<f32> {
+    (0..16).map(|i| x[0][(i % 4) * 4 + i / 4]).collect()
 }
 
 fn matmul5(x: &[Vec<f32>]) -> Vec<f32> {
@@ -377,6 +397,39 @@ fn puzzles() -> Vec<Puzzle> {
             &[25, 25],
             25,
             matmul5,
+        ),
+        puzzle(
+            "p15_softmax_shift",
+            "Softmax's shift",
+            "out[i] = a[i] − max(a): a max reduction, then every invocation reads it.",
+            wgsl!("p15_softmax_shift"),
+            [8, 1, 1],
+            [1, 1, 1],
+            &[8],
+            8,
+            softmax_shift,
+        ),
+        puzzle(
+            "p16_mean_var",
+            "Mean and variance",
+            "out = [mean(a), mean((a − mean)²)]: LayerNorm's two reductions, one after the other.",
+            wgsl!("p16_mean_var"),
+            [8, 1, 1],
+            [1, 1, 1],
+            &[8],
+            2,
+            mean_var,
+        ),
+        puzzle(
+            "p17_transpose",
+            "Transpose",
+            "out = aᵀ for a 4×4 matrix, both global accesses along rows through a shared tile.",
+            wgsl!("p17_transpose"),
+            [4, 4, 1],
+            [1, 1, 1],
+            &[16],
+            16,
+            transpose4,
         ),
     ]
 }

@@ -505,4 +505,31 @@ mod tests {
     fn p14_matmul() {
         test_puzzle("p14_matmul");
     }
+
+    #[test]
+    #[cfg_attr(
+        not(feature = "solutions"),
+        ignore = "a puzzle: `cargo run -p brrr-exercises`"
+    )]
+    fn p15_softmax_shift() {
+        test_puzzle("p15_softmax_shift");
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(feature = "solutions"),
+        ignore = "a puzzle: `cargo run -p brrr-exercises`"
+    )]
+    fn p16_mean_var() {
+        test_puzzle("p16_mean_var");
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(feature = "solutions"),
+        ignore = "a puzzle: `cargo run -p brrr-exercises`"
+    )]
+    fn p17_transpose() {
+        test_puzzle("p17_transpose");
+    }
 }

@@ -121,12 +121,13 @@ pub fn judge(buffer: &[f32], want: &[f32]) -> Verdict {
 
 /// Row lengths of the puzzles whose arrays are matrices, stored row-major, as their
 /// tasks (and WGSL) declare them: the page draws those arrays as grids.
-const MATRIX_COLUMNS: [(&str, usize); 5] = [
+const MATRIX_COLUMNS: [(&str, usize); 6] = [
     ("p04_map_2d", 2),
     ("p05_broadcast", 2),
     ("p07_blocks_2d", 5),
     ("p13_axis_sum", 6),
     ("p14_matmul", 5),
+    ("p17_transpose", 4),
 ];
 
 /// How many cells a row of an array of `len` elements has in puzzle `id`: the matrix's

@@ -111,7 +111,7 @@ pub const PAGES: [PageInfo; 15] = [
         id: PageId::Puzzles,
         path: "/puzzles",
         title: "GPU puzzles",
-        blurb: "Fourteen small WGSL kernels, from a map to a tiled matmul: edit one in the page, \
+        blurb: "Seventeen small WGSL kernels, from a map to a tiled matmul and a transpose: edit one in the page, \
                 run it on your GPU through WebGPU, and see its output cell by cell against the \
                 CPU reference, with compile errors where they happen.",
         chapter: "puzzles.html",
