@@ -113,6 +113,30 @@ pub(super) fn row_width(p: &Puzzle) -> usize {
     (p.workgroup_size[0] as usize) * (p.workgroups[0] as usize)
 }
 
+/// The kernel up to its entry point's body, with a `global_invocation_id` parameter
+/// added where it has none; where the body opens (its `{`); and the statement that sets
+/// `brrr_inv`, the invocation's index in dispatch order, to put first in the body.
+pub(super) fn numbered_entry(
+    puzzle: &Puzzle,
+    source: &str,
+) -> Result<(String, usize, String), String> {
+    let (body_open, gid) = entry_point(source)?;
+    let width = row_width(puzzle);
+    let height = (puzzle.workgroup_size[1] as usize) * (puzzle.workgroups[1] as usize);
+    let gid_name = gid.clone().unwrap_or_else(|| "brrr_gid".to_string());
+    let mut head = source[..body_open].to_string();
+    if gid.is_none() {
+        let at = head.find("fn main(").ok_or("no `fn main(`")? + "fn main(".len();
+        head.insert_str(at, "@builtin(global_invocation_id) brrr_gid: vec3<u32>, ");
+    }
+    let set_inv = format!(
+        "\n    brrr_inv = {g}.x + {g}.y * {width}u + {g}.z * {plane}u;",
+        g = gid_name,
+        plane = width * height
+    );
+    Ok((head, body_open, set_inv))
+}
+
 /// A storage buffer the kernel declares: its name and element type.
 #[derive(Debug, Clone, PartialEq)]
 struct StorageVar {
@@ -127,22 +151,8 @@ pub fn instrument(puzzle: &Puzzle, source: &str) -> Result<Instrumented, String>
     if vars.is_empty() {
         return Err("the kernel declares no `var<storage, …>` buffers".into());
     }
-    let (body_open, gid) = entry_point(source)?;
     let binding = puzzle.inputs.len() as u32 + 1;
-    let width = row_width(puzzle);
-    let height = (puzzle.workgroup_size[1] as usize) * (puzzle.workgroups[1] as usize);
-    let gid_name = gid.clone().unwrap_or_else(|| "brrr_gid".to_string());
-    // The entry point gains a global id parameter where it has none.
-    let mut head = source[..body_open].to_string();
-    if gid.is_none() {
-        let at = head.find("fn main(").ok_or("no `fn main(`")? + "fn main(".len();
-        head.insert_str(at, "@builtin(global_invocation_id) brrr_gid: vec3<u32>, ");
-    }
-    let set_inv = format!(
-        "\n    brrr_inv = {g}.x + {g}.y * {width}u + {g}.z * {plane}u;",
-        g = gid_name,
-        plane = width * height
-    );
+    let (head, body_open, set_inv) = numbered_entry(puzzle, source)?;
     let counted = counting(&vars);
     let head = rewrite(&head, &counted);
     let body = rewrite(&source[body_open..], &counted);
@@ -186,7 +196,7 @@ fn storage_vars(source: &str) -> Vec<StorageVar> {
 
 /// Where the entry point's body opens (the index of its `{`), and the name of its
 /// `global_invocation_id` parameter if it has one.
-pub(super) fn entry_point(source: &str) -> Result<(usize, Option<String>), String> {
+fn entry_point(source: &str) -> Result<(usize, Option<String>), String> {
     let start = source
         .find("fn main(")
         .ok_or("the kernel has no `fn main(`")?;

@@ -16,7 +16,7 @@
 //! Plain Rust, no GPU, like [`super::count`]: the native checker runs the rewritten
 //! kernel through wgpu.
 
-use super::count::{Accesses, Assign, entry_point, is_ident, rewrite, row_width};
+use super::count::{Accesses, Assign, is_ident, numbered_entry, rewrite, row_width};
 use super::data::Puzzle;
 use std::collections::BTreeMap;
 
@@ -63,21 +63,8 @@ pub fn instrument(puzzle: &Puzzle, source: &str) -> Result<Instrumented, String>
     if arrays.is_empty() {
         return Err("the kernel declares no `var<workgroup>` arrays".into());
     }
-    let (body_open, gid) = entry_point(source)?;
     let binding = puzzle.inputs.len() as u32 + 1;
-    let width = row_width(puzzle);
-    let height = (puzzle.workgroup_size[1] * puzzle.workgroups[1]) as usize;
-    let gid_name = gid.clone().unwrap_or_else(|| "brrr_gid".to_string());
-    let mut head = source[..body_open].to_string();
-    if gid.is_none() {
-        let at = head.find("fn main(").ok_or("no `fn main(`")? + "fn main(".len();
-        head.insert_str(at, "@builtin(global_invocation_id) brrr_gid: vec3<u32>, ");
-    }
-    let set_inv = format!(
-        "\n    brrr_inv = {g}.x + {g}.y * {width}u + {g}.z * {plane}u;",
-        g = gid_name,
-        plane = width * height
-    );
+    let (head, body_open, set_inv) = numbered_entry(puzzle, source)?;
     let id = |name: &str| arrays.iter().position(|a| a == name).unwrap_or(0);
     let emit = |name: &str, index: &str, kind: Assign| {
         let k = id(name);

@@ -8,8 +8,9 @@ use brrr_amp::{AmpConfig, AmpMode};
 use brrr_backend::block_on;
 use brrr_collectives::{ParallelGroups, ParallelLayout, run_in_process};
 use brrr_cpu::CpuBackend;
+use brrr_dp::DataParallel;
 use brrr_nn::GptConfig;
-use brrr_tp::TpConfig;
+use brrr_tp::{TpConfig, TpGpt};
 use brrr_train::{
     Batch, BatchSource, Batcher, Engine, TrainConfig, TrainState, Trainer, load_state,
 };
@@ -89,9 +90,13 @@ fn one_device(c: &TrainConfig) -> (Vec<f32>, TrainState) {
     (losses, load_state(dir.path()).unwrap())
 }
 
-/// Each rank's losses over `steps` steps (after restoring from `resume`), the run
-/// saved into `save` at the end.
-fn sharded(c: &TrainConfig, steps: u64, resume: Option<&Path>, save: &Path) -> Vec<Vec<f32>> {
+/// `f` on each rank of the `--dp 2 --tp 2` grid, given its engine for `c`
+/// (`brrr_tp::data_parallel`); every rank's result, or a panic naming every rank's error
+/// (the first names the cause, the others its echo).
+fn on_grid<T: Send>(
+    c: &TrainConfig,
+    f: impl Fn(&mut DataParallel<CpuBackend, TpGpt<CpuBackend>>) -> brrr_backend::Result<T> + Sync,
+) -> Vec<T> {
     let layout = ParallelLayout {
         dp: 2,
         tp: 2,
@@ -105,6 +110,21 @@ fn sharded(c: &TrainConfig, steps: u64, resume: Option<&Path>, save: &Path) -> V
             sp: c.layout.sp,
         };
         let mut e = brrr_tp::data_parallel(&b, c.clone(), tp, groups, batcher(c))?;
+        Ok(f(&mut e)?)
+    });
+    let errors: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(r, x)| x.as_ref().err().map(|e| format!("rank {r}: {e}")))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    results.into_iter().map(|r| r.unwrap()).collect()
+}
+
+/// Each rank's losses over `steps` steps (after restoring from `resume`), the run
+/// saved into `save` at the end.
+fn sharded(c: &TrainConfig, steps: u64, resume: Option<&Path>, save: &Path) -> Vec<Vec<f32>> {
+    on_grid(c, |e| {
         if let Some(dir) = resume {
             block_on(e.restore_from(dir))?;
         }
@@ -114,15 +134,7 @@ fn sharded(c: &TrainConfig, steps: u64, resume: Option<&Path>, save: &Path) -> V
         }
         block_on(e.save_to(save))?;
         Ok(losses)
-    });
-    // Every rank's error: the first one names the cause, the others its echo.
-    let errors: Vec<String> = results
-        .iter()
-        .enumerate()
-        .filter_map(|(r, x)| x.as_ref().err().map(|e| format!("rank {r}: {e}")))
-        .collect();
-    assert!(errors.is_empty(), "{errors:#?}");
-    results.into_iter().map(|r| r.unwrap()).collect()
+    })
 }
 
 /// Trains `c` on the shards and on one device; asserts the losses agree within
@@ -310,22 +322,12 @@ fn each_zero_stage_keeps_less_of_the_shard() {
     let mut bytes = Vec::new();
     for zero in [0, 1, 2, 3] {
         let c = config(zero, true);
-        let layout = ParallelLayout {
-            dp: 2,
-            tp: 2,
-            pp: 1,
-        };
-        let results = run_in_process(4, |world| {
-            let b = CpuBackend::new();
-            let groups = ParallelGroups::new(world, layout)?;
-            let tp = TpConfig { tp: 2, sp: true };
-            let mut e = brrr_tp::data_parallel(&b, c.clone(), tp, groups, batcher(&c))?;
+        let (state, params) = on_grid(&c, |e| {
             // The shard's parameters (stage 3 frees them between uses).
             let params = e.layout().total;
             e.step()?;
             Ok((e.report().model_state_bytes, params))
-        });
-        let (state, params) = results.into_iter().next().unwrap().unwrap();
+        })[0];
         eprintln!("--zero {zero}: {state} B of model states for a shard of {params} parameters");
         bytes.push((state, params));
     }
