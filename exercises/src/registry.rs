@@ -413,6 +413,11 @@ fn data_parallel_exercises() -> Vec<Exercise> {
             data_parallel::consolidate,
             "each parameter's values from every rank's padded chunk of a bucket"
         ),
+        exercise!(
+            DATA_PARALLEL,
+            data_parallel::zero1_step,
+            "a strategy puzzle: ZeRO-1's step on real ranks, within memory and traffic budgets"
+        ),
     ]
 }
 

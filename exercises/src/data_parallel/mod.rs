@@ -3,4 +3,5 @@
 pub mod bucket_assignment;
 pub mod consolidate;
 pub mod shard_range;
+pub mod zero1_step;
 pub mod zero_memory;
