@@ -345,6 +345,11 @@ fn tensor_parallel_exercises() -> Vec<Exercise> {
             tensor_parallel::rank_grid,
             "a rank's place in the dp × tp × pp grid and its tensor-parallel group"
         ),
+        exercise!(
+            TENSOR_PARALLEL,
+            tensor_parallel::tp_mlp,
+            "a strategy puzzle: the split MLP on real ranks, within one all-reduce's traffic"
+        ),
     ]
 }
 
