@@ -1026,8 +1026,9 @@ impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
         Ok(())
     }
 
-    /// Mean loss over `val` (every rank evaluates every batch on the whole model), with
-    /// each batch's document mask if it has one.
+    /// Mean loss over `val` (every replica evaluates every batch, on the whole model or,
+    /// for a shard, with its tensor-parallel group), with each batch's document mask if
+    /// it has one.
     pub fn evaluate(&mut self, val: &[Batch]) -> Result<f32> {
         self.gather_all()?;
         let mut sum = 0.0f64;

@@ -28,6 +28,12 @@
 //!   ([`DataParallel::set_prefetch`]), so at most two blocks' parameters are gathered at
 //!   once and the peak grows by one block's parameters; the results are bitwise those
 //!   without prefetching.
+//! - A replica need not be a whole GPT: [`DataParallel`] is generic over the model it
+//!   holds, a [`ReplicaModel`]. brrr-tp's tensor-parallel shard is one
+//!   (`brrr_tp::data_parallel`: `--dp × --tp` at every ZeRO stage); its hooks agree the
+//!   gradient norm and the fp16 overflow flag over the tensor-parallel group as well,
+//!   complete sequence-parallel gradients before the replicas average them, and save the
+//!   whole model put together from the shards.
 //! - [`DataParallel::save_shard`] / [`DataParallel::load_shard`]: sharded checkpoints;
 //!   [`consolidate`] turns a run's shards into one single-device [`brrr_train::TrainState`]
 //!   ([`write_consolidated`] writes it, atomically), which `brrr sample` and a one-device
