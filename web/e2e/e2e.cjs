@@ -298,6 +298,8 @@ async function puzzles(browser) {
   check((await page.$('[data-testid="banner-gpu"]')) !== null, 'the puzzles page found WebGPU');
   const options = await page.$$eval('[data-testid="puzzle"] option', (els) => els.length);
   check(options === 17, `17 puzzles to pick from (got ${options})`);
+  const tip = await page.$eval('[data-testid="puzzle-tip"]', (el) => el.textContent).catch(() => '');
+  check(tip.includes('A tip') && tip.includes('local.x'), `puzzle 1 has a tip behind a disclosure (${tip.slice(0, 60)})`);
   const chapter = await page.$eval('[data-testid="chapter-link"]', (a) => a.getAttribute('href'));
   check(chapter === 'book/puzzles.html', `links the book chapter (${chapter})`);
   // Puzzle 1's stub writes nothing: every element of out stays 0 and differs from a + 10.

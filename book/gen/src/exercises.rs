@@ -115,9 +115,13 @@ fn puzzle_table() -> String {
             format!("{} / {}", p.budget.reads, p.budget.writes),
         ]);
     }
+    let tips: String = brrr_exercises::puzzles::all()
+        .iter()
+        .map(|p| format!("- `{}`: {}\n", p.id, p.tip))
+        .collect();
     page(&format!(
         "{}\nEach puzzle is a file `exercises/src/puzzles/wgsl/ID.wgsl` (for example \
-         `{}`).\n",
+         `{}`).\n\n<details>\n<summary>A tip per puzzle, for when you are stuck</summary>\n\n{tips}\n</details>\n",
         t.render(),
         brrr_exercises::puzzles::all()
             .first()

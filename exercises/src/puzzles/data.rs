@@ -31,6 +31,8 @@ pub struct Puzzle {
     pub reference: fn(&[Vec<f32>]) -> Vec<f32>,
     /// Global-memory accesses allowed per invocation.
     pub budget: Budget,
+    /// A nudge for a reader who is stuck, short of the answer.
+    pub tip: &'static str,
 }
 
 /// Global-memory (storage buffer) element accesses one invocation may make: what the
@@ -43,6 +45,78 @@ pub struct Budget {
     /// Element writes (`+=` is a read and a write).
     pub writes: u32,
 }
+
+/// Each puzzle's [`Puzzle::tip`].
+const TIPS: [(&str, &str); 17] = [
+    (
+        "p01_map",
+        "One invocation per element: `local.x` is the index, and that is all you need.",
+    ),
+    (
+        "p02_zip",
+        "Two inputs at the same index: each invocation reads one element of each.",
+    ),
+    (
+        "p03_guards",
+        "There are more invocations than elements: compare the index with the size before touching memory.",
+    ),
+    (
+        "p04_map_2d",
+        "The workgroup is larger than the matrix: guard both coordinates, then turn (row, column) into a row-major index.",
+    ),
+    (
+        "p05_broadcast",
+        "Each input is indexed by one coordinate only: `a` by the row, `b` by the column.",
+    ),
+    (
+        "p06_blocks",
+        "Several workgroups: an element's index is the workgroup's id times its size plus the local id (or `global_invocation_id`).",
+    ),
+    (
+        "p07_blocks_2d",
+        "Puzzle 6 in two dimensions, guarded as in puzzle 4.",
+    ),
+    (
+        "p08_shared",
+        "Write to `cache`, wait with `workgroupBarrier()` until every invocation has, then read. Each workgroup has its own `cache`.",
+    ),
+    (
+        "p09_pooling",
+        "Each element is needed by three invocations: load it once into shared memory and sum the neighbours from there. Mind the first two positions.",
+    ),
+    (
+        "p10_dot",
+        "Products into shared memory, then halve the active invocations each round. Every invocation reaches every barrier: keep it outside the `if`.",
+    ),
+    (
+        "p11_conv1d",
+        "Stage the part of `a` the workgroup needs in shared memory; positions past the end count as zero.",
+    ),
+    (
+        "p12_prefix_sum",
+        "In round k every element adds the one 2^k before it. All reads of a round must happen before any write: a barrier between them.",
+    ),
+    (
+        "p13_axis_sum",
+        "`workgroup_id.y` is the row. Eight invocations cover six columns: the others contribute zero to the reduction.",
+    ),
+    (
+        "p14_matmul",
+        "Walk the shared dimension tile by tile: each invocation loads one element of each tile, barrier, accumulate, barrier before the next load.",
+    ),
+    (
+        "p15_softmax_shift",
+        "Puzzle 10's tree with `max` for `+`. Keep your own `a[i]` in a local: you need it again at the end.",
+    ),
+    (
+        "p16_mean_var",
+        "Two reductions share `cache`: every invocation must have read the mean before anyone overwrites `cache[0]`.",
+    ),
+    (
+        "p17_transpose",
+        "Neighbours differ in x: read `a` at row y, column x; write `out` at row y, column x, which is `a`'s row x, column y, from the tile.",
+    ),
+];
 
 /// Each puzzle's [`Budget`], (reads, writes) per invocation, as its solution uses them.
 const BUDGETS: [(&str, u32, u32); 17] = [
@@ -223,11 +297,12 @@ const fn puzzle(
         inputs,
         output_len,
         reference,
-        // Set from `BUDGETS` by `all`.
+        // Set from `BUDGETS` and `TIPS` by `all`.
         budget: Budget {
             reads: u32::MAX,
             writes: u32::MAX,
         },
+        tip: "",
     }
 }
 
@@ -237,6 +312,9 @@ pub fn all() -> Vec<Puzzle> {
     for p in &mut all {
         if let Some(&(_, reads, writes)) = BUDGETS.iter().find(|b| b.0 == p.id) {
             p.budget = Budget { reads, writes };
+        }
+        if let Some(&(_, tip)) = TIPS.iter().find(|t| t.0 == p.id) {
+            p.tip = tip;
         }
     }
     all
@@ -437,6 +515,15 @@ fn puzzles() -> Vec<Puzzle> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_puzzle_has_a_budget_and_a_tip() {
+        for p in all() {
+            assert!(p.budget.reads < u32::MAX, "{}: no budget", p.id);
+            assert!(!p.tip.is_empty(), "{}: no tip", p.id);
+        }
+        assert_eq!((BUDGETS.len(), TIPS.len()), (all().len(), all().len()));
+    }
 
     /// The stub and the solution declare the same kernel; only the marked body differs,
     /// and the declared workgroup size is the one the checker assumes.

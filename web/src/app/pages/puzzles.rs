@@ -156,9 +156,13 @@ fn describe(p: &Puzzle) -> Html {
     html! {
         <div class="puzzle-task" data-testid="puzzle-task">
             <p><strong>{ p.title }</strong>{ ": " }{ p.task }</p>
+            <details class="small" data-testid="puzzle-tip">
+                <summary>{ "A tip" }</summary>
+                <p>{ p.tip }</p>
+            </details>
             <p class="muted small">
                 { format!("@workgroup_size({wx}, {wy}, {wz}), {gx}×{gy}×{gz} workgroups; inputs {}; out[{}]; \
-                    budget: at most {} global reads and {} writes per invocation. ",
+                    global-memory budget per invocation: reads ≤ {}, writes ≤ {}. ",
                     inputs.join(", "), p.output_len, p.budget.reads, p.budget.writes) }
                 { "File: " }<code>{ p.file() }</code>
             </p>
