@@ -104,6 +104,91 @@ ADAMW_MASTER(bf16_t, bf16, bf16_t, bf16)
 ADAMW_MASTER(bf16_t, bf16, float, f32)
 ADAMW_MASTER(float, f32, float, f32)
 
+// ---- AdamW with 8-bit block-wise quantised moments (Dettmers et al. 2022) ----------
+// One block of 256 threads per quantisation block of 2048 values, 8 values (two code
+// words) per thread: decode m and v (map[code] * the block's absmax), update them and the
+// parameter with adamw_elem (the f32 arithmetic of adamw), reduce the new absmax of each
+// moment over the block, encode each value to its nearest code. Layout as
+// brrr_backend::QuantizedMoments: `codes` m's words then v's, `absmax` m's blocks then
+// v's, `maps` m's 256 values then v's. `param` and `grad` point at the range's start.
+#define Q8_BLOCK 2048
+#define Q8_PER 8
+
+// The nearest code of x against absmax (brrr_backend::quant8::encode): a binary search
+// over products map[k] * absmax, each rounded once (__fmul_rn: no FMA contraction with
+// the subtraction after it, so every backend compares the same numbers).
+BRRR_DEVICE unsigned q8_nearest(const float* map, float x, float absmax) {
+    const float a = absmax > 0.0f ? absmax : 1.0f;
+    unsigned k = 0;
+    for (unsigned step = 128; step > 0; step >>= 1)
+        if (__fmul_rn(map[k + step - 1], a) < x) k += step;
+    if (k > 0 && x - __fmul_rn(map[k - 1], a) <= __fmul_rn(map[k], a) - x) return k - 1;
+    return k;
+}
+
+template <class P>
+BRRR_DEVICE void adamw_8bit_impl(P* param, const P* grad, unsigned* codes, float* absmax,
+                                 const float* maps, u64 n, const AdamWArgs& a,
+                                 const float* inv_scale, const float* found_inf) {
+    if (found_inf != 0 && *found_inf != 0.0f) return;  // a skipped step
+    const u64 words = (n + 3) / 4, nb = (n + Q8_BLOCK - 1) / Q8_BLOCK;
+    const float gscale = adamw_gscale<float>(a, inv_scale);
+    for (u64 blk = blockIdx.x; blk < nb; blk += gridDim.x) {
+        const float ma_old = absmax[blk], va_old = absmax[nb + blk];
+        float mv[Q8_PER], vv[Q8_PER];
+        float mmax = 0.0f, vmx = 0.0f;
+        const u64 j0 = blk * Q8_BLOCK + (u64)threadIdx.x * Q8_PER;
+        for (int t = 0; t < Q8_PER; ++t) {
+            const u64 j = j0 + t;
+            mv[t] = 0.0f;
+            vv[t] = 0.0f;
+            if (j < n) {
+                const unsigned sh = 8u * (unsigned)(j & 3);
+                float m = maps[(codes[j >> 2] >> sh) & 0xffu] * ma_old;
+                float v = maps[256 + ((codes[words + (j >> 2)] >> sh) & 0xffu)] * va_old;
+                const float w = adamw_elem<float>(to_acc(param[j]), to_acc(grad[j]), &m, &v, a, gscale);
+                param[j] = from_acc<P>(w);
+                mv[t] = m;
+                vv[t] = v;
+                mmax = fmaxf(mmax, fabsf(m));
+                vmx = fmaxf(vmx, fabsf(v));
+            }
+        }
+        // Every thread read the old absmax above; the reductions' barriers order that
+        // before thread 0 overwrites it.
+        const float ma = block_reduce<float>(mmax, 1);
+        const float va = block_reduce<float>(vmx, 1);
+        for (int q = 0; q < 2; ++q) {
+            const u64 w = j0 / 4 + q;
+            if (w >= words) continue;
+            unsigned pm = 0, pv = 0;
+            for (int b = 0; b < 4; ++b) {
+                pm |= q8_nearest(maps, mv[q * 4 + b], ma) << (8 * b);
+                pv |= q8_nearest(maps + 256, vv[q * 4 + b], va) << (8 * b);
+            }
+            codes[w] = pm;
+            codes[words + w] = pv;
+        }
+        if (threadIdx.x == 0) {
+            absmax[blk] = ma;
+            absmax[nb + blk] = va;
+        }
+    }
+}
+
+#define ADAMW_8BIT(P, PS)                                                                      \
+    extern "C" __global__ void BRRR_FLAT adamw_8bit_##PS(P* param, const P* grad, unsigned* codes, \
+                                                 float* absmax, const float* maps, u64 n,      \
+                                                 AdamWArgs a, const float* inv_scale,          \
+                                                 const float* found_inf) {                     \
+        adamw_8bit_impl<P>(param, grad, codes, absmax, maps, n, a, inv_scale, found_inf);     \
+    }                                                                                          \
+    BRRR_REGISTER(adamw_8bit_##PS)
+
+ADAMW_8BIT(f16_t, f16)
+ADAMW_8BIT(bf16_t, bf16)
+ADAMW_8BIT(float, f32)
+
 // torch.nn.utils.clip_grad_norm_'s factor from the f32 sum of squares, one thread, in f64
 // as brrr-cpu computes it (IEEE sqrt and division are correctly rounded in both, so the
 // two agree bitwise): norm = sqrt(sumsq), coef = min(1, max_norm / (norm + 1e-6)). The

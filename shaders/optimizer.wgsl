@@ -185,3 +185,130 @@ fn main() {
     norm[0] = nrm;
     coef[0] = select(1.0, c, c < 1.0);
 }
+
+// ==== kernel: adamw_8bit ====
+// AdamW with 8-bit block-wise quantised moments (Dettmers et al. 2022), one workgroup
+// per block of 2048 values, 8 values (two code words) per invocation:
+//   1. decode m and v (map[code] * the block's absmax), update them and the parameter
+//      as the `adamw` kernel does, keeping the new moments in registers;
+//   2. reduce the block's new absmax of each moment through workgroup memory;
+//   3. encode each value to its nearest code against the new absmax.
+// Each invocation reads and writes only its own two words of each moment's codes, and the
+// old absmax is read by everyone before the barrier that precedes its overwrite.
+// Layout (brrr_backend::QuantizedMoments): `codes` holds m's words then v's, `absmax`
+// m's blocks then v's, `maps` m's 256-value map then v's. Nearest code: a binary search
+// over products map[k] * absmax (multiplication is correctly rounded in WGSL, division is
+// not), as brrr_backend::quant8::encode does.
+struct Params {
+    n: u32,
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    weight_decay: f32,
+    bc1: f32,
+    bc2: f32,
+    grad_scale: f32,
+    has_inv_scale: u32,
+    has_found_inf: u32,
+    off: u32,
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> grad: array<f32>;
+@group(0) @binding(2) var<storage, read> inv_scale: array<f32>;
+@group(0) @binding(3) var<storage, read> found_inf: array<f32>;
+@group(0) @binding(4) var<storage, read> maps: array<f32>;
+@group(0) @binding(5) var<storage, read_write> param: array<f32>;
+@group(0) @binding(6) var<storage, read_write> codes: array<u32>;
+@group(0) @binding(7) var<storage, read_write> absmax: array<f32>;
+
+const BLOCK: u32 = 2048u;
+const PER: u32 = 8u;
+var<workgroup> red_m: array<f32, 256>;
+var<workgroup> red_v: array<f32, 256>;
+
+// The code of x against absmax a in the map starting at maps[base].
+fn nearest(base: u32, x: f32, absmax_: f32) -> u32 {
+    let a = select(1.0, absmax_, absmax_ > 0.0);
+    var k = 0u;
+    for (var step = 128u; step > 0u; step = step / 2u) {
+        if (maps[base + k + step - 1u] * a < x) {
+            k = k + step;
+        }
+    }
+    if (k > 0u && x - maps[base + k - 1u] * a <= maps[base + k] * a - x) {
+        return k - 1u;
+    }
+    return k;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let blk = group_id(wid, nwg);
+    let nb = (p.n + BLOCK - 1u) / BLOCK;
+    if (blk >= nb || (p.has_found_inf != 0u && found_inf[0] != 0.0)) {
+        return;
+    }
+    let words = (p.n + 3u) / 4u;
+    var gs = p.grad_scale;
+    if (p.has_inv_scale != 0u) {
+        gs = gs * inv_scale[0];
+    }
+    let ma_old = absmax[blk];
+    let va_old = absmax[nb + blk];
+    var mv: array<f32, 8>;
+    var vv: array<f32, 8>;
+    var mmax = 0.0;
+    var vmax = 0.0;
+    let j0 = blk * BLOCK + lid * PER;
+    for (var t = 0u; t < PER; t = t + 1u) {
+        let j = j0 + t;
+        mv[t] = 0.0;
+        vv[t] = 0.0;
+        if (j < p.n) {
+            let sh = 8u * (j % 4u);
+            let cm = (codes[j / 4u] >> sh) & 0xffu;
+            let cv = (codes[words + j / 4u] >> sh) & 0xffu;
+            let i = p.off + j;
+            let g = grad[i] * gs;
+            let m = p.beta1 * (maps[cm] * ma_old) + (1.0 - p.beta1) * g;
+            let v = p.beta2 * (maps[256u + cv] * va_old) + (1.0 - p.beta2) * g * g;
+            let x = param[i];
+            param[i] = x - p.lr * ((m / p.bc1) / (sqrt(v / p.bc2) + p.eps) + p.weight_decay * x);
+            mv[t] = m;
+            vv[t] = v;
+            mmax = max(mmax, abs(m));
+            vmax = max(vmax, abs(v));
+        }
+    }
+    red_m[lid] = mmax;
+    red_v[lid] = vmax;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            red_m[lid] = max(red_m[lid], red_m[lid + s]);
+            red_v[lid] = max(red_v[lid], red_v[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let ma = red_m[0];
+    let va = red_v[0];
+    for (var q = 0u; q < 2u; q = q + 1u) {
+        let w = j0 / 4u + q;
+        if (w < words) {
+            var pm = 0u;
+            var pv = 0u;
+            for (var b = 0u; b < 4u; b = b + 1u) {
+                pm = pm | (nearest(0u, mv[q * 4u + b], ma) << (8u * b));
+                pv = pv | (nearest(256u, vv[q * 4u + b], va) << (8u * b));
+            }
+            codes[w] = pm;
+            codes[words + w] = pv;
+        }
+    }
+    if (lid == 0u) {
+        absmax[blk] = ma;
+        absmax[nb + blk] = va;
+    }
+}

@@ -1,10 +1,11 @@
 //! The cases: every op of the trait on several shapes, with inputs drawn per case.
 
-use crate::compare::{Tol, compare, tolerance};
+use crate::compare::{Tol, compare, compare_codes, tolerance};
 use crate::{Outcome, SuiteOptions};
 use brrr_backend::{
     AdamWParams, AdamWTensors, Backend, BinaryOp, DType, ElemRange, EmbeddingSpec, GemmSpec,
-    HostData, LayerNormSpec, Layout, ReduceOp, Result, ScaleUpdateParams, SegmentMask, Shape,
+    HostData, LayerNormSpec, Layout, QuantizedMoments, ReduceOp, Result, ScaleUpdateParams,
+    SegmentMask, Shape,
     SoftmaxSpec, UnaryOp,
 };
 use rand_chacha::ChaCha8Rng;
@@ -34,6 +35,7 @@ pub const OPS: &[&str] = &[
     "cross_entropy_backward",
     "adamw",
     "adamw_master",
+    "adamw_8bit",
     "multi_tensor_fill",
     "multi_tensor_sum_squares",
     "multi_tensor_adamw",
@@ -124,6 +126,12 @@ pub(crate) enum Op {
     },
     /// Inputs: grad (+ inv_scale) (+ found_inf); outputs: master, copy, m, v.
     AdamWMaster {
+        p: AdamWParams,
+        inv: bool,
+        found: bool,
+    },
+    /// Inputs: grad, maps (+ inv_scale) (+ found_inf); outputs: param, codes, absmax.
+    AdamW8bit {
         p: AdamWParams,
         inv: bool,
         found: bool,
@@ -279,6 +287,19 @@ impl Op {
                 let found_inf = found.then(|| &ins[if *inv { 2 } else { 1 }]);
                 x.adamw_master(p, master, copy, &ins[0], m, v, inv_scale, found_inf)
             }
+            Op::AdamW8bit { p, inv, found } => {
+                let [param, codes, absmax] = outs else {
+                    unreachable!("adamw_8bit has three outputs")
+                };
+                let inv_scale = inv.then(|| &ins[2]);
+                let found_inf = found.then(|| &ins[if *inv { 3 } else { 2 }]);
+                let mut state = QuantizedMoments {
+                    codes,
+                    absmax,
+                    maps: &ins[1],
+                };
+                x.adamw_8bit(p, param, &ins[0], &mut state, inv_scale, found_inf)
+            }
             Op::MultiFill(v) => x.multi_tensor_fill(&mut outs.iter_mut().collect::<Vec<_>>(), *v),
             Op::MultiSumSquares => {
                 let [sum] = outs else {
@@ -385,6 +406,9 @@ pub(crate) struct Out {
     name: &'static str,
     init: HostData,
     compared: bool,
+    /// 8-bit codes packed four to a `u32`: compared code by code, a neighbouring code
+    /// allowed for a few (see [`compare_codes`]).
+    codes: bool,
 }
 
 const INT_POISON: i64 = 0x7EAD_BEEF;
@@ -401,6 +425,7 @@ impl Out {
             name,
             init: HostData::from_f64(dtype, &vec![v; len]),
             compared: true,
+            codes: false,
         }
     }
     /// Starts from data (accumulating outputs, partially written views).
@@ -409,6 +434,16 @@ impl Out {
             name,
             init,
             compared: true,
+            codes: false,
+        }
+    }
+    /// Quantisation codes, four to a word, starting from `init`.
+    pub(crate) fn codes(name: &'static str, init: HostData) -> Out {
+        Out {
+            name,
+            init,
+            compared: true,
+            codes: true,
         }
     }
     pub(crate) fn ignored(name: &'static str, init: HostData) -> Out {
@@ -416,6 +451,7 @@ impl Out {
             name,
             init,
             compared: false,
+            codes: false,
         }
     }
 }
@@ -461,6 +497,10 @@ impl Gen {
     }
     fn vals(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
         (0..n).map(|_| self.uniform(lo, hi)).collect()
+    }
+    /// `n` random words (any four bytes: 8-bit codes).
+    fn words(&mut self, n: usize) -> HostData {
+        HostData::U32((0..n).map(|_| self.0.next_u32()).collect())
     }
     pub(crate) fn data(&mut self, dtype: DType, n: usize, lo: f64, hi: f64) -> HostData {
         HostData::from_f64(dtype, &self.vals(n, lo, hi))
@@ -1470,6 +1510,54 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
         }
     }
 
+    // ---- AdamW, 8-bit moments --------------------------------------------------------
+    // Random codes and block absmax values as the starting state (both moments decode to
+    // a spread of magnitudes); sizes below, at and across the 2048-value block, and one
+    // range of a flat buffer (its state is the range's own).
+    let mut q8_sizes: Vec<(usize, Option<ElemRange>)> =
+        vec![(1, None), (1001, None), (5000, None), (5000, Some(ElemRange::new(300, 4500)))];
+    if large {
+        q8_sizes.push((70001, None));
+    }
+    if dtype == DType::F64 {
+        q8_sizes.clear(); // f16, bf16 and f32 parameters only
+    }
+    for (total, range) in q8_sizes {
+        for (mut p, amp, skip, tail) in adamw_variants() {
+            p.range = range;
+            let n = range.map_or(total, |r| r.len);
+            let at = range.map_or(String::new(), |r| format!(" range {}..{}", r.offset, r.offset + r.len));
+            b.add("adamw_8bit", format!("n={total}{at} {tail}"), |g, d| {
+                let gscale = if amp { 1024.0 } else { 1.0 };
+                let mut inputs = vec![
+                    g.data(d, total, -gscale, gscale),
+                    HostData::F32(brrr_backend::quant8::adam_maps()),
+                ];
+                if amp {
+                    inputs.push(HostData::F32(vec![1.0 / 1024.0]));
+                    inputs.push(HostData::F32(vec![if skip { 1.0 } else { 0.0 }]));
+                }
+                let blocks = brrr_backend::quant8::blocks(n);
+                let mut absmax = g.vals(blocks, 0.01, 0.1);
+                absmax.extend(g.vals(blocks, 1e-4, 1e-2));
+                (
+                    Op::AdamW8bit {
+                        p,
+                        inv: amp,
+                        found: amp,
+                    },
+                    inputs,
+                    vec![
+                        Out::init("param", g.data(d, total, -1.0, 1.0)),
+                        Out::codes("codes", g.words(2 * brrr_backend::quant8::code_words(n))),
+                        Out::init("absmax", HostData::F32(absmax.iter().map(|v| *v as f32).collect())),
+                    ],
+                    tol.times(4.0),
+                )
+            });
+        }
+    }
+
     // One parameter's segment of flat buffers (`range`): the elements outside it must
     // come out exactly as they went in (every output buffer is compared whole).
     for (offset, len, total, amp) in [(300usize, 1001usize, 1500usize, false), (7, 64, 80, true)] {
@@ -1689,7 +1777,11 @@ pub(crate) async fn run_case<B: Backend, R: Backend>(b: &B, r: &R, case: &Case) 
         if !out.compared {
             continue;
         }
-        match compare(&got[i], &want[i], case.tol) {
+        let result = match out.codes {
+            true => compare_codes(&got[i], &want[i]),
+            false => compare(&got[i], &want[i], case.tol),
+        };
+        match result {
             Ok(w) => worst = worst.max(w),
             Err(m) => return Outcome::Fail(format!("{}: {m}", out.name)),
         }

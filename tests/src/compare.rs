@@ -140,6 +140,42 @@ pub fn compare(got: &HostData, want: &HostData, tol: Tol) -> Result<f64, String>
     ))
 }
 
+/// Compares 8-bit codes packed four to a `u32`. Two backends compute a moment's new
+/// value with different roundings (an FMA contracted or not, WGSL's inexact division and
+/// square root), and a value that lands next to the midpoint between two codes may then
+/// take either: each code may differ by one, and at most one code in 64 may differ.
+/// `Ok(worst)` is the share of differing codes as a fraction of that allowance.
+pub fn compare_codes(got: &HostData, want: &HostData) -> Result<f64, String> {
+    let (HostData::U32(g), HostData::U32(w)) = (got, want) else {
+        return Err(format!(
+            "codes must be u32, got {} and reference {}",
+            got.dtype(),
+            want.dtype()
+        ));
+    };
+    if g.len() != w.len() {
+        return Err(format!("length {} where the reference has {}", g.len(), w.len()));
+    }
+    let bytes = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let (gb, wb) = (bytes(g), bytes(w));
+    let mut differ = 0usize;
+    for (i, (a, b)) in gb.iter().zip(&wb).enumerate() {
+        match a.abs_diff(*b) {
+            0 => {}
+            1 => differ += 1,
+            d => return Err(format!("code [{i}] got {a} want {b} ({d} codes apart)")),
+        }
+    }
+    let allowed = gb.len().div_ceil(64);
+    if differ > allowed {
+        return Err(format!(
+            "{differ} of {} codes differ by one (at most {allowed} may)",
+            gb.len()
+        ));
+    }
+    Ok(differ as f64 / allowed.max(1) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,3 +1,4 @@
+use crate::quant8::QuantizedMoments;
 use crate::{
     AdamWParams, AdamWTensors, AttentionSpec, BinaryOp, DType, DeviceLocation, EmbeddingSpec,
     GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result, ScaleUpdateParams,
@@ -416,6 +417,31 @@ pub trait Backend: Clone + WasmNotSendSync + 'static {
         inv_scale: Option<&Self::Buffer>,
         found_inf: Option<&Self::Buffer>,
     ) -> Result<()>;
+
+    /// AdamW with 8-bit block-wise quantised moments (Dettmers et al. 2022; see
+    /// [`crate::quant8`]). For each block of [`Q8_BLOCK`](crate::quant8::Q8_BLOCK)
+    /// values: decode the block's `m` and `v` (`map[code] · absmax`), update them and the
+    /// parameter exactly as [`Backend::adamw`] does (in f32; the parameter moves with
+    /// the unquantised new moments), then store each moment's new block absmax (the
+    /// largest magnitude) and re-encode every value to its nearest code
+    /// ([`crate::quant8::encode`]). `param` and `grad` are f16, bf16 or f32 of one dtype;
+    /// `params.range` selects their elements as in [`Backend::adamw`], while the state
+    /// describes only those elements (its element `j` is the range's `j`-th): a segment
+    /// of a flat buffer has a state of its own. Codes past the range's end in the last
+    /// word are written as the code of 0. `inv_scale` and `found_inf` are as in
+    /// [`Backend::adamw`]. A backend that does not implement it returns an error.
+    fn adamw_8bit(
+        &self,
+        params: &AdamWParams,
+        param: &mut Self::Buffer,
+        grad: &Self::Buffer,
+        state: &mut QuantizedMoments<'_, Self::Buffer>,
+        inv_scale: Option<&Self::Buffer>,
+        found_inf: Option<&Self::Buffer>,
+    ) -> Result<()> {
+        let _ = (params, param, grad, state, inv_scale, found_inf);
+        Err(not_implemented(self, "adamw_8bit"))
+    }
 
     /// The clip factor of `torch.nn.utils.clip_grad_norm_`, without a host read: from the
     /// one-element f32 sum of squared gradients `sumsq`, writes `norm = sqrt(sumsq)` and

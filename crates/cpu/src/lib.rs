@@ -48,6 +48,7 @@ mod gemm;
 mod memory;
 mod nn;
 mod optim;
+mod optim8;
 mod par;
 mod reduce;
 mod scalar;
@@ -68,7 +69,7 @@ pub use cache::DEFAULT_CACHE_LIMIT;
 use brrr_backend::{
     AdamWParams, AttentionSpec, Backend, BackendInfo, BinaryOp, DType, DeviceLocation,
     EmbeddingSpec, Error, GemmSpec, LayerNormSpec, Layout, MemoryCounter, MemoryStats, ReduceOp,
-    Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
+    QuantizedMoments, Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -566,6 +567,32 @@ impl Backend for CpuBackend {
                 grad,
                 m,
                 v,
+                inv_scale.map(|b| &**b),
+                found_inf.map(|b| &**b),
+            )
+        })
+    }
+
+    fn adamw_8bit(
+        &self,
+        params: &AdamWParams,
+        param: &mut CpuBuffer,
+        grad: &CpuBuffer,
+        state: &mut QuantizedMoments<'_, CpuBuffer>,
+        inv_scale: Option<&CpuBuffer>,
+        found_inf: Option<&CpuBuffer>,
+    ) -> Result<()> {
+        let states = optim8::States {
+            codes: &mut **state.codes,
+            absmax: &mut **state.absmax,
+            maps: state.maps,
+        };
+        self.install(|| {
+            optim8::adamw_8bit(
+                params,
+                param,
+                grad,
+                states,
                 inv_scale.map(|b| &**b),
                 found_inf.map(|b| &**b),
             )

@@ -55,7 +55,7 @@ pub(crate) fn adamw(
     Ok(())
 }
 
-struct Consts {
+pub(crate) struct Consts {
     lr: f64,
     beta1: f64,
     beta2: f64,
@@ -71,7 +71,7 @@ impl Consts {
     /// The gradient factor is `grad_scale * inv_scale` multiplied in f64, so a factor
     /// passed as `inv_scale` with `grad_scale = 1` is bitwise the same as passing it as
     /// `grad_scale` (gradient clipping's coefficient takes either route).
-    fn new(p: &AdamWParams, inv_scale: Option<f32>) -> Consts {
+    pub(crate) fn new(p: &AdamWParams, inv_scale: Option<f32>) -> Consts {
         let step = f64::from(p.step);
         Consts {
             lr: f64::from(p.lr),
@@ -86,7 +86,7 @@ impl Consts {
     }
 
     /// The constants in the compute type `R`, as the element loop uses them.
-    fn typed<R: Real>(&self) -> Typed<R> {
+    pub(crate) fn typed<R: Real>(&self) -> Typed<R> {
         let c = R::from_f64;
         Typed {
             lr: c(self.lr),
@@ -104,7 +104,7 @@ impl Consts {
 }
 
 #[derive(Clone, Copy)]
-struct Typed<R> {
+pub(crate) struct Typed<R> {
     lr: R,
     b1: R,
     b2: R,
@@ -120,7 +120,7 @@ struct Typed<R> {
 impl<R: Real> Typed<R> {
     /// One element: updates `m` and `v` and returns the new parameter value.
     #[inline(always)]
-    fn update(&self, p: R, g: R, m: &mut f32, v: &mut f32) -> R {
+    pub(crate) fn update(&self, p: R, g: R, m: &mut f32, v: &mut f32) -> R {
         let g = g * self.gs;
         let mt = self.b1 * R::from_f32(*m) + self.one_b1 * g;
         let vt = self.b2 * R::from_f32(*v) + self.one_b2 * g * g;

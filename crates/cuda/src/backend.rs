@@ -10,8 +10,8 @@ use crate::ops::{
 };
 use brrr_backend::{
     AdamWParams, AdamWTensors, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, ElemRange,
-    EmbeddingSpec, Error, GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, ReduceOp, Result,
-    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp, multi_tensor,
+    EmbeddingSpec, Error, GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, QuantizedMoments, ReduceOp, Result,
+    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp, multi_tensor, quant8,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -1480,6 +1480,68 @@ impl Backend for CudaBackend {
                 Arg::Ptr(v.ptr_at(r.start)),
                 Arg::U64(n as u64),
                 Arg::pod(&args),
+                Arg::Ptr(inv_scale.map_or(0, CudaBuffer::device_ptr)),
+                Arg::Ptr(found_inf.map_or(0, CudaBuffer::device_ptr)),
+            ],
+        )
+    }
+
+    fn adamw_8bit(
+        &self,
+        params: &AdamWParams,
+        param: &mut CudaBuffer,
+        grad: &CudaBuffer,
+        state: &mut QuantizedMoments<'_, CudaBuffer>,
+        inv_scale: Option<&CudaBuffer>,
+        found_inf: Option<&CudaBuffer>,
+    ) -> Result<()> {
+        const OP: &str = "adamw_8bit";
+        if !matches!(param.dtype, DType::F16 | DType::BF16 | DType::F32) {
+            return Err(Error::invalid(
+                OP,
+                format!("param must be f16, bf16 or f32, got {}", param.dtype),
+            ));
+        }
+        same_dtype(OP, param.dtype, grad.dtype)?;
+        same_dtype(OP, DType::U32, state.codes.dtype)?;
+        same_dtype(OP, DType::F32, state.absmax.dtype)?;
+        same_dtype(OP, DType::F32, state.maps.dtype)?;
+        if params.step == 0 {
+            return Err(Error::invalid(OP, "step counts from 1"));
+        }
+        let r = params.elements(OP, param.len)?;
+        let n = r.len();
+        Error::check_len(OP, r.end, param.len)?;
+        Error::check_len(OP, r.end, grad.len)?;
+        Error::check_len(OP, 2 * quant8::code_words(n), state.codes.len)?;
+        Error::check_len(OP, 2 * quant8::blocks(n), state.absmax.len)?;
+        Error::check_len(OP, 512, state.maps.len)?;
+        for b in [inv_scale, found_inf].into_iter().flatten() {
+            same_dtype(OP, DType::F32, b.dtype)?;
+            Error::check_len(OP, 1, b.len)?;
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        // One block of 256 threads per quantisation block (grid-stride beyond 65535).
+        let cfg = LaunchCfg {
+            grid: (quant8::blocks(n).min(65535) as u32, 1, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        self.launch(
+            Family::Optim,
+            &format!("adamw_8bit_{}", suffix(param.dtype)),
+            cfg,
+            &[
+                // In range: `r.start` is below the checked `r.end`.
+                Arg::Ptr(param.ptr_at(r.start)),
+                Arg::Ptr(grad.ptr_at(r.start)),
+                Arg::Ptr(state.codes.device_ptr()),
+                Arg::Ptr(state.absmax.device_ptr()),
+                Arg::Ptr(state.maps.device_ptr()),
+                Arg::U64(n as u64),
+                Arg::pod(&adamw_args(params)),
                 Arg::Ptr(inv_scale.map_or(0, CudaBuffer::device_ptr)),
                 Arg::Ptr(found_inf.map_or(0, CudaBuffer::device_ptr)),
             ],

@@ -106,10 +106,13 @@ impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
             let c = p.len();
             let (m, v) = match self.dp.zero {
                 0 if self.opt.moments.is_empty() => (vec![0.0; c], vec![0.0; c]),
-                0 => (
-                    self.chunk_of(g, |i| self.opt.moments[i].0.to_vec_f32())?,
-                    self.chunk_of(g, |i| self.opt.moments[i].1.to_vec_f32())?,
-                ),
+                0 => {
+                    let moments = self.opt.f32_moments("dp checkpoint")?;
+                    (
+                        self.chunk_of(g, |i| moments[i].0.to_vec_f32())?,
+                        self.chunk_of(g, |i| moments[i].1.to_vec_f32())?,
+                    )
+                }
                 _ => {
                     // The flat moments cover the chunk's parameter elements; the padding
                     // after them is saved as zeros.
@@ -305,6 +308,7 @@ impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
                     brrr_backend::HostData::F32(m),
                     brrr_backend::HostData::F32(v),
                 )),
+                moments_8bit: None,
             })
             .collect();
         Ok(TrainState {
@@ -357,6 +361,7 @@ impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
         if self.dp.zero == 0 {
             self.opt.moments = moments
                 .into_iter()
+                .map(|m| m.map(|(m, v)| brrr_nn::MomentState::F32(m, v)))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| Error::invalid("dp checkpoint", "a parameter has no moments"))?;
         }

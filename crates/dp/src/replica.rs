@@ -175,9 +175,13 @@ impl ParamOwners {
         }
         let mut buf = vec![0.0f32; 2 * numel];
         if let Some(k) = self.position(i) {
-            let (m, v) = opt.moments.get(k).ok_or_else(|| {
-                Error::invalid("ParamOwners", format!("no moments for parameter {i}"))
-            })?;
+            let (m, v) = opt
+                .moments
+                .get(k)
+                .ok_or_else(|| {
+                    Error::invalid("ParamOwners", format!("no moments for parameter {i}"))
+                })?
+                .f32_moments("ParamOwners")?;
             buf[..numel].copy_from_slice(&m.to_vec_f32()?);
             buf[numel..].copy_from_slice(&v.to_vec_f32()?);
         }

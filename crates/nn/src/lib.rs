@@ -70,6 +70,7 @@ mod layernorm;
 mod linear;
 pub mod loss;
 mod mlp;
+mod moments;
 mod optim;
 mod param;
 mod parts;
@@ -90,6 +91,7 @@ pub use gpt::{Gpt, GptConfig};
 pub use layernorm::LayerNorm;
 pub use linear::{Linear, LinearLayer};
 pub use mlp::Mlp;
+pub use moments::{MIN_8BIT_NUMEL, MomentState, Optimizer};
 pub use optim::{AdamW, AdamWConfig, clip_grad_norm_on_device};
 /// Native only: they read one number back, which blocks (in a browser, read the
 /// summed squares with `Tensor::to_host().await`).

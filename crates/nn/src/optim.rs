@@ -1,4 +1,5 @@
 use crate::Param;
+use crate::moments::{self, MomentState, Optimizer};
 use brrr_backend::{AdamWParams, AdamWTensors, Backend, DType, Error, Result};
 use brrr_tensor::Tensor;
 
@@ -15,6 +16,8 @@ pub struct AdamWConfig {
     /// Decoupled decay: each step subtracts `lr · weight_decay · p` from a matrix
     /// parameter (never from a bias or LayerNorm parameter, see [`AdamW`]).
     pub weight_decay: f32,
+    /// How the moments are kept: f32, or 8-bit block-wise ([`Optimizer`]).
+    pub optimizer: Optimizer,
 }
 
 impl Default for AdamWConfig {
@@ -24,11 +27,13 @@ impl Default for AdamWConfig {
             beta2: 0.95,
             eps: 1e-8,
             weight_decay: 0.1,
+            optimizer: Optimizer::AdamW,
         }
     }
 }
 
-/// AdamW with decoupled weight decay (Loshchilov & Hutter 2019) and f32 moments.
+/// AdamW with decoupled weight decay (Loshchilov & Hutter 2019), its moments in f32 or
+/// (with [`Optimizer::AdamW8bit`]) 8-bit block-wise (Dettmers et al. 2022).
 ///
 /// Weight decay applies to matrices (rank ≥ 2: linear weights, embeddings) and not to
 /// biases or LayerNorm parameters, as in GPT-2/3 training code: decaying a gain towards
@@ -38,8 +43,10 @@ pub struct AdamW<B: Backend> {
     pub config: AdamWConfig,
     /// Updates taken so far (the `t` of the bias correction).
     pub step: u32,
-    /// First and second moments per parameter, in the order `step` receives them.
-    pub moments: Vec<(Tensor<B>, Tensor<B>)>,
+    /// Each parameter's state, in the order `step` receives them.
+    pub moments: Vec<MomentState<B>>,
+    /// The 8-bit moments' maps, uploaded by the first step that needs them.
+    maps: Option<Tensor<B>>,
 }
 
 impl<B: Backend> AdamW<B> {
@@ -51,7 +58,19 @@ impl<B: Backend> AdamW<B> {
             config,
             step: 0,
             moments: Vec::new(),
+            maps: None,
         }
+    }
+
+    /// Bytes of optimizer state held now (0 before the first step).
+    pub fn state_bytes(&self) -> usize {
+        self.moments.iter().map(MomentState::bytes).sum()
+    }
+
+    /// Each parameter's f32 moments, or an error naming `op` when a parameter keeps
+    /// another state (for code that saves or shards f32 moments only).
+    pub fn f32_moments(&self, op: &'static str) -> Result<Vec<(&Tensor<B>, &Tensor<B>)>> {
+        self.moments.iter().map(|s| s.f32_moments(op)).collect()
     }
 
     /// One update of every parameter with learning rate `lr`; `grad_scale` multiplies
@@ -76,10 +95,47 @@ impl<B: Backend> AdamW<B> {
         inv_scale: Option<&Tensor<B>>,
         found_inf: Option<&Tensor<B>>,
     ) -> Result<()> {
+        self.init_states(&params)?;
+        let Some(backend) = params.first().map(|p| p.value.backend().clone()) else {
+            self.step += 1;
+            return Ok(());
+        };
+        self.step += 1;
+        let hp = AdamWParams {
+            lr,
+            beta1: self.config.beta1,
+            beta2: self.config.beta2,
+            eps: self.config.eps,
+            weight_decay: self.config.weight_decay,
+            step: self.step,
+            grad_scale,
+            range: None,
+        };
+        let maps = self.maps.as_ref();
+        let mut full = Vec::with_capacity(params.len());
+        for (p, state) in params.into_iter().zip(&mut self.moments) {
+            match state {
+                MomentState::F32(m, v) => full.push((p, m, v)),
+                MomentState::Bits8 { codes, absmax } => {
+                    let maps = maps.ok_or_else(|| Error::invalid("AdamW::step", "no maps"))?;
+                    step_8bit_param(&hp, p, (codes, absmax), maps, inv_scale, found_inf)?;
+                }
+            }
+        }
+        step_f32_params(&backend, &hp, full, inv_scale, found_inf)
+    }
+
+    /// Allocates every parameter's state on the first step; checks them on later ones.
+    fn init_states(&mut self, params: &[&mut Param<B>]) -> Result<()> {
+        let optimizer = self.config.optimizer;
         if self.moments.is_empty() {
-            for p in &params {
-                let z = || Tensor::zeros(p.value.backend(), p.value.shape().clone(), DType::F32);
-                self.moments.push((z()?, z()?));
+            for p in params {
+                let backend = p.value.backend();
+                let state = MomentState::zeros(backend, optimizer, p.value.dims())?;
+                if matches!(state, MomentState::Bits8 { .. }) && self.maps.is_none() {
+                    self.maps = Some(moments::upload_maps(backend)?);
+                }
+                self.moments.push(state);
             }
         }
         if self.moments.len() != params.len() {
@@ -92,56 +148,85 @@ impl<B: Backend> AdamW<B> {
                 ),
             ));
         }
-        for (p, (m, _)) in params.iter().zip(&self.moments) {
-            if m.shape() != p.value.shape() {
+        for (p, state) in params.iter().zip(&self.moments) {
+            let fits = match state {
+                MomentState::F32(m, _) => m.shape() == p.value.shape(),
+                MomentState::Bits8 { codes, .. } => {
+                    let n = p.value.elem_count();
+                    codes.elem_count() == 2 * brrr_backend::quant8::code_words(n)
+                }
+            };
+            if !fits {
                 return Err(Error::shape(
                     "AdamW::step",
-                    format!(
-                        "{}: state {} vs parameter {}",
-                        p.name,
-                        m.shape(),
-                        p.value.shape()
-                    ),
+                    format!("{}: the saved state does not fit {}", p.name, p.value.shape()),
                 ));
             }
         }
-        let Some(backend) = params.first().map(|p| p.value.backend().clone()) else {
-            self.step += 1;
-            return Ok(());
-        };
-        let inv_scale = inv_scale.map(Tensor::buffer).transpose()?;
-        let found_inf = found_inf.map(Tensor::buffer).transpose()?;
-        self.step += 1;
-        let hp = AdamWParams {
-            lr,
-            beta1: self.config.beta1,
-            beta2: self.config.beta2,
-            eps: self.config.eps,
-            weight_decay: self.config.weight_decay,
-            step: self.step,
-            grad_scale,
-            range: None,
-        };
-        // Every parameter in one call: a backend that batches the list (brrr-cuda) updates
-        // them all in one launch, the others loop over `adamw` / `adamw_master`.
-        let grads = params
-            .iter()
-            .map(|p| p.grad.contiguous())
-            .collect::<Result<Vec<_>>>()?;
-        let mut tensors = Vec::with_capacity(params.len());
-        for ((p, (m, v)), grad) in params.into_iter().zip(&mut self.moments).zip(&grads) {
-            let decay = p.value.rank() >= 2;
-            let Param { value, master, .. } = p;
-            tensors.push(AdamWTensors {
-                param: value.buffer_mut()?,
-                master: master.as_mut().map(Tensor::buffer_mut).transpose()?,
-                grad: grad.buffer()?,
-                m: m.buffer_mut()?,
-                v: v.buffer_mut()?,
-                decay,
-            });
+        if self.maps.is_none() && self.moments.iter().any(|s| matches!(s, MomentState::Bits8 { .. })) {
+            if let Some(p) = params.first() {
+                self.maps = Some(moments::upload_maps(p.value.backend())?);
+            }
         }
-        backend.multi_tensor_adamw(&hp, &mut tensors, inv_scale, found_inf)
+        Ok(())
+    }
+}
+
+/// The f32-moment parameters in one call: a backend that batches the list (brrr-cuda)
+/// updates them all in one launch, the others loop over `adamw` / `adamw_master`.
+fn step_f32_params<B: Backend>(
+    backend: &B,
+    hp: &AdamWParams,
+    list: Vec<(&mut Param<B>, &mut Tensor<B>, &mut Tensor<B>)>,
+    inv_scale: Option<&Tensor<B>>,
+    found_inf: Option<&Tensor<B>>,
+) -> Result<()> {
+    if list.is_empty() {
+        return Ok(());
+    }
+    let inv_scale = inv_scale.map(Tensor::buffer).transpose()?;
+    let found_inf = found_inf.map(Tensor::buffer).transpose()?;
+    let grads = list
+        .iter()
+        .map(|(p, _, _)| p.grad.contiguous())
+        .collect::<Result<Vec<_>>>()?;
+    let mut tensors = Vec::with_capacity(list.len());
+    for ((p, m, v), grad) in list.into_iter().zip(&grads) {
+        let decay = p.value.rank() >= 2;
+        let Param { value, master, .. } = p;
+        tensors.push(AdamWTensors {
+            param: value.buffer_mut()?,
+            master: master.as_mut().map(Tensor::buffer_mut).transpose()?,
+            grad: grad.buffer()?,
+            m: m.buffer_mut()?,
+            v: v.buffer_mut()?,
+            decay,
+        });
+    }
+    backend.multi_tensor_adamw(hp, &mut tensors, inv_scale, found_inf)
+}
+
+/// One parameter with 8-bit moments: the master (when it has one) takes the step, and
+/// the compute copy is rounded from it.
+fn step_8bit_param<B: Backend>(
+    hp: &AdamWParams,
+    p: &mut Param<B>,
+    state: (&mut Tensor<B>, &mut Tensor<B>),
+    maps: &Tensor<B>,
+    inv_scale: Option<&Tensor<B>>,
+    found_inf: Option<&Tensor<B>>,
+) -> Result<()> {
+    let hp = AdamWParams {
+        weight_decay: if p.value.rank() >= 2 { hp.weight_decay } else { 0.0 },
+        ..*hp
+    };
+    match &mut p.master {
+        None => moments::step_8bit(&hp, &mut p.value, &p.grad, state, maps, inv_scale, found_inf),
+        Some(master) => {
+            moments::step_8bit(&hp, master, &p.grad, state, maps, inv_scale, found_inf)?;
+            p.value = master.to_dtype(p.value.dtype())?;
+            Ok(())
+        }
     }
 }
 

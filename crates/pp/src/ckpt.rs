@@ -13,6 +13,7 @@
 
 use crate::executor::PipelineStage;
 use brrr_backend::{Backend, DType, Error, Result};
+use brrr_nn::MomentState;
 use brrr_nn::Param;
 use brrr_tensor::Tensor;
 use brrr_train::data::fingerprint;
@@ -180,8 +181,8 @@ impl<B: Backend> PipelineStage<B> {
     ) -> Result<PathBuf> {
         let moments = self
             .opt
-            .moments
-            .iter()
+            .f32_moments("pipeline checkpoint")?
+            .into_iter()
             .map(|(m, v)| Ok((m.to_vec_f32()?, v.to_vec_f32()?)))
             .collect::<Result<Vec<_>>>()?;
         self.save_checkpoint_with(dir, step, data_position, loss_scaler, &moments)
@@ -327,7 +328,7 @@ impl<B: Backend> PipelineStage<B> {
             if header.has_moments {
                 let m = &floats[total + at..total + at + n];
                 let v = &floats[2 * total + at..2 * total + at + n];
-                moments.push((
+                moments.push(MomentState::F32(
                     Tensor::from_f32(&backend, m, shape.clone(), DType::F32)?,
                     Tensor::from_f32(&backend, v, shape, DType::F32)?,
                 ));
@@ -394,7 +395,7 @@ impl<B: Backend> PipelineStage<B> {
                 None => p.value = value,
             }
             if let Some((m, v)) = saved.moments.as_ref().filter(|_| state.adamw_step > 0) {
-                moments.push((
+                moments.push(MomentState::F32(
                     slice(&p.name, m, &saved.shape)?,
                     slice(&p.name, v, &saved.shape)?,
                 ));

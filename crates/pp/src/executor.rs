@@ -253,8 +253,8 @@ impl<B: Backend> PipelineStage<B> {
         let Some(o) = &self.owners else {
             return self
                 .opt
-                .moments
-                .iter()
+                .f32_moments("pipeline checkpoint")?
+                .into_iter()
                 .map(|(m, v)| Ok((m.to_vec_f32()?, v.to_vec_f32()?)))
                 .collect();
         };

@@ -163,6 +163,7 @@ impl<B: Backend> ReplicaModel<B> for TpGpt<B> {
                 shape,
                 value,
                 moments,
+                moments_8bit: None,
             });
         }
         Ok(TrainState { params, ..local })
@@ -190,6 +191,7 @@ impl<B: Backend> ReplicaModel<B> for TpGpt<B> {
                 shape: shard_dims_by_name(&p.name, &p.shape, n),
                 value: cut(&p.name, &p.value, &p.shape)?,
                 moments,
+                moments_8bit: None,
             });
         }
         Ok(TrainState {

@@ -87,7 +87,7 @@ impl<B: Backend> TpTrainer<B> {
                 let (m, v) = saved.moments.as_ref().ok_or_else(|| {
                     Error::Parse(format!("checkpoint has no tensor \"adamw.m.{}\"", p.name))
                 })?;
-                moments.push((
+                moments.push(brrr_nn::MomentState::F32(
                     shard(&p.name, m, &saved.shape)?,
                     shard(&p.name, v, &saved.shape)?,
                 ));

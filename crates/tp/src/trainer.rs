@@ -345,7 +345,10 @@ impl<B: Backend> TpTrainer<B> {
         match &self.owners {
             Some(o) => o.moments(&self.dp, &self.opt, i, numel),
             None => match self.opt.moments.get(i) {
-                Some((m, v)) => Ok(Some((m.to_vec_f32()?, v.to_vec_f32()?))),
+                Some(state) => {
+                    let (m, v) = state.f32_moments("TpTrainer checkpoint")?;
+                    Ok(Some((m.to_vec_f32()?, v.to_vec_f32()?)))
+                }
                 None => Ok(None),
             },
         }
@@ -396,6 +399,7 @@ impl<B: Backend> TpTrainer<B> {
                 shape,
                 value: HostData::F32(value),
                 moments,
+                moments_8bit: None,
             });
         }
         Ok(TrainState {

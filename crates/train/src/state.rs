@@ -1,7 +1,8 @@
 //! Everything that determines the future of a run, on the host, and its checkpoint file.
 //!
 //! The file is safetensors ([`crate::ckpt`]) with tensors `model.NAME`, `adamw.m.NAME`
-//! and `adamw.v.NAME` per parameter, and string metadata `format` (`brrr-gpt-1`),
+//! and `adamw.v.NAME` per parameter (or, for 8-bit moments, `adamw8bit.codes.NAME` and
+//! `adamw8bit.absmax.NAME`), and string metadata `format` (`brrr-gpt-1`),
 //! `step`, `adamw_step`, `rng` (the batch source's position), `corpus_fingerprint`,
 //! `tokenizer` and `config` (the [`TrainConfig`] as TOML); with a dynamic loss scaler
 //! also `loss_scale`, `loss_scale_growth_tracker` and `loss_scale_hysteresis_tracker`
@@ -26,6 +27,10 @@ pub struct ParamState {
     pub value: HostData,
     /// AdamW's first and second moments (f32); `None` before the first update.
     pub moments: Option<(HostData, HostData)>,
+    /// 8-bit AdamW's moments (`--optimizer adamw8bit`), in place of `moments`: both
+    /// moments' codes (u32, four to a word) and block absmax values (f32), as
+    /// `brrr_backend::QuantizedMoments` lays them out.
+    pub moments_8bit: Option<(HostData, HostData)>,
 }
 
 /// The dynamic loss scaler's state (`--amp fp16`): a resumed run continues with the
@@ -123,6 +128,11 @@ impl TrainState {
                 tensors.push((format!("adamw.m.{}", p.name), m.clone(), p.shape.clone()));
                 tensors.push((format!("adamw.v.{}", p.name), v.clone(), p.shape.clone()));
             }
+            if let Some((codes, absmax)) = &p.moments_8bit {
+                let (c, a) = (codes.len(), absmax.len());
+                tensors.push((format!("adamw8bit.codes.{}", p.name), codes.clone(), vec![c]));
+                tensors.push((format!("adamw8bit.absmax.{}", p.name), absmax.clone(), vec![a]));
+            }
         }
         let config = toml::to_string(&self.config)
             .map_err(|e| Error::invalid("checkpoint", e.to_string()))?;
@@ -182,11 +192,24 @@ impl TrainState {
                     )));
                 }
             };
+            let moments_8bit = match (
+                ck.get(&format!("adamw8bit.codes.{pname}")),
+                ck.get(&format!("adamw8bit.absmax.{pname}")),
+            ) {
+                (Some(c), Some(a)) => Some((c.1.clone(), a.1.clone())),
+                (None, None) => None,
+                _ => {
+                    return Err(Error::Parse(format!(
+                        "checkpoint has only one of the 8-bit moment tensors of {pname:?}"
+                    )));
+                }
+            };
             params.push(ParamState {
                 name: pname.to_string(),
                 shape: shape.clone(),
                 value: value.clone(),
                 moments,
+                moments_8bit,
             });
         }
         let loss_scaler = match ck.meta("loss_scale") {
@@ -256,6 +279,9 @@ impl TrainState {
             if let Some((m, v)) = &p.moments {
                 refuse_non_finite(&p.name, "first moment", m.to_f64())?;
                 refuse_non_finite(&p.name, "second moment", v.to_f64())?;
+            }
+            if let Some((_, absmax)) = &p.moments_8bit {
+                refuse_non_finite(&p.name, "8-bit moments' absmax", absmax.to_f64())?;
             }
         }
         Ok(())

@@ -9,7 +9,9 @@ use crate::state::{LossScalerState, ParamState, TrainState};
 use brrr_amp::{DynamicLossScaler, apply_policy};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_checkpoint::{Op, Recompute};
-use brrr_nn::{AdamW, AdamWConfig, Gpt, MicroBatch, Module, clip_grad_norm_on_device};
+use brrr_nn::{
+    AdamW, AdamWConfig, Gpt, MicroBatch, MomentState, Module, clip_grad_norm_on_device,
+};
 use brrr_perf::trace::Tracer;
 use brrr_tensor::Tensor;
 use rand::SeedableRng;
@@ -379,16 +381,23 @@ impl<B: Backend> Trainer<B> {
     pub async fn state(&self) -> Result<TrainState> {
         let mut params = Vec::new();
         for (i, p) in self.model.params().into_iter().enumerate() {
-            let moments = match self.opt.moments.get(i) {
-                Some((m, v)) => Some((m.to_host().await?, v.to_host().await?)),
-                None => None,
-            };
+            let (mut moments, mut moments_8bit) = (None, None);
+            match self.opt.moments.get(i) {
+                Some(MomentState::F32(m, v)) => {
+                    moments = Some((m.to_host().await?, v.to_host().await?));
+                }
+                Some(MomentState::Bits8 { codes, absmax }) => {
+                    moments_8bit = Some((codes.to_host().await?, absmax.to_host().await?));
+                }
+                None => {}
+            }
             params.push(ParamState {
                 name: p.name.clone(),
                 shape: p.value.dims().to_vec(),
                 // The f32 master under mixed precision: what the run's weights are.
                 value: p.master.as_ref().unwrap_or(&p.value).to_host().await?,
                 moments,
+                moments_8bit,
             });
         }
         let loss_scaler = match &self.scaler {
@@ -647,25 +656,36 @@ pub fn load_params<B: Backend>(backend: &B, model: &mut Gpt<B>, state: &TrainSta
     Ok(())
 }
 
-/// AdamW's moments for every parameter, in the model's order; none if the saved
-/// optimizer never stepped.
+/// AdamW's state for every parameter, in the model's order (f32 or 8-bit moments, as
+/// saved; `AdamW::step` checks they fit); none if the saved optimizer never stepped.
 fn load_moments<B: Backend>(
     backend: &B,
     model: &Gpt<B>,
     state: &TrainState,
-) -> Result<Vec<(Tensor<B>, Tensor<B>)>> {
+) -> Result<Vec<MomentState<B>>> {
     if state.adamw_step == 0 {
         return Ok(Vec::new());
     }
     let mut out = Vec::new();
     for p in model.params() {
         let saved = saved_param(state, &p.name, p.value.dims())?;
-        let (m, v) = saved.moments.as_ref().ok_or_else(|| {
-            Error::Parse(format!("checkpoint has no tensor \"adamw.m.{}\"", p.name))
-        })?;
-        let m = Tensor::from_host(backend, m, saved.shape.clone())?;
-        let v = Tensor::from_host(backend, v, saved.shape.clone())?;
-        out.push((m, v));
+        let loaded = match (&saved.moments, &saved.moments_8bit) {
+            (Some((m, v)), _) => MomentState::F32(
+                Tensor::from_host(backend, m, saved.shape.clone())?,
+                Tensor::from_host(backend, v, saved.shape.clone())?,
+            ),
+            (None, Some((codes, absmax))) => MomentState::Bits8 {
+                codes: Tensor::from_host(backend, codes, [codes.len()])?,
+                absmax: Tensor::from_host(backend, absmax, [absmax.len()])?,
+            },
+            (None, None) => {
+                return Err(Error::Parse(format!(
+                    "checkpoint has no tensor \"adamw.m.{}\"",
+                    p.name
+                )));
+            }
+        };
+        out.push(loaded);
     }
     Ok(out)
 }

@@ -3,9 +3,10 @@
 use crate::device::{BACKEND, Kernel, Params, STAGED_MAX_BYTES, UploadPath, WgpuBuffer};
 use crate::shaders::Family;
 use crate::{MatmulKernel, WgpuBackend};
+use brrr_backend::quant8;
 use brrr_backend::{
     AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, EmbeddingSpec, Error,
-    GemmSpec, HostData, LayerNormSpec, Layout, MAX_RANK, MemoryStats, ReduceOp, Result,
+    GemmSpec, HostData, LayerNormSpec, Layout, MAX_RANK, MemoryStats, QuantizedMoments, ReduceOp, Result,
     ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use half::{bf16, f16};
@@ -1239,6 +1240,73 @@ impl Backend for WgpuBackend {
             &p,
             n,
             &[&wg.buf, s, f, &wp.buf, &m.buf, &v.buf],
+        )?;
+        self.narrow(wp, param)
+    }
+
+    fn adamw_8bit(
+        &self,
+        params: &AdamWParams,
+        param: &mut WgpuBuffer,
+        grad: &WgpuBuffer,
+        state: &mut QuantizedMoments<'_, WgpuBuffer>,
+        inv_scale: Option<&WgpuBuffer>,
+        found_inf: Option<&WgpuBuffer>,
+    ) -> Result<()> {
+        let name = "adamw_8bit";
+        check_float(name, param.dtype)?;
+        if param.dtype != grad.dtype {
+            return Err(Error::invalid(
+                name,
+                format!("param {} and grad {} differ", param.dtype, grad.dtype),
+            ));
+        }
+        let r = params.elements(name, param.len)?;
+        let (n, end) = (r.len(), r.end);
+        Error::check_len(name, end, param.len)?;
+        Error::check_len(name, end, grad.len)?;
+        if state.codes.dtype != DType::U32 {
+            return Err(Error::invalid(
+                name,
+                format!("codes must be u32, got {}", state.codes.dtype),
+            ));
+        }
+        Error::check_len(name, 2 * quant8::code_words(n), state.codes.len)?;
+        check_f32(name, state.absmax, "absmax", 2 * quant8::blocks(n))?;
+        check_f32(name, state.maps, "maps", 512)?;
+        if let Some(s) = inv_scale {
+            check_f32(name, s, "inv_scale", 1)?;
+        }
+        if let Some(f) = found_inf {
+            check_f32(name, f, "found_inf", 1)?;
+        }
+        if params.step == 0 {
+            return Err(Error::invalid(name, "step counts from 1"));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        u32_of(end)?;
+        let p = adamw_params(params, r, inv_scale.is_some(), found_inf.is_some())?;
+        let wg = self.widen(name, grad)?;
+        let wp = self.widen_out(name, param, true)?;
+        let s = inv_scale.map_or(&self.inner.dummy[0], |b| &b.buf);
+        let f = found_inf.map_or(&self.inner.dummy[1], |b| &b.buf);
+        // One workgroup per block of `Q8_BLOCK` values.
+        let grid = self.inner.grid(quant8::blocks(n))?;
+        self.inner.dispatch(
+            &Kernel::new(Family::Optimizer, "adamw_8bit"),
+            &p,
+            &[
+                &wg.buf,
+                s,
+                f,
+                &state.maps.buf,
+                &wp.buf,
+                &state.codes.buf,
+                &state.absmax.buf,
+            ],
+            grid,
         )?;
         self.narrow(wp, param)
     }
