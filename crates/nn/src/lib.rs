@@ -28,6 +28,8 @@
 //! - training: [`cross_entropy`](loss), [`AdamW`], [`clip_grad_norm`],
 //!   [`CosineSchedule`]; gradient accumulation is a loss scale of `1/k` on each of `k`
 //!   micro-batches, because every backward accumulates;
+//! - [`galore`]: GaLore's per-matrix optimizer state ([`Projector`]), AdamW in a
+//!   low-rank projection of the gradient refreshed by an SVD every few hundred steps;
 //! - [`gradcheck`]: finite-difference checks in f64 used by every layer's tests.
 //!
 //! ## Example
@@ -63,6 +65,7 @@
 mod attention;
 mod block;
 mod embedding;
+pub mod galore;
 mod gelu;
 mod gpt;
 pub mod gradcheck;
@@ -86,6 +89,7 @@ pub use attention::{
 };
 pub use block::Block;
 pub use embedding::Embedding;
+pub use galore::{GaLoreConfig, Projector};
 pub use gelu::Gelu;
 pub use gpt::{Gpt, GptConfig};
 pub use layernorm::LayerNorm;

@@ -3,6 +3,7 @@
 //! for every file (`cargo test -p brrr-nn --test it NAME` runs the tests matching NAME).
 
 mod fused_attention;
+mod galore;
 mod gradcheck;
 mod master_weights;
 mod memory;
