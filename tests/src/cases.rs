@@ -5,8 +5,7 @@ use crate::{Outcome, SuiteOptions};
 use brrr_backend::{
     AdamWParams, AdamWTensors, Backend, BinaryOp, DType, ElemRange, EmbeddingSpec, GemmSpec,
     HostData, LayerNormSpec, Layout, QuantizedMoments, ReduceOp, Result, ScaleUpdateParams,
-    SegmentMask, Shape,
-    SoftmaxSpec, UnaryOp,
+    SegmentMask, Shape, SoftmaxSpec, UnaryOp,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -1514,8 +1513,12 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
     // Random codes and block absmax values as the starting state (both moments decode to
     // a spread of magnitudes); sizes below, at and across the 2048-value block, and one
     // range of a flat buffer (its state is the range's own).
-    let mut q8_sizes: Vec<(usize, Option<ElemRange>)> =
-        vec![(1, None), (1001, None), (5000, None), (5000, Some(ElemRange::new(300, 4500)))];
+    let mut q8_sizes: Vec<(usize, Option<ElemRange>)> = vec![
+        (1, None),
+        (1001, None),
+        (5000, None),
+        (5000, Some(ElemRange::new(300, 4500))),
+    ];
     if large {
         q8_sizes.push((70001, None));
     }
@@ -1526,7 +1529,9 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
         for (mut p, amp, skip, tail) in adamw_variants() {
             p.range = range;
             let n = range.map_or(total, |r| r.len);
-            let at = range.map_or(String::new(), |r| format!(" range {}..{}", r.offset, r.offset + r.len));
+            let at = range.map_or(String::new(), |r| {
+                format!(" range {}..{}", r.offset, r.offset + r.len)
+            });
             b.add("adamw_8bit", format!("n={total}{at} {tail}"), |g, d| {
                 let gscale = if amp { 1024.0 } else { 1.0 };
                 let mut inputs = vec![
@@ -1550,7 +1555,10 @@ pub(crate) fn cases(dtype: DType, opts: &SuiteOptions) -> Vec<Case> {
                     vec![
                         Out::init("param", g.data(d, total, -1.0, 1.0)),
                         Out::codes("codes", g.words(2 * brrr_backend::quant8::code_words(n))),
-                        Out::init("absmax", HostData::F32(absmax.iter().map(|v| *v as f32).collect())),
+                        Out::init(
+                            "absmax",
+                            HostData::F32(absmax.iter().map(|v| *v as f32).collect()),
+                        ),
                     ],
                     tol.times(4.0),
                 )

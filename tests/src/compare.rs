@@ -154,7 +154,11 @@ pub fn compare_codes(got: &HostData, want: &HostData) -> Result<f64, String> {
         ));
     };
     if g.len() != w.len() {
-        return Err(format!("length {} where the reference has {}", g.len(), w.len()));
+        return Err(format!(
+            "length {} where the reference has {}",
+            g.len(),
+            w.len()
+        ));
     }
     let bytes = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
     let (gb, wb) = (bytes(g), bytes(w));

@@ -54,8 +54,8 @@ mod error;
 mod host;
 mod layout;
 pub mod multi_tensor;
-pub mod quant8;
 mod ops;
+pub mod quant8;
 pub mod skip;
 
 pub use backend::{Backend, BackendInfo};
@@ -64,11 +64,11 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use host::{HostData, bf16_from_f64, f16_from_f64, f64_to_f32_round_odd};
 pub use layout::{Layout, MAX_RANK, Shape};
-pub use quant8::QuantizedMoments;
 pub use ops::{
     AdamWParams, AdamWTensors, AttentionSpec, BinaryOp, ElemRange, EmbeddingSpec, GemmSpec,
     LayerNormSpec, ReduceOp, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp, axpy_range,
 };
+pub use quant8::QuantizedMoments;
 
 /// Waits for a future on native targets (the backend's readback is async).
 ///

@@ -130,7 +130,10 @@ mod tests {
             assert!(map.contains(&0.0) && map.contains(&1.0));
             assert_eq!(map[0] < 0.0, signed);
             // The smallest non-zero magnitude is in the 1e-6 decade.
-            let tiny = map.iter().filter(|v| **v > 0.0).fold(1.0f32, |a, b| a.min(*b));
+            let tiny = map
+                .iter()
+                .filter(|v| **v > 0.0)
+                .fold(1.0f32, |a, b| a.min(*b));
             assert!((1e-7..1e-6).contains(&tiny), "{tiny}");
         }
     }

@@ -170,6 +170,13 @@ pub struct TrainArgs {
     /// from there.
     #[arg(long, value_enum)]
     pub attention: Option<AttentionArg>,
+    /// The optimizer: adamw (f32 moments, 8 bytes of state per parameter), adamw8bit
+    /// (8-bit block-wise moments, about 2 bytes; Dettmers et al. 2022) or
+    /// galore:RANK[:REFRESH_EVERY] (AdamW on a rank-RANK projection of each attention
+    /// and MLP weight's gradient, refreshed by an SVD every REFRESH_EVERY steps
+    /// [default: 200]; Zhao et al. 2024) [default: adamw]. One device only for now.
+    #[arg(long, value_parser = parse_optimizer)]
+    pub optimizer: Option<brrr_nn::Optimizer>,
     /// Mixed precision: GEMMs and attention in bf16 or fp16 with f32 master weights
     /// [default: off]. fp16 scales the loss dynamically; bf16 does not (see
     /// --loss-scaling).
@@ -351,11 +358,16 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         document_mask: args.doc_mask,
         fused_attention: default_fused_attention(args),
         layout: layout_from_args(args),
+        optimizer: args.optimizer.unwrap_or_default(),
     };
     let cfg = with_micro_batches(cfg, args)?;
     let cfg = with_data_tokenizer(cfg)?;
     cfg.validate()?;
     Ok(cfg)
+}
+
+fn parse_optimizer(s: &str) -> std::result::Result<brrr_nn::Optimizer, String> {
+    s.parse()
 }
 
 fn data_dir_string(args: &TrainArgs) -> String {
@@ -472,6 +484,7 @@ fn resume_conflicts(args: &TrainArgs, saved: &TrainConfig) -> Vec<String> {
         saved.weight_decay,
     );
     differs(&mut c, "--grad-clip", args.grad_clip, saved.grad_clip);
+    differs(&mut c, "--optimizer", args.optimizer, saved.optimizer);
     differs(
         &mut c,
         "--amp",

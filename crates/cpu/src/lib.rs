@@ -68,8 +68,8 @@ pub use cache::DEFAULT_CACHE_LIMIT;
 
 use brrr_backend::{
     AdamWParams, AttentionSpec, Backend, BackendInfo, BinaryOp, DType, DeviceLocation,
-    EmbeddingSpec, Error, GemmSpec, LayerNormSpec, Layout, MemoryCounter, MemoryStats, ReduceOp,
-    QuantizedMoments, Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
+    EmbeddingSpec, Error, GemmSpec, LayerNormSpec, Layout, MemoryCounter, MemoryStats,
+    QuantizedMoments, ReduceOp, Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use std::future::Future;
 use std::sync::Arc;

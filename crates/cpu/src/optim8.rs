@@ -55,9 +55,7 @@ pub(crate) fn adamw_8bit(
     let rr = || r.clone();
     match (&mut *param, grad) {
         (HostData::F16(w), HostData::F16(g)) => step_typed(&k, &maps, &mut w[rr()], &g[rr()], st),
-        (HostData::BF16(w), HostData::BF16(g)) => {
-            step_typed(&k, &maps, &mut w[rr()], &g[rr()], st)
-        }
+        (HostData::BF16(w), HostData::BF16(g)) => step_typed(&k, &maps, &mut w[rr()], &g[rr()], st),
         (HostData::F32(w), HostData::F32(g)) => step_typed(&k, &maps, &mut w[rr()], &g[rr()], st),
         (w, g) => {
             return Err(Error::invalid(

@@ -10,8 +10,8 @@ use crate::ops::{
 };
 use brrr_backend::{
     AdamWParams, AdamWTensors, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, ElemRange,
-    EmbeddingSpec, Error, GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, QuantizedMoments, ReduceOp, Result,
-    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp, multi_tensor, quant8,
+    EmbeddingSpec, Error, GemmSpec, HostData, LayerNormSpec, Layout, MemoryStats, QuantizedMoments,
+    ReduceOp, Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp, multi_tensor, quant8,
 };
 use std::future::Future;
 use std::sync::Arc;

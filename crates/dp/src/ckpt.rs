@@ -308,7 +308,7 @@ impl<B: Backend, M: ReplicaModel<B>> DataParallel<B, M> {
                     brrr_backend::HostData::F32(m),
                     brrr_backend::HostData::F32(v),
                 )),
-                moments_8bit: None,
+                optim: None,
             })
             .collect();
         Ok(TrainState {

@@ -309,7 +309,7 @@ pub fn consolidate<B: Backend>(
             value: HostData::F32(value),
             // A run that never updated has no moments (as a one-device checkpoint).
             moments: (header.adamw_step > 0).then_some((HostData::F32(m), HostData::F32(v))),
-            moments_8bit: None,
+            optim: None,
         })
         .collect();
     Ok(TrainState {

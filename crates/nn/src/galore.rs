@@ -36,6 +36,16 @@ pub struct GaLoreConfig {
     pub scale: f32,
 }
 
+impl GaLoreConfig {
+    /// The state bytes of a `[rows, cols]` weight under this config:
+    /// `4·r·(min + 2·max)`, the projection and two moments (Table 1's `mr + 2nr` floats
+    /// with `m <= n`), against AdamW's `8·rows·cols`.
+    pub fn state_bytes(&self, rows: usize, cols: usize) -> usize {
+        let (small, large) = (rows.min(cols), rows.max(cols));
+        4 * self.rank * (small + 2 * large)
+    }
+}
+
 impl Default for GaLoreConfig {
     /// The paper's pre-training settings: `α = 0.25`, `T = 200`, rank 128.
     fn default() -> Self {
@@ -402,8 +412,7 @@ impl<B: Backend> Projector<B> {
     /// allocating (for a memory estimate): `4·r·(min + 2·max)`, Table 1's `mr + 2nr`
     /// floats (with `m <= n`), against AdamW's `8·rows·cols`.
     pub fn predicted_bytes(config: &GaLoreConfig, rows: usize, cols: usize) -> usize {
-        let (small, large) = (rows.min(cols), rows.max(cols));
-        4 * config.rank * (small + 2 * large)
+        config.state_bytes(rows, cols)
     }
 
     /// Seconds spent in SVDs so far (the decomposition itself, not the gradient's
@@ -555,7 +564,7 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
 /// Reads a tensor back as f32 values. Natively this waits for the device. On wasm32
 /// nothing may block, so the read is polled once: brrr-cpu's read is ready at once and
 /// is used; a GPU's is not, and is refused with an error.
-fn read_f32<B: Backend>(t: &Tensor<B>) -> Result<Vec<f32>> {
+pub(crate) fn read_f32<B: Backend>(t: &Tensor<B>) -> Result<Vec<f32>> {
     #[cfg(not(target_arch = "wasm32"))]
     let host = brrr_backend::block_on(t.to_host())?;
     #[cfg(target_arch = "wasm32")]

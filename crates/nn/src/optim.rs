@@ -67,6 +67,18 @@ impl<B: Backend> AdamW<B> {
         self.moments.iter().map(MomentState::bytes).sum()
     }
 
+    /// GaLore's SVDs so far over every projected parameter: how many, and the seconds
+    /// they took (0 on wasm32, which has no clock here).
+    pub fn svd_time(&self) -> (u32, f64) {
+        self.moments
+            .iter()
+            .filter_map(|s| match s {
+                MomentState::Projected(p) => Some((p.svd_count(), p.svd_seconds())),
+                _ => None,
+            })
+            .fold((0, 0.0), |(n, t), (c, s)| (n + c, t + s))
+    }
+
     /// Each parameter's f32 moments, or an error naming `op` when a parameter keeps
     /// another state (for code that saves or shards f32 moments only).
     pub fn f32_moments(&self, op: &'static str) -> Result<Vec<(&Tensor<B>, &Tensor<B>)>> {
@@ -120,6 +132,9 @@ impl<B: Backend> AdamW<B> {
                     let maps = maps.ok_or_else(|| Error::invalid("AdamW::step", "no maps"))?;
                     step_8bit_param(&hp, p, (codes, absmax), maps, inv_scale, found_inf)?;
                 }
+                MomentState::Projected(proj) => {
+                    step_projected(&hp, p, proj, inv_scale, found_inf)?;
+                }
             }
         }
         step_f32_params(&backend, &hp, full, inv_scale, found_inf)
@@ -131,7 +146,7 @@ impl<B: Backend> AdamW<B> {
         if self.moments.is_empty() {
             for p in params {
                 let backend = p.value.backend();
-                let state = MomentState::zeros(backend, optimizer, p.value.dims())?;
+                let state = MomentState::zeros(backend, optimizer, &p.name, p.value.dims())?;
                 if matches!(state, MomentState::Bits8 { .. }) && self.maps.is_none() {
                     self.maps = Some(moments::upload_maps(backend)?);
                 }
@@ -155,15 +170,26 @@ impl<B: Backend> AdamW<B> {
                     let n = p.value.elem_count();
                     codes.elem_count() == 2 * brrr_backend::quant8::code_words(n)
                 }
+                // The projector checks its shape on every step.
+                MomentState::Projected(_) => true,
             };
             if !fits {
                 return Err(Error::shape(
                     "AdamW::step",
-                    format!("{}: the saved state does not fit {}", p.name, p.value.shape()),
+                    format!(
+                        "{}: the saved state does not fit {}",
+                        p.name,
+                        p.value.shape()
+                    ),
                 ));
             }
         }
-        if self.maps.is_none() && self.moments.iter().any(|s| matches!(s, MomentState::Bits8 { .. })) {
+        if self.maps.is_none()
+            && self
+                .moments
+                .iter()
+                .any(|s| matches!(s, MomentState::Bits8 { .. }))
+        {
             if let Some(p) = params.first() {
                 self.maps = Some(moments::upload_maps(p.value.backend())?);
             }
@@ -217,11 +243,23 @@ fn step_8bit_param<B: Backend>(
     found_inf: Option<&Tensor<B>>,
 ) -> Result<()> {
     let hp = AdamWParams {
-        weight_decay: if p.value.rank() >= 2 { hp.weight_decay } else { 0.0 },
+        weight_decay: if p.value.rank() >= 2 {
+            hp.weight_decay
+        } else {
+            0.0
+        },
         ..*hp
     };
     match &mut p.master {
-        None => moments::step_8bit(&hp, &mut p.value, &p.grad, state, maps, inv_scale, found_inf),
+        None => moments::step_8bit(
+            &hp,
+            &mut p.value,
+            &p.grad,
+            state,
+            maps,
+            inv_scale,
+            found_inf,
+        ),
         Some(master) => {
             moments::step_8bit(&hp, master, &p.grad, state, maps, inv_scale, found_inf)?;
             p.value = master.to_dtype(p.value.dtype())?;
@@ -324,4 +362,33 @@ fn sum_squares_of_grads<B: Backend>(backend: &B, params: &[&Param<B>]) -> Result
         }
     }
     total.ok_or_else(|| Error::invalid("clip_grad_norm_on_device", "no parameters"))
+}
+
+/// One GaLore parameter: the master (when it has one) takes the step, and the compute
+/// copy is rounded from it. A step the loss scaler skips is read from `found_inf` on the
+/// host (GaLore reads the gradient back for its SVD anyway, and an overflowed gradient
+/// must not reach the moments).
+fn step_projected<B: Backend>(
+    hp: &AdamWParams,
+    p: &mut Param<B>,
+    proj: &mut crate::galore::Projector<B>,
+    inv_scale: Option<&Tensor<B>>,
+    found_inf: Option<&Tensor<B>>,
+) -> Result<()> {
+    if let Some(f) = found_inf {
+        if crate::galore::read_f32(f)?
+            .first()
+            .is_some_and(|x| *x != 0.0)
+        {
+            return Ok(());
+        }
+    }
+    match &mut p.master {
+        None => proj.step(hp, &mut p.value, &p.grad, inv_scale),
+        Some(master) => {
+            proj.step(hp, master, &p.grad, inv_scale)?;
+            p.value = master.to_dtype(p.value.dtype())?;
+            Ok(())
+        }
+    }
 }

@@ -78,7 +78,7 @@ pub fn consolidate<B: Backend>(
                 true => Some((join(1)?, join(2)?)),
                 false => None,
             },
-            moments_8bit: None,
+            optim: None,
         });
     }
     Ok(TrainState {

@@ -163,7 +163,7 @@ impl<B: Backend> ReplicaModel<B> for TpGpt<B> {
                 shape,
                 value,
                 moments,
-                moments_8bit: None,
+                optim: None,
             });
         }
         Ok(TrainState { params, ..local })
@@ -191,7 +191,7 @@ impl<B: Backend> ReplicaModel<B> for TpGpt<B> {
                 shape: shard_dims_by_name(&p.name, &p.shape, n),
                 value: cut(&p.name, &p.value, &p.shape)?,
                 moments,
-                moments_8bit: None,
+                optim: None,
             });
         }
         Ok(TrainState {

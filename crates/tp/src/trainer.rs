@@ -399,7 +399,7 @@ impl<B: Backend> TpTrainer<B> {
                 shape,
                 value: HostData::F32(value),
                 moments,
-                moments_8bit: None,
+                optim: None,
             });
         }
         Ok(TrainState {

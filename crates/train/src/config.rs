@@ -75,6 +75,10 @@ pub struct TrainConfig {
     /// written before it existed.
     #[serde(default)]
     pub layout: Layout,
+    /// AdamW's moments in f32, 8-bit, or GaLore's projection (`--optimizer`); plain
+    /// AdamW in configurations written before it existed.
+    #[serde(default)]
+    pub optimizer: brrr_nn::Optimizer,
 }
 
 impl Default for TrainConfig {
@@ -109,6 +113,7 @@ impl Default for TrainConfig {
             document_mask: false,
             fused_attention: false,
             layout: Layout::default(),
+            optimizer: brrr_nn::Optimizer::AdamW,
         }
     }
 }

@@ -177,7 +177,19 @@ impl Layout {
 
     /// The feature matrix: what each engine does not do yet. Everything not refused
     /// here runs in every layout.
-    fn validate_features(&self, _cfg: &TrainConfig) -> Result<()> {
+    fn validate_features(&self, cfg: &TrainConfig) -> Result<()> {
+        // The engines other than one device's save and shard f32 moments only.
+        if cfg.optimizer != brrr_nn::Optimizer::AdamW && self.engine() != EngineKind::OneDevice {
+            return Err(Error::invalid(
+                "train",
+                format!(
+                    "--optimizer {} with {}: not yet; the parallel engines save and shard \
+                     f32 moments only (train on one device, or use --optimizer adamw)",
+                    cfg.optimizer,
+                    self.flags()
+                ),
+            ));
+        }
         match (self.engine(), self.zero) {
             // Not "yet": the combination gains nothing (DeepSpeed refuses it as well).
             (EngineKind::Pipeline, 2..) => Err(Error::invalid(

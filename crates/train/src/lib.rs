@@ -82,7 +82,9 @@ pub use memory::MemoryNeed;
 #[cfg(not(target_arch = "wasm32"))]
 pub use run_dir::RunDir;
 pub use schedule::{Action, MicroBatchSchedule};
-pub use state::{LossScalerState, ParamState, ScalerHeader, TrainState, refuse_non_finite};
+pub use state::{
+    LossScalerState, OptimState, ParamState, ScalerHeader, TrainState, refuse_non_finite,
+};
 pub use trainer::{Trainer, load_params, load_state, save_state, upload, upload_mask};
 
 #[cfg(doctest)]

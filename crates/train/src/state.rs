@@ -1,8 +1,7 @@
 //! Everything that determines the future of a run, on the host, and its checkpoint file.
 //!
 //! The file is safetensors ([`crate::ckpt`]) with tensors `model.NAME`, `adamw.m.NAME`
-//! and `adamw.v.NAME` per parameter (or, for 8-bit moments, `adamw8bit.codes.NAME` and
-//! `adamw8bit.absmax.NAME`), and string metadata `format` (`brrr-gpt-1`),
+//! and `adamw.v.NAME` per parameter (or another optimizer's state, [`OptimState`]), and string metadata `format` (`brrr-gpt-1`),
 //! `step`, `adamw_step`, `rng` (the batch source's position), `corpus_fingerprint`,
 //! `tokenizer` and `config` (the [`TrainConfig`] as TOML); with a dynamic loss scaler
 //! also `loss_scale`, `loss_scale_growth_tracker` and `loss_scale_hysteresis_tracker`
@@ -11,6 +10,7 @@
 use crate::ckpt::{Checkpoint, NamedTensor};
 use crate::config::TrainConfig;
 use brrr_backend::{Error, HostData, Result};
+use brrr_nn::galore::{ProjectorState, Side};
 use std::collections::BTreeMap;
 
 /// The value of the `format` metadata key.
@@ -27,10 +27,77 @@ pub struct ParamState {
     pub value: HostData,
     /// AdamW's first and second moments (f32); `None` before the first update.
     pub moments: Option<(HostData, HostData)>,
-    /// 8-bit AdamW's moments (`--optimizer adamw8bit`), in place of `moments`: both
-    /// moments' codes (u32, four to a word) and block absmax values (f32), as
-    /// `brrr_backend::QuantizedMoments` lays them out.
-    pub moments_8bit: Option<(HostData, HostData)>,
+    /// The optimizer's state when it is not two f32 moments (`--optimizer adamw8bit`
+    /// or `galore:RANK`), in place of `moments`.
+    pub optim: Option<OptimState>,
+}
+
+/// A parameter's optimizer state other than two f32 moments.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OptimState {
+    /// 8-bit moments: both moments' codes (u32, four to a word) and block absmax values
+    /// (f32), as `brrr_backend::QuantizedMoments` lays them out. Saved as
+    /// `adamw8bit.codes.NAME` and `adamw8bit.absmax.NAME`.
+    Bits8 {
+        /// Both moments' codes.
+        codes: HostData,
+        /// Both moments' block maxima.
+        absmax: HostData,
+    },
+    /// GaLore's projection and its moments (`galore.projection.NAME`, `galore.m.NAME`,
+    /// `galore.v.NAME`, flat f32; the side is the weight's shape's).
+    GaLore(ProjectorState),
+}
+
+impl OptimState {
+    /// The tensors it is saved as, for the parameter `name`.
+    fn tensors(&self, name: &str) -> Vec<NamedTensor> {
+        let flat = |key: &str, h: &HostData| (format!("{key}.{name}"), h.clone(), vec![h.len()]);
+        let f32s = |key: &str, v: &[f32]| flat(key, &HostData::F32(v.to_vec()));
+        match self {
+            OptimState::Bits8 { codes, absmax } => vec![
+                flat("adamw8bit.codes", codes),
+                flat("adamw8bit.absmax", absmax),
+            ],
+            OptimState::GaLore(p) => vec![
+                f32s("galore.projection", &p.projection),
+                f32s("galore.m", &p.m),
+                f32s("galore.v", &p.v),
+            ],
+        }
+    }
+
+    /// The state saved for the parameter `name` of `shape`, if any.
+    fn read(ck: &Checkpoint, name: &str, shape: &[usize]) -> Result<Option<Self>> {
+        let get = |key: &str| ck.get(&format!("{key}.{name}")).map(|t| t.1.clone());
+        let one_of = |what: &str| {
+            Error::Parse(format!(
+                "checkpoint has only some of the {what} tensors of {name:?}"
+            ))
+        };
+        match (get("adamw8bit.codes"), get("adamw8bit.absmax")) {
+            (Some(codes), Some(absmax)) => return Ok(Some(OptimState::Bits8 { codes, absmax })),
+            (None, None) => {}
+            _ => return Err(one_of("8-bit moment")),
+        }
+        match (get("galore.projection"), get("galore.m"), get("galore.v")) {
+            (Some(p), Some(m), Some(v)) => {
+                let [rows, cols] = shape else {
+                    return Err(Error::Parse(format!(
+                        "GaLore state for {name:?}, not a matrix"
+                    )));
+                };
+                Ok(Some(OptimState::GaLore(ProjectorState {
+                    side: Side::of(*rows, *cols),
+                    projection: p.to_f32(),
+                    m: m.to_f32(),
+                    v: v.to_f32(),
+                })))
+            }
+            (None, None, None) => Ok(None),
+            _ => Err(one_of("GaLore")),
+        }
+    }
 }
 
 /// The dynamic loss scaler's state (`--amp fp16`): a resumed run continues with the
@@ -128,10 +195,8 @@ impl TrainState {
                 tensors.push((format!("adamw.m.{}", p.name), m.clone(), p.shape.clone()));
                 tensors.push((format!("adamw.v.{}", p.name), v.clone(), p.shape.clone()));
             }
-            if let Some((codes, absmax)) = &p.moments_8bit {
-                let (c, a) = (codes.len(), absmax.len());
-                tensors.push((format!("adamw8bit.codes.{}", p.name), codes.clone(), vec![c]));
-                tensors.push((format!("adamw8bit.absmax.{}", p.name), absmax.clone(), vec![a]));
+            if let Some(o) = &p.optim {
+                tensors.extend(o.tensors(&p.name));
             }
         }
         let config = toml::to_string(&self.config)
@@ -192,24 +257,12 @@ impl TrainState {
                     )));
                 }
             };
-            let moments_8bit = match (
-                ck.get(&format!("adamw8bit.codes.{pname}")),
-                ck.get(&format!("adamw8bit.absmax.{pname}")),
-            ) {
-                (Some(c), Some(a)) => Some((c.1.clone(), a.1.clone())),
-                (None, None) => None,
-                _ => {
-                    return Err(Error::Parse(format!(
-                        "checkpoint has only one of the 8-bit moment tensors of {pname:?}"
-                    )));
-                }
-            };
             params.push(ParamState {
                 name: pname.to_string(),
                 shape: shape.clone(),
                 value: value.clone(),
                 moments,
-                moments_8bit,
+                optim: OptimState::read(ck, pname, shape)?,
             });
         }
         let loss_scaler = match ck.meta("loss_scale") {
@@ -280,8 +333,15 @@ impl TrainState {
                 refuse_non_finite(&p.name, "first moment", m.to_f64())?;
                 refuse_non_finite(&p.name, "second moment", v.to_f64())?;
             }
-            if let Some((_, absmax)) = &p.moments_8bit {
-                refuse_non_finite(&p.name, "8-bit moments' absmax", absmax.to_f64())?;
+            match &p.optim {
+                Some(OptimState::Bits8 { absmax, .. }) => {
+                    refuse_non_finite(&p.name, "8-bit moments' absmax", absmax.to_f64())?;
+                }
+                Some(OptimState::GaLore(g)) => {
+                    let all = g.projection.iter().chain(&g.m).chain(&g.v);
+                    refuse_non_finite(&p.name, "GaLore state", all.map(|x| f64::from(*x)))?;
+                }
+                None => {}
             }
         }
         Ok(())

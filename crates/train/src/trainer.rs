@@ -5,12 +5,13 @@ use crate::config::TrainConfig;
 use crate::data::{Batch, BatchSource};
 use crate::engine::{Engine, Observer, StepStats};
 use crate::schedule::{Action, MicroBatchSchedule};
-use crate::state::{LossScalerState, ParamState, TrainState};
+use crate::state::{LossScalerState, OptimState, ParamState, TrainState};
 use brrr_amp::{DynamicLossScaler, apply_policy};
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_checkpoint::{Op, Recompute};
 use brrr_nn::{
-    AdamW, AdamWConfig, Gpt, MicroBatch, MomentState, Module, clip_grad_norm_on_device,
+    AdamW, AdamWConfig, Gpt, MicroBatch, Module, MomentState, Optimizer, Projector,
+    clip_grad_norm_on_device,
 };
 use brrr_perf::trace::Tracer;
 use brrr_tensor::Tensor;
@@ -66,6 +67,7 @@ impl<B: Backend> Trainer<B> {
         };
         let opt = AdamW::new(AdamWConfig {
             weight_decay: config.weight_decay,
+            optimizer: config.optimizer,
             ..AdamWConfig::default()
         });
         let schedule = MicroBatchSchedule::grad_accumulation(config.grad_accum)?;
@@ -381,13 +383,19 @@ impl<B: Backend> Trainer<B> {
     pub async fn state(&self) -> Result<TrainState> {
         let mut params = Vec::new();
         for (i, p) in self.model.params().into_iter().enumerate() {
-            let (mut moments, mut moments_8bit) = (None, None);
+            let (mut moments, mut optim) = (None, None);
             match self.opt.moments.get(i) {
                 Some(MomentState::F32(m, v)) => {
                     moments = Some((m.to_host().await?, v.to_host().await?));
                 }
                 Some(MomentState::Bits8 { codes, absmax }) => {
-                    moments_8bit = Some((codes.to_host().await?, absmax.to_host().await?));
+                    optim = Some(OptimState::Bits8 {
+                        codes: codes.to_host().await?,
+                        absmax: absmax.to_host().await?,
+                    });
+                }
+                Some(MomentState::Projected(proj)) => {
+                    optim = Some(OptimState::GaLore(proj.to_host()?));
                 }
                 None => {}
             }
@@ -397,7 +405,7 @@ impl<B: Backend> Trainer<B> {
                 // The f32 master under mixed precision: what the run's weights are.
                 value: p.master.as_ref().unwrap_or(&p.value).to_host().await?,
                 moments,
-                moments_8bit,
+                optim,
             });
         }
         let loss_scaler = match &self.scaler {
@@ -443,7 +451,8 @@ impl<B: Backend> Trainer<B> {
         }
         state.check_finite()?;
         load_params(&self.backend, &mut self.model, state)?;
-        self.opt.moments = load_moments(&self.backend, &self.model, state)?;
+        self.opt.moments =
+            load_moments(&self.backend, &self.model, state, self.opt.config.optimizer)?;
         self.opt.step = state.adamw_step;
         self.data.set_position(&state.data_position)?;
         // A checkpoint without the scaler's state (a run without one, or a file from
@@ -488,6 +497,32 @@ impl<B: Backend> Engine for Trainer<B> {
         let info = self.backend.info();
         format!("one device: {} ({})", info.name, info.device)
     }
+
+    fn report(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.config.optimizer != brrr_nn::Optimizer::AdamW {
+            lines.push(format!(
+                "optimizer {}: {} of state ({} for AdamW's f32 moments)",
+                self.config.optimizer,
+                mib(self.opt.state_bytes()),
+                mib(8 * self
+                    .model
+                    .params()
+                    .iter()
+                    .map(|p| p.value.elem_count())
+                    .sum::<usize>()),
+            ));
+        }
+        let (svds, secs) = self.opt.svd_time();
+        if svds > 0 {
+            lines.push(format!("GaLore: {svds} SVDs took {secs:.2} s on the host"));
+        }
+        lines
+    }
+}
+
+fn mib(bytes: usize) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 /// Writes `state` to the run directory `dir`'s [`crate::CHECKPOINT_FILE`].
@@ -662,6 +697,7 @@ fn load_moments<B: Backend>(
     backend: &B,
     model: &Gpt<B>,
     state: &TrainState,
+    optimizer: Optimizer,
 ) -> Result<Vec<MomentState<B>>> {
     if state.adamw_step == 0 {
         return Ok(Vec::new());
@@ -669,15 +705,39 @@ fn load_moments<B: Backend>(
     let mut out = Vec::new();
     for p in model.params() {
         let saved = saved_param(state, &p.name, p.value.dims())?;
-        let loaded = match (&saved.moments, &saved.moments_8bit) {
+        let loaded = match (&saved.moments, &saved.optim) {
             (Some((m, v)), _) => MomentState::F32(
                 Tensor::from_host(backend, m, saved.shape.clone())?,
                 Tensor::from_host(backend, v, saved.shape.clone())?,
             ),
-            (None, Some((codes, absmax))) => MomentState::Bits8 {
+            (None, Some(OptimState::Bits8 { codes, absmax })) => MomentState::Bits8 {
                 codes: Tensor::from_host(backend, codes, [codes.len()])?,
                 absmax: Tensor::from_host(backend, absmax, [absmax.len()])?,
             },
+            (None, Some(OptimState::GaLore(g))) => {
+                let Optimizer::GaLore(c) = optimizer else {
+                    return Err(Error::invalid(
+                        "resume",
+                        format!(
+                            "{}: GaLore state in the checkpoint, but this run's optimizer is {optimizer}",
+                            p.name
+                        ),
+                    ));
+                };
+                let [rows, cols] = saved.shape[..] else {
+                    return Err(Error::Parse(format!(
+                        "{}: GaLore state for a non-matrix",
+                        p.name
+                    )));
+                };
+                MomentState::Projected(Box::new(Projector::from_host(
+                    c,
+                    rows,
+                    cols,
+                    g.clone(),
+                    backend,
+                )?))
+            }
             (None, None) => {
                 return Err(Error::Parse(format!(
                     "checkpoint has no tensor \"adamw.m.{}\"",

@@ -6,8 +6,8 @@ use crate::{MatmulKernel, WgpuBackend};
 use brrr_backend::quant8;
 use brrr_backend::{
     AdamWParams, Backend, BackendInfo, BinaryOp, DType, DeviceLocation, EmbeddingSpec, Error,
-    GemmSpec, HostData, LayerNormSpec, Layout, MAX_RANK, MemoryStats, QuantizedMoments, ReduceOp, Result,
-    ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
+    GemmSpec, HostData, LayerNormSpec, Layout, MAX_RANK, MemoryStats, QuantizedMoments, ReduceOp,
+    Result, ScaleUpdateParams, SegmentMask, SoftmaxSpec, UnaryOp,
 };
 use half::{bf16, f16};
 
