@@ -183,10 +183,10 @@ impl Layout {
             return Err(Error::invalid(
                 "train",
                 format!(
-                    "--optimizer {} with {}: not yet; the parallel engines save and shard \
-                     f32 moments only (train on one device, or use --optimizer adamw)",
-                    cfg.optimizer,
-                    self.flags()
+                    "--optimizer {} with --dp, --tp or --pp: not yet; the parallel engines \
+                     save and shard f32 moments only (train on one device, or use --optimizer \
+                     adamw)",
+                    cfg.optimizer
                 ),
             ));
         }

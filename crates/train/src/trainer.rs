@@ -705,6 +705,7 @@ fn load_moments<B: Backend>(
     let mut out = Vec::new();
     for p in model.params() {
         let saved = saved_param(state, &p.name, p.value.dims())?;
+        check_state_kind(optimizer, saved)?;
         let loaded = match (&saved.moments, &saved.optim) {
             (Some((m, v)), _) => MomentState::F32(
                 Tensor::from_host(backend, m, saved.shape.clone())?,
@@ -748,6 +749,34 @@ fn load_moments<B: Backend>(
         out.push(loaded);
     }
     Ok(out)
+}
+
+/// Refuses a parameter's saved optimizer state of another kind than `optimizer` gives
+/// it (f32, 8-bit or GaLore's): a run resumes with the optimizer it was saved with.
+fn check_state_kind(optimizer: Optimizer, saved: &ParamState) -> Result<()> {
+    let numel = saved.shape.iter().product();
+    let want = match () {
+        _ if optimizer.projects(&saved.name, &saved.shape).is_some() => "GaLore",
+        _ if optimizer.quantizes(numel) => "8-bit",
+        _ => "f32",
+    };
+    let have = match &saved.optim {
+        Some(OptimState::GaLore(_)) => "GaLore",
+        Some(OptimState::Bits8 { .. }) => "8-bit",
+        None => "f32",
+    };
+    if want != have {
+        return Err(Error::invalid(
+            "resume",
+            format!(
+                "{}: the checkpoint holds {have} optimizer state, and this run's optimizer \
+                 ({optimizer}) keeps {want} state for it; resume with the optimizer the run \
+                 was saved with",
+                saved.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn saved_param<'a>(state: &'a TrainState, name: &str, dims: &[usize]) -> Result<&'a ParamState> {

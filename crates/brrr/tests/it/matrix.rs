@@ -178,6 +178,18 @@ fn features() -> Vec<Feature> {
             flag: "--attention",
         },
         Feature {
+            name: "--optimizer adamw8bit",
+            set: |a, _| a.optimizer = Some(brrr_nn::Optimizer::AdamW8bit),
+            tol: F32,
+            flag: "--optimizer",
+        },
+        Feature {
+            name: "--optimizer galore:8",
+            set: |a, _| a.optimizer = Some("galore:8".parse().unwrap()),
+            tol: F32,
+            flag: "--optimizer",
+        },
+        Feature {
             name: "--grad-accum 1",
             set: |a, _| a.grad_accum = Some(1),
             tol: F32,

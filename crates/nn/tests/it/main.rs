@@ -7,6 +7,7 @@ mod galore;
 mod gradcheck;
 mod master_weights;
 mod memory;
+mod optimizers;
 mod shard;
 mod stages;
 mod stash;

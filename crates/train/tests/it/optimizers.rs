@@ -1,0 +1,108 @@
+//! A run with `--optimizer adamw8bit` or `galore:RANK`: its checkpoint holds the
+//! optimizer's own state, and a restored run continues bit for bit.
+#![cfg(not(target_arch = "wasm32"))]
+
+use brrr_cpu::CpuBackend;
+use brrr_nn::Optimizer;
+use brrr_train::{
+    Batcher, Corpus, OptimState, StepStats, TrainConfig, TrainState, Trainer, val_batches,
+};
+
+fn trainer(cfg: &TrainConfig) -> Trainer<CpuBackend> {
+    let text = "It was the best of times, it was the worst of times. ".repeat(60);
+    let c = Corpus::from_text("dickens.txt", text).unwrap();
+    let data = Batcher::for_corpus(&c, cfg.batch_size, cfg.seq_len, cfg.seed).unwrap();
+    let val = val_batches(c.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches).unwrap();
+    Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), val).unwrap()
+}
+
+fn config(optimizer: &str) -> TrainConfig {
+    let mut cfg = TrainConfig {
+        steps: 8,
+        batch_size: 4,
+        seq_len: 16,
+        warmup_steps: 2,
+        lr: 5e-3,
+        eval_batches: 1,
+        corpus: "dickens.txt".into(),
+        optimizer: optimizer.parse().unwrap(),
+        ..TrainConfig::default()
+    };
+    (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) = (2, 2, 64);
+    cfg
+}
+
+#[test]
+fn each_optimizer_resumes_bit_for_bit_from_its_checkpoint() {
+    for name in ["adamw8bit", "galore:4:3"] {
+        let cfg = config(name);
+        let mut full = trainer(&cfg);
+        let all: Vec<StepStats> = (0..8).map(|_| full.step_blocking().unwrap()).collect();
+        let mut first = trainer(&cfg);
+        for _ in 0..5 {
+            first.step_blocking().unwrap();
+        }
+        let bytes = first.state_blocking().unwrap().to_bytes().unwrap();
+        let ck = brrr_train::ckpt::from_bytes(&bytes, "mem").unwrap();
+        let state = TrainState::from_checkpoint(&ck).unwrap();
+        // The optimizer's own state is in the file, under its own names.
+        let kind = |p: &brrr_train::ParamState| match &p.optim {
+            Some(OptimState::Bits8 { .. }) => "8-bit",
+            Some(OptimState::GaLore(_)) => "galore",
+            None => "f32",
+        };
+        let kinds: Vec<&str> = state.params.iter().map(kind).collect();
+        let want = if name == "adamw8bit" {
+            "8-bit"
+        } else {
+            "galore"
+        };
+        assert!(kinds.contains(&want), "{name}: {kinds:?}");
+        assert!(
+            kinds.contains(&"f32"),
+            "{name}: small parameters keep f32 moments"
+        );
+        let prefix = if name == "adamw8bit" {
+            "adamw8bit."
+        } else {
+            "galore."
+        };
+        assert!(ck.tensors.iter().any(|t| t.0.starts_with(prefix)), "{name}");
+
+        let mut resumed = trainer(&cfg);
+        resumed.restore(&state).unwrap();
+        for want in &all[5..] {
+            let got = resumed.step_blocking().unwrap();
+            assert_eq!(
+                (got.step, got.loss.to_bits(), got.grad_norm.to_bits()),
+                (want.step, want.loss.to_bits(), want.grad_norm.to_bits()),
+                "{name}"
+            );
+        }
+        // A run with another optimizer cannot take this state.
+        let e = trainer(&config("adamw"))
+            .restore(&state)
+            .unwrap_err()
+            .to_string();
+        let what = if name == "adamw8bit" {
+            "8-bit"
+        } else {
+            "GaLore"
+        };
+        assert!(e.contains(&format!("holds {what} optimizer state")), "{e}");
+    }
+}
+
+#[test]
+fn a_config_keeps_its_optimizer_through_toml() {
+    let mut cfg = config("galore:16:100");
+    cfg.optimizer = Optimizer::AdamW8bit;
+    let text = toml::to_string(&cfg).unwrap();
+    assert!(text.contains("optimizer = \"adamw8bit\""), "{text}");
+    let back: TrainConfig = toml::from_str(&text).unwrap();
+    assert_eq!(back.optimizer, Optimizer::AdamW8bit);
+    // A config written before the option existed is plain AdamW.
+    let old = text.replace("optimizer = \"adamw8bit\"\n", "");
+    let old: TrainConfig = toml::from_str(&old).unwrap();
+    assert_eq!(old.optimizer, Optimizer::AdamW);
+}
