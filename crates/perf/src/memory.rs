@@ -221,12 +221,34 @@ pub enum Optimizer {
     /// `2 + 8/2048` bytes/param (Dettmers et al., "8-bit Optimizers via Block-wise
     /// Quantization", ICLR 2022).
     Adam8bit,
+    /// GaLore (Zhao et al. 2024) at `rank`: each layer's weight matrices keep a projection
+    /// and two moments of the projected gradient, `4·r·(min + 2·max)` bytes for a
+    /// `[min, max]` matrix; every other parameter Adam's 8 bytes. The state depends on the
+    /// shapes, so only [`estimate_memory`] prices it ([`layer_galore_state_bytes`]).
+    GaLore {
+        /// The projection's rank `r`.
+        rank: u64,
+    },
 }
 
 impl Optimizer {
-    /// Parses `adam`/`adamw`, `sgd-momentum`/`momentum`, `sgd`, `adam8bit`/`adam-8bit`.
+    /// Parses `adam`/`adamw`, `sgd-momentum`/`momentum`, `sgd`, `adam8bit`/`adam-8bit`,
+    /// `galore:RANK`.
     pub fn parse(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+        let key = s.trim().to_ascii_lowercase().replace('_', "-");
+        if let Some(r) = key.strip_prefix("galore:") {
+            // `galore:RANK[:REFRESH]`, as `brrr train --optimizer` takes it.
+            let rank = r.split(':').next().and_then(|x| x.parse::<u64>().ok());
+            return match rank {
+                Some(rank) if rank > 0 => Ok(Optimizer::GaLore { rank }),
+                _ => Err(PerfError::Unknown {
+                    kind: "optimizer",
+                    name: s.to_string(),
+                    known: "galore:RANK with a positive RANK".into(),
+                }),
+            };
+        }
+        match key.as_str() {
             "adam" | "adamw" => Ok(Optimizer::Adam),
             "sgd-momentum" | "momentum" | "sgdm" => Ok(Optimizer::SgdMomentum),
             "sgd" => Ok(Optimizer::Sgd),
@@ -234,15 +256,17 @@ impl Optimizer {
             _ => Err(PerfError::Unknown {
                 kind: "optimizer",
                 name: s.to_string(),
-                known: "adam, sgd-momentum, sgd, adam8bit".into(),
+                known: "adam, sgd-momentum, sgd, adam8bit, galore:RANK".into(),
             }),
         }
     }
 
-    /// Optimizer state bytes per parameter (excluding master weights).
+    /// Optimizer state bytes per parameter (excluding master weights); for GaLore, the
+    /// 8 bytes of the parameters it does not project (its matrices are priced by
+    /// [`layer_galore_state_bytes`]).
     pub fn state_bytes_per_param(self) -> f64 {
         match self {
-            Optimizer::Adam => 8.0,
+            Optimizer::Adam | Optimizer::GaLore { .. } => 8.0,
             Optimizer::SgdMomentum => 4.0,
             Optimizer::Sgd => 0.0,
             Optimizer::Adam8bit => 2.0 + 8.0 / 2048.0,
@@ -305,6 +329,28 @@ pub fn model_state_bytes(
         master_weights: master * params / shard(1),
         optimizer_states: k * params / shard(1),
     })
+}
+
+/// One layer's weight matrices on one tensor-parallel rank (`[h, 3h/t]`, `[h/t, h]`,
+/// `[h, f/t]`, `[f/t, h]`): their optimizer state under Adam (8 bytes per element) and
+/// under GaLore at `rank` (`4·r·(min + 2·max)` per matrix, Zhao et al. 2024, Table 1;
+/// a matrix not wider than the rank keeps Adam's state, as `brrr_nn` keeps it).
+pub fn layer_galore_state_bytes(cfg: &TransformerConfig, tp: u64, rank: u64) -> (f64, f64) {
+    let (h, f, t) = (cfg.hidden as f64, cfg.ffn_hidden as f64, tp.max(1) as f64);
+    let r = rank as f64;
+    let mats = [(h, 3.0 * h / t), (h / t, h), (h, f / t), (f / t, h)];
+    let adam: f64 = mats.iter().map(|(a, b)| 8.0 * a * b).sum();
+    let galore: f64 = mats
+        .iter()
+        .map(|&(a, b)| {
+            let (small, large) = (a.min(b), a.max(b));
+            match small > r {
+                true => 4.0 * r * (small + 2.0 * large),
+                false => 8.0 * a * b,
+            }
+        })
+        .sum();
+    (adam, galore)
 }
 
 /// Activation recomputation strategy (Korthikanti et al. 2022, Sections 4-5).
@@ -537,13 +583,24 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
     if pp == 1 {
         params_per_gpu += cfg.head_params(tp);
     }
-    let states = model_state_bytes(
+    let mut states = model_state_bytes(
         params_per_gpu,
         setup.precision,
         setup.optimizer,
         setup.zero_stage,
         dp,
     )?;
+    if let Optimizer::GaLore { rank } = setup.optimizer {
+        // The layers' matrices at GaLore's bytes instead of Adam's 8 per parameter
+        // (sharded alike under ZeRO 1+).
+        let (adam, galore) = layer_galore_state_bytes(cfg, tp, rank);
+        let shard = if setup.zero_stage >= 1 {
+            dp as f64
+        } else {
+            1.0
+        };
+        states.optimizer_states -= layers_per_stage as f64 * (adam - galore) / shard;
+    }
 
     let per_layer = activation_bytes_per_layer(
         cfg,
@@ -691,6 +748,36 @@ mod tests {
         assert_eq!(f.total(), 16e9);
         let sgd = model_state_bytes(1e9, Precision::Fp32, Optimizer::SgdMomentum, 0, 1).unwrap();
         assert_eq!(sgd.total(), 12e9);
+    }
+
+    #[test]
+    fn galore_prices_each_layer_matrix_at_its_rank() {
+        // GPT-2 small at r = 128: [768, 2304], [768, 768], [768, 3072], [3072, 768].
+        let gpt2 = TransformerConfig::gpt(12, 768, 12, 1024, 50257);
+        let (adam, galore) = layer_galore_state_bytes(&gpt2, 1, 128);
+        assert_eq!(adam, 8.0 * 12.0 * 768.0 * 768.0);
+        let want =
+            4.0 * 128.0 * ((768.0 + 2.0 * 2304.0) + 3.0 * 768.0 + 2.0 * (768.0 + 2.0 * 3072.0));
+        assert_eq!(galore, want);
+        let setup = |optimizer| TrainingSetup {
+            optimizer,
+            ..TrainingSetup::default()
+        };
+        let a = estimate_memory(&gpt2, &setup(Optimizer::Adam))
+            .unwrap()
+            .states;
+        let g = estimate_memory(&gpt2, &setup(Optimizer::GaLore { rank: 128 }))
+            .unwrap()
+            .states;
+        assert_eq!(
+            a.optimizer_states - g.optimizer_states,
+            12.0 * (adam - galore)
+        );
+        assert_eq!(
+            Optimizer::parse("galore:64:200").unwrap(),
+            Optimizer::GaLore { rank: 64 }
+        );
+        assert!(Optimizer::parse("galore:0").is_err());
     }
 
     #[test]

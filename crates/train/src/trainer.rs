@@ -146,6 +146,11 @@ impl<B: Backend> Trainer<B> {
         self.model.set_fused_attention(on);
     }
 
+    /// Bytes of optimizer state allocated now (0 before the first step).
+    pub fn optimizer_state_bytes(&self) -> usize {
+        self.opt.state_bytes()
+    }
+
     /// The model.
     pub fn model(&self) -> &Gpt<B> {
         &self.model
@@ -500,24 +505,48 @@ impl<B: Backend> Engine for Trainer<B> {
 
     fn report(&self) -> Vec<String> {
         let mut lines = Vec::new();
-        if self.config.optimizer != brrr_nn::Optimizer::AdamW {
-            lines.push(format!(
-                "optimizer {}: {} of state ({} for AdamW's f32 moments)",
-                self.config.optimizer,
-                mib(self.opt.state_bytes()),
-                mib(8 * self
-                    .model
-                    .params()
-                    .iter()
-                    .map(|p| p.value.elem_count())
-                    .sum::<usize>()),
-            ));
-        }
+        let optimizer = self.config.optimizer;
+        let params = self.model.params();
+        let numel: usize = params.iter().map(|p| p.value.elem_count()).sum();
+        lines.push(format!(
+            "optimizer {optimizer}: {} of state, estimated {} ({}); AdamW's f32 moments {}",
+            mib(self.opt.state_bytes()),
+            mib(estimated_state_bytes(optimizer, &params)),
+            match optimizer {
+                brrr_nn::Optimizer::AdamW => "brrr-perf's 8 bytes per parameter",
+                brrr_nn::Optimizer::AdamW8bit => "brrr-perf's 2 + 8/2048 bytes per parameter",
+                brrr_nn::Optimizer::GaLore(_) => "GaLore's 4·r·(m + 2n) per projected matrix",
+            },
+            mib(8 * numel),
+        ));
         let (svds, secs) = self.opt.svd_time();
         if svds > 0 {
             lines.push(format!("GaLore: {svds} SVDs took {secs:.2} s on the host"));
         }
         lines
+    }
+}
+
+/// The optimizer state a model's parameters need by the memory models (not by what was
+/// allocated): brrr-perf's bytes per parameter for 8-bit Adam, GaLore's formula for each
+/// projected matrix and 8 bytes per parameter for the rest.
+fn estimated_state_bytes<B: Backend>(
+    optimizer: brrr_nn::Optimizer,
+    params: &[&brrr_nn::Param<B>],
+) -> usize {
+    use brrr_perf::memory::Optimizer as Est;
+    let numel: usize = params.iter().map(|p| p.value.elem_count()).sum();
+    match optimizer {
+        brrr_nn::Optimizer::AdamW8bit => {
+            (Est::Adam8bit.state_bytes_per_param() * numel as f64) as usize
+        }
+        _ => params
+            .iter()
+            .map(|p| match optimizer.projects(&p.name, p.value.dims()) {
+                Some(c) => c.state_bytes(p.value.dims()[0], p.value.dims()[1]),
+                None => Est::Adam.state_bytes_per_param() as usize * p.value.elem_count(),
+            })
+            .sum(),
     }
 }
 

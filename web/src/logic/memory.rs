@@ -84,9 +84,14 @@ pub fn schedule_from_key(key: &str, chunks: u64) -> Option<PipelineSchedule> {
 }
 
 /// Menu keys and labels of the optimizers.
-pub const OPTIMIZERS: [(&str, &str); 4] = [
+pub const OPTIMIZERS: [(&str, &str); 6] = [
     ("adam", "Adam / AdamW"),
     ("adam8bit", "8-bit Adam"),
+    (
+        "galore:128",
+        "GaLore, rank 128 (Adam on projected gradients)",
+    ),
+    ("galore:512", "GaLore, rank 512"),
     ("sgd-momentum", "SGD + momentum"),
     ("sgd", "SGD"),
 ];
@@ -98,6 +103,9 @@ pub fn optimizer_key(o: Optimizer) -> &'static str {
         Optimizer::Adam8bit => "adam8bit",
         Optimizer::SgdMomentum => "sgd-momentum",
         Optimizer::Sgd => "sgd",
+        // The menu offers these two ranks; any other is shown as the nearer one.
+        Optimizer::GaLore { rank } if rank >= 320 => "galore:512",
+        Optimizer::GaLore { .. } => "galore:128",
     }
 }
 
