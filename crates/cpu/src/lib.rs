@@ -583,8 +583,8 @@ impl Backend for CpuBackend {
         found_inf: Option<&CpuBuffer>,
     ) -> Result<()> {
         let states = optim8::States {
-            codes: &mut **state.codes,
-            absmax: &mut **state.absmax,
+            codes: state.codes,
+            absmax: state.absmax,
             maps: state.maps,
         };
         self.install(|| {

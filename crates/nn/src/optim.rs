@@ -184,15 +184,16 @@ impl<B: Backend> AdamW<B> {
                 ));
             }
         }
+        // A restored state brings 8-bit moments without the maps they decode with.
+        let quantized = self
+            .moments
+            .iter()
+            .any(|s| matches!(s, MomentState::Bits8 { .. }));
         if self.maps.is_none()
-            && self
-                .moments
-                .iter()
-                .any(|s| matches!(s, MomentState::Bits8 { .. }))
+            && quantized
+            && let Some(p) = params.first()
         {
-            if let Some(p) = params.first() {
-                self.maps = Some(moments::upload_maps(p.value.backend())?);
-            }
+            self.maps = Some(moments::upload_maps(p.value.backend())?);
         }
         Ok(())
     }
@@ -375,13 +376,12 @@ fn step_projected<B: Backend>(
     inv_scale: Option<&Tensor<B>>,
     found_inf: Option<&Tensor<B>>,
 ) -> Result<()> {
-    if let Some(f) = found_inf {
-        if crate::galore::read_f32(f)?
+    if let Some(f) = found_inf
+        && crate::galore::read_f32(f)?
             .first()
             .is_some_and(|x| *x != 0.0)
-        {
-            return Ok(());
-        }
+    {
+        return Ok(());
     }
     match &mut p.master {
         None => proj.step(hp, &mut p.value, &p.grad, inv_scale),
