@@ -240,6 +240,21 @@ fn memory_exercises() -> Vec<Exercise> {
             memory::train_time,
             "time to train from parameters, tokens, GPUs, peak and MFU"
         ),
+        exercise!(
+            MEMORY,
+            memory::blockwise_quantize,
+            "8-bit codes with an absmax per block, nearest on the dynamic map, and back"
+        ),
+        exercise!(
+            MEMORY,
+            memory::galore_project,
+            "GaLore's projection from the gradient's SVD, there and back, and its state bytes"
+        ),
+        exercise!(
+            MEMORY,
+            memory::lora_forward_backward,
+            "a LoRA layer's forward and backward: dx, dA, dB around a frozen weight"
+        ),
     ]
 }
 

@@ -4,7 +4,7 @@
 use crate::md::{Md, page};
 use brrr_backend::{Backend, DType, Result as BResult};
 use brrr_cpu::CpuBackend;
-use brrr_nn::{AdamW, AdamWConfig, Gpt, Module};
+use brrr_nn::{AdamW, AdamWConfig, Gpt, GptConfig, Module, Optimizer};
 use brrr_perf::flops::estimate_time;
 use brrr_perf::memory::{Recompute, TrainingSetup, TransformerConfig, estimate_memory};
 use brrr_perf::specs::gpu;
@@ -236,9 +236,89 @@ fn comms_table() -> Result<String> {
     Ok(page(&t.render()))
 }
 
+/// Every parameter of the GPT `cfg` describes, as `(name, dims)`, read from a `Gpt` built
+/// on brrr-cpu (the model's own names and shapes; its values are not used).
+fn param_shapes(cfg: &GptConfig) -> BResult<Vec<(String, Vec<usize>)>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let gpt = Gpt::new(&CpuBackend::new(), cfg.clone(), DType::F32, &mut rng)?;
+    Ok(gpt
+        .params()
+        .iter()
+        .map(|p| (p.name.clone(), p.value.dims().to_vec()))
+        .collect())
+}
+
+/// Optimizer state of GPT-2 124M under each `--optimizer`, from
+/// `brrr_nn::Optimizer::state_bytes` over the model's parameters: the attention and MLP
+/// matrices (what GaLore projects) apart from the rest.
+fn optimizer_table() -> Result<String> {
+    let invalid = |e: String| brrr_perf::PerfError::Invalid(e);
+    let cfg = GptConfig::gpt2_124m();
+    let params = param_shapes(&cfg).map_err(|e| invalid(e.to_string()))?;
+    let is_matrix = |name: &str, dims: &[usize]| {
+        dims.len() == 2 && (name.contains("attn") || name.contains("mlp"))
+    };
+    let numel = |dims: &[usize]| dims.iter().product::<usize>();
+    let (mut n_matrix, mut n_rest) = (0usize, 0usize);
+    for (name, dims) in &params {
+        match is_matrix(name, dims) {
+            true => n_matrix += numel(dims),
+            false => n_rest += numel(dims),
+        }
+    }
+    let total_params = n_matrix + n_rest;
+    if total_params != cfg.num_params() {
+        return Err(invalid(format!(
+            "GPT-2 124M has {total_params} parameters, GptConfig::num_params counts {}",
+            cfg.num_params()
+        )));
+    }
+    let mut t = Md::new(&[
+        "`--optimizer`",
+        "attention and MLP matrices",
+        "everything else",
+        "total",
+        "bytes / parameter",
+        "of AdamW's",
+    ]);
+    let mut adamw_total = None;
+    for text in ["adamw", "adamw8bit", "galore:128", "galore:256"] {
+        let opt: Optimizer = text.parse().map_err(invalid)?;
+        let (mut matrix, mut rest) = (0usize, 0usize);
+        for (name, dims) in &params {
+            let b = opt.state_bytes(name, dims);
+            match is_matrix(name, dims) {
+                true => matrix += b,
+                false => rest += b,
+            }
+        }
+        let total = (matrix + rest) as f64;
+        let base = *adamw_total.get_or_insert(total);
+        t.row(vec![
+            format!("`{text}`"),
+            bytes_binary(matrix as f64),
+            bytes_binary(rest as f64),
+            bytes_binary(total),
+            crate::md::sig3(total / total_params as f64),
+            format!("{:.0}%", 100.0 * total / base),
+        ]);
+    }
+    Ok(page(&format!(
+        "GPT-2 124M ({} parameters: {} in the blocks' attention and MLP matrices, {} in the \
+         embeddings, biases and LayerNorms; the weights themselves take {} in f32), optimizer \
+         state from `brrr_nn::Optimizer::state_bytes`:\n\n{}",
+        count(total_params as f64),
+        count(n_matrix as f64),
+        count(n_rest as f64),
+        bytes_binary(4.0 * total_params as f64),
+        t.render()
+    )))
+}
+
 /// The chapter's files.
 pub fn files() -> Result<Vec<(String, String)>> {
     Ok(vec![
+        ("memory-optimizers.md".into(), optimizer_table()?),
         ("memory-step.md".into(), step_table()?),
         ("memory-zero.md".into(), zero_table()?),
         ("memory-zero.svg".into(), memory_svg()?),
