@@ -9,7 +9,7 @@
 use crate::{CaseResult, Outcome};
 use brrr_backend::{
     AdamWParams, AdamWTensors, AttentionSpec, Backend, BinaryOp, DType, ElemRange, EmbeddingSpec,
-    GemmSpec, HostData, LayerNormSpec, Layout, Shape,
+    GemmSpec, HostData, LayerNormSpec, Layout, QuantizedMoments, Shape,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -235,6 +235,40 @@ pub(crate) fn run<X: Backend>(x: &X) -> Vec<CaseResult> {
             x.adamw_master(&hp, &mut w, &mut c, &g, &mut m, &mut v, None, None)
         });
         out.push(result(name, dt, format!("{label} (master)"), outcome));
+    }
+    // 8-bit AdamW: state buffers of the wrong dtype or too short for the range's values,
+    // and maps that are not 512 values.
+    let words = |n: usize| x.upload(&HostData::U32(vec![0; n]));
+    let maps = || x.upload(&HostData::F32(brrr_backend::quant8::adam_maps()));
+    // (label, codes words, codes are u32, absmax values, maps values) for 8 values
+    // (the state needs 2·2 words and 2·1 absmax).
+    for (label, code_len, u32_codes, absmax_len, maps_len) in [
+        ("adamw_8bit: codes one word short", 3, true, 2, 512),
+        ("adamw_8bit: codes as f32", 4, false, 2, 512),
+        ("adamw_8bit: absmax one short", 4, true, 1, 512),
+        ("adamw_8bit: 256 map values", 4, true, 2, 256),
+    ] {
+        let outcome = expect_err(|| {
+            let (mut p, g) = (buf(8)?, buf(8)?);
+            let mut codes = if u32_codes {
+                words(code_len)?
+            } else {
+                buf(code_len)?
+            };
+            let mut absmax = buf(absmax_len)?;
+            let maps = if maps_len == 512 {
+                maps()?
+            } else {
+                buf(maps_len)?
+            };
+            let mut state = QuantizedMoments {
+                codes: &mut codes,
+                absmax: &mut absmax,
+                maps: &maps,
+            };
+            x.adamw_8bit(&AdamWParams::default(), &mut p, &g, &mut state, None, None)
+        });
+        out.push(result(name, dt, label.to_string(), outcome));
     }
     // Multi-tensor AdamW: a list takes whole buffers (no range), and a short moment in
     // the middle of the list is caught before anything runs.

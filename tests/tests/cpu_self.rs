@@ -5,7 +5,8 @@
 
 use brrr_backend::{
     AdamWParams, Backend, BackendInfo, BinaryOp, DType, EmbeddingSpec, GemmSpec, HostData,
-    LayerNormSpec, Layout, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec, UnaryOp,
+    LayerNormSpec, Layout, QuantizedMoments, ReduceOp, Result, ScaleUpdateParams, SoftmaxSpec,
+    UnaryOp,
 };
 use brrr_conformance::{
     CpuBackend, OPS, Outcome, SuiteOptions, assert_all_passed, report, run_suite, summarize,
@@ -299,6 +300,18 @@ impl Backend for Broken {
     ) -> Result<()> {
         self.cpu
             .adamw_master(p, master, copy, grad, m, v, inv_scale, found_inf)
+    }
+    fn adamw_8bit(
+        &self,
+        p: &AdamWParams,
+        param: &mut CpuBuffer,
+        grad: &CpuBuffer,
+        state: &mut QuantizedMoments<'_, CpuBuffer>,
+        inv_scale: Option<&CpuBuffer>,
+        found_inf: Option<&CpuBuffer>,
+    ) -> Result<()> {
+        self.cpu
+            .adamw_8bit(p, param, grad, state, inv_scale, found_inf)
     }
     fn clip_coefficient(
         &self,
