@@ -172,8 +172,8 @@ pub struct TrainArgs {
     pub attention: Option<AttentionArg>,
     /// The optimizer: adamw (f32 moments, 8 bytes of state per parameter), adamw8bit
     /// (8-bit block-wise moments, about 2 bytes; Dettmers et al. 2022) or
-    /// galore:RANK[:REFRESH_EVERY] (AdamW on a rank-RANK projection of each attention
-    /// and MLP weight's gradient, refreshed by an SVD every REFRESH_EVERY steps
+    /// galore:RANK or galore:RANK:EVERY (AdamW on a rank-RANK projection of each attention
+    /// and MLP weight's gradient, refreshed by an SVD every EVERY steps
     /// [default: 200]; Zhao et al. 2024) [default: adamw]. One device only for now.
     #[arg(long, value_parser = parse_optimizer)]
     pub optimizer: Option<brrr_nn::Optimizer>,

@@ -86,11 +86,7 @@ fn memory(gpt: &Gpt<CpuBackend>, adam: &AdamW<CpuBackend>) -> Res<(f64, usize)> 
         .params()
         .iter()
         .map(|p| p.value.size_in_bytes() + p.grad.size_in_bytes())
-        .chain(
-            adam.moments
-                .iter()
-                .map(|(m, v)| m.size_in_bytes() + v.size_in_bytes()),
-        )
+        .chain(std::iter::once(adam.state_bytes()))
         .sum();
     Ok((estimate, held))
 }
