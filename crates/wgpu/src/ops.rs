@@ -435,7 +435,27 @@ fn fill_bits(dtype: DType, value: f64) -> Result<u32> {
     })
 }
 
-/// The uniform of optimizer.wgsl's `adamw` and `adamw_master` kernels: bias corrections
+/// The checks every AdamW kernel makes of its step: the one-element f32 inverse scale
+/// and skip flag when given, and a step counted from 1.
+fn check_step_scalars(
+    name: &'static str,
+    params: &AdamWParams,
+    inv_scale: Option<&WgpuBuffer>,
+    found_inf: Option<&WgpuBuffer>,
+) -> Result<()> {
+    if let Some(s) = inv_scale {
+        check_f32(name, s, "inv_scale", 1)?;
+    }
+    if let Some(f) = found_inf {
+        check_f32(name, f, "found_inf", 1)?;
+    }
+    if params.step == 0 {
+        return Err(Error::invalid(name, "step counts from 1"));
+    }
+    Ok(())
+}
+
+/// The uniform of optimizer.wgsl's `adamw`, `adamw_master` and `adamw_8bit` kernels: bias corrections
 /// from the host in f64, rounded to f32.
 fn adamw_params(
     params: &AdamWParams,
@@ -1217,15 +1237,7 @@ impl Backend for WgpuBackend {
         Error::check_len(name, end, grad.len)?;
         check_f32(name, m, "m", end)?;
         check_f32(name, v, "v", end)?;
-        if let Some(s) = inv_scale {
-            check_f32(name, s, "inv_scale", 1)?;
-        }
-        if let Some(f) = found_inf {
-            check_f32(name, f, "found_inf", 1)?;
-        }
-        if params.step == 0 {
-            return Err(Error::invalid(name, "step counts from 1"));
-        }
+        check_step_scalars(name, params, inv_scale, found_inf)?;
         if n == 0 {
             return Ok(());
         }
@@ -1274,15 +1286,7 @@ impl Backend for WgpuBackend {
         Error::check_len(name, 2 * quant8::code_words(n), state.codes.len)?;
         check_f32(name, state.absmax, "absmax", 2 * quant8::blocks(n))?;
         check_f32(name, state.maps, "maps", 512)?;
-        if let Some(s) = inv_scale {
-            check_f32(name, s, "inv_scale", 1)?;
-        }
-        if let Some(f) = found_inf {
-            check_f32(name, f, "found_inf", 1)?;
-        }
-        if params.step == 0 {
-            return Err(Error::invalid(name, "step counts from 1"));
-        }
+        check_step_scalars(name, params, inv_scale, found_inf)?;
         if n == 0 {
             return Ok(());
         }
@@ -1354,15 +1358,7 @@ impl Backend for WgpuBackend {
                 ),
             ));
         }
-        if let Some(s) = inv_scale {
-            check_f32(name, s, "inv_scale", 1)?;
-        }
-        if let Some(f) = found_inf {
-            check_f32(name, f, "found_inf", 1)?;
-        }
-        if params.step == 0 {
-            return Err(Error::invalid(name, "step counts from 1"));
-        }
+        check_step_scalars(name, params, inv_scale, found_inf)?;
         if n == 0 {
             return Ok(());
         }
