@@ -2,6 +2,10 @@
 //! one single-device checkpoint ([`brrr_dp::consolidate`]), by default the run
 //! directory's own `checkpoint.safetensors`, so that `brrr sample RUN_DIR` and a
 //! one-device `brrr train --resume RUN_DIR` read it.
+//!
+//! `brrr ckpt merge-lora RUN_DIR --out DIR`: a LoRA run's adapters folded into its
+//! weights (`W + α/r · B A`, [`brrr_nn::lora::merge_adapters`]), written as a run of
+//! plain weights.
 
 use crate::train::{CHECKPOINT_FILE, DP_DIR, PP_DIR, read_config};
 use brrr_backend::{Error, Result};
@@ -18,12 +22,17 @@ pub enum CkptCommand {
     /// pipeline run's stage files (`pp/`): the weights, AdamW moments, step and data
     /// position that `brrr sample` and `brrr train --resume` in any layout read.
     Consolidate(ConsolidateArgs),
+    /// A LoRA run's adapters folded into its weights (`brrr finetune --lora-rank`),
+    /// written as a new run directory of plain weights that `brrr sample`, `brrr
+    /// serve` and `brrr finetune` read like any trained run.
+    MergeLora(MergeLoraArgs),
 }
 
 /// Runs a `brrr ckpt` command; returns what to print.
 pub fn run(cmd: &CkptCommand) -> Result<String> {
     match cmd {
         CkptCommand::Consolidate(a) => run_consolidate(a).map(|r| r.to_string()),
+        CkptCommand::MergeLora(a) => run_merge_lora(a),
     }
 }
 
@@ -150,4 +159,79 @@ pub fn consolidated(
         .ok_or_else(|| Error::file(&dir, "holds no data-parallel shards"))?;
     let header = read_shard_header(&shard_path(&dir, 0, world))?;
     Ok((state, header.world, header.zero))
+}
+
+/// Flags of `brrr ckpt merge-lora`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct MergeLoraArgs {
+    /// A run directory written by `brrr finetune --lora-rank R`.
+    pub run_dir: PathBuf,
+    /// The new run directory for the merged weights.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Replace the run already in the output directory.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Runs `brrr ckpt merge-lora`; returns what to print.
+pub fn run_merge_lora(args: &MergeLoraArgs) -> Result<String> {
+    let config = read_config(&args.run_dir)?;
+    let Some(lora) = config.lora() else {
+        return Err(Error::invalid(
+            "ckpt merge-lora",
+            format!(
+                "the run in {} trained no LoRA adapters: its weights are plain already",
+                args.run_dir.display()
+            ),
+        ));
+    };
+    if brrr_train::run_dir::same_dir(&args.run_dir, &args.out) {
+        return Err(Error::invalid(
+            "ckpt merge-lora",
+            "--out is the LoRA run itself: give another directory, so the adapters are kept",
+        ));
+    }
+    brrr_train::RunDir::check_new(&args.out, args.force)?;
+    let saved = brrr_train::load_state(&args.run_dir)?;
+    let (model, _) = crate::sample::load_model(
+        &args.run_dir,
+        &mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0),
+    )?;
+    let mut cfg = config.clone();
+    if let Some(ft) = &mut cfg.finetune {
+        ft.lora = None;
+    }
+    let mut params = Vec::new();
+    for p in brrr_nn::Module::params(&model) {
+        params.push(brrr_train::ParamState {
+            name: p.name.clone(),
+            shape: p.value.dims().to_vec(),
+            value: brrr_backend::block_on(p.value.to_host())?,
+            moments: None,
+            optim: None,
+        });
+    }
+    let n: usize = params.iter().map(|p| p.value.len()).sum();
+    let state = TrainState {
+        config: cfg.clone(),
+        step: saved.step,
+        // The adapters' moments do not apply to the merged weights: a run that goes on
+        // from here starts its optimizer afresh.
+        adamw_step: 0,
+        data_position: saved.data_position,
+        data_fingerprint: saved.data_fingerprint,
+        params,
+        loss_scaler: None,
+    };
+    let dir = brrr_train::RunDir::create(&args.out, &cfg)?;
+    brrr_train::save_state(&state, &args.out)?;
+    drop(dir);
+    Ok(format!(
+        "merged the rank-{} adapters (alpha {}) of {} into {n} plain weights: {}",
+        lora.rank,
+        lora.alpha,
+        args.run_dir.display(),
+        args.out.join(CHECKPOINT_FILE).display()
+    ))
 }

@@ -46,6 +46,7 @@ pub mod ckpt;
 pub mod ckpt_cmd;
 pub mod data;
 pub mod decode_bench;
+pub mod finetune;
 pub mod generate;
 pub mod launch;
 pub mod metrics;

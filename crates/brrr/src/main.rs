@@ -27,6 +27,9 @@ struct Cli {
 enum Command {
     /// Train a small GPT on the shipped corpus (or --corpus FILE).
     Train(Box<TrainArgs>),
+    /// Fine-tune a trained run on new text: every weight, or LoRA adapters beside
+    /// frozen weights (--lora-rank).
+    Finetune(Box<brrr::finetune::FinetuneArgs>),
     /// Generate text from a trained run.
     Sample(SampleArgs),
     /// Continue several prompts at once with the serving engine (paged KV cache,
@@ -163,6 +166,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(args) => run_train(&args),
+        Command::Finetune(args) => brrr::finetune::train_args(&args).and_then(|a| run_train(&a)),
         Command::Sample(args) => sample::run(&args).and_then(|text| {
             perf_cmd::write_stdout(&format!("{text}\n"))
                 .map_err(|e| brrr_backend::Error::io("writing the sample to stdout", e))

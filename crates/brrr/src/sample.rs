@@ -85,14 +85,21 @@ pub fn run(args: &SampleArgs) -> Result<String> {
     Ok(text)
 }
 
-/// The model a run in `dir` saved, in f32 on the CPU, and the run's configuration: its
-/// one checkpoint, or a data-parallel or pipeline run's shards put together in memory
+/// The model a run in `dir` saved, in f32 on the CPU (a LoRA run's adapters merged into
+/// its weights), and the run's configuration: its one checkpoint, or a data-parallel or pipeline run's shards put together in memory
 /// (`brrr ckpt consolidate` writes the same state to a file). `rng` fills the weights
 /// before the checkpoint overwrites every one of them.
 pub fn load_model(dir: &Path, rng: &mut impl Rng) -> Result<(Gpt<CpuBackend>, TrainConfig)> {
     let cfg = read_config(dir)?;
     let backend = CpuBackend::new();
     let mut model = Gpt::new(&backend, cfg.model.clone(), DType::F32, rng)?;
+    // A LoRA run saved its adapters beside the frozen weights: load both, then fold the
+    // adapters in, so the model is a plain one. Their initial values come from a
+    // stream of their own, so `rng` goes on as it does for a run without adapters.
+    if let Some(lora) = cfg.lora() {
+        let mut fill = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
+        brrr_nn::lora::add_adapters(&mut model, lora, &mut fill)?;
+    }
     let whole = dir.join(CHECKPOINT_FILE);
     match cfg.layout.engine() {
         EngineKind::DataParallel | EngineKind::Pipeline if !whole.exists() => {
@@ -101,6 +108,7 @@ pub fn load_model(dir: &Path, rng: &mut impl Rng) -> Result<(Gpt<CpuBackend>, Tr
         }
         _ => load_weights(&ckpt::load(whole)?, &mut model)?,
     }
+    brrr_nn::lora::merge_adapters(&mut model)?;
     Ok((model, cfg))
 }
 

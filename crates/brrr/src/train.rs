@@ -227,6 +227,21 @@ pub struct TrainArgs {
     /// the first bucket 1].
     #[arg(long)]
     pub bucket_mb: Option<f64>,
+    /// Set by `brrr finetune`: the run starts from a trained run (no flag of its own).
+    #[arg(skip)]
+    pub finetune: Option<FinetuneFrom>,
+}
+
+/// What `brrr finetune` takes from the base run: its model's shape and tokenizer, and
+/// where the run starts.
+#[derive(Clone, Debug)]
+pub struct FinetuneFrom {
+    /// The base run's model.
+    pub model: GptConfig,
+    /// The base run's tokenizer.
+    pub tokenizer: String,
+    /// The base run's directory and LoRA's options.
+    pub finetune: brrr_train::Finetune,
 }
 
 fn parse_checkpoint(s: &str) -> std::result::Result<Strategy, String> {
@@ -359,10 +374,33 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         fused_attention: default_fused_attention(args),
         layout: layout_from_args(args),
         optimizer: args.optimizer.unwrap_or_default(),
+        finetune: None,
     };
     let cfg = with_micro_batches(cfg, args)?;
     let cfg = with_data_tokenizer(cfg)?;
+    let cfg = with_finetune(cfg, args)?;
     cfg.validate()?;
+    Ok(cfg)
+}
+
+/// A fine-tuning run's model is its base run's; the new data must use the base run's
+/// tokenizer and vocabulary.
+fn with_finetune(mut cfg: TrainConfig, args: &TrainArgs) -> Result<TrainConfig> {
+    let Some(from) = &args.finetune else {
+        return Ok(cfg);
+    };
+    if cfg.tokenizer != from.tokenizer || cfg.model.vocab_size != from.model.vocab_size {
+        return Err(Error::invalid(
+            "finetune",
+            format!(
+                "the base run reads {} tokens ({} in its vocabulary) and the new data {} ({}): \
+                 fine-tune on data the base run's tokenizer wrote",
+                from.tokenizer, from.model.vocab_size, cfg.tokenizer, cfg.model.vocab_size
+            ),
+        ));
+    }
+    cfg.model = from.model.clone();
+    cfg.finetune = Some(from.finetune.clone());
     Ok(cfg)
 }
 

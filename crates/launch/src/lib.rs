@@ -56,7 +56,7 @@ use brrr_tp::{TpConfig, TpTrainer};
 use brrr_train::{
     Engine, EngineKind, Observer, RunDir, RunStart, TrainConfig, Trainer, run_blocking,
 };
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 mod backend;
@@ -426,6 +426,10 @@ fn train_rank<B: Backend>(
             if let Some(t) = &tracer {
                 e.set_shared_tracer(t.clone());
             }
+            // A fine-tuning run starts from its base run's weights; resumed, from its own.
+            if let (Some(ft), None) = (&cfg.finetune, &job.resume) {
+                e.load_base(&load_base_state(Path::new(&ft.base))?)?;
+            }
             drive(&mut e, &backend, job, lead, tracer)
         }
         EngineKind::DataParallel => {
@@ -469,6 +473,21 @@ fn train_rank<B: Backend>(
             drive(&mut e, &backend, job, lead, tracer)
         }
     }
+}
+
+/// The saved state of a fine-tuning run's base: its one-device checkpoint.
+fn load_base_state(dir: &Path) -> Result<brrr_train::TrainState> {
+    if !dir.join(brrr_train::CHECKPOINT_FILE).is_file() {
+        return Err(Error::file(
+            dir,
+            format!(
+                "the base run has no one-device checkpoint ({}); a --dp or --pp \
+                 run's shards become one with `brrr ckpt consolidate`",
+                brrr_train::CHECKPOINT_FILE
+            ),
+        ));
+    }
+    brrr_train::load_state(dir)
 }
 
 /// Restores, opens the run directory, runs the loop, writes the trace.

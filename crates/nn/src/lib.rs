@@ -30,6 +30,9 @@
 //!   micro-batches, because every backward accumulates;
 //! - [`galore`]: GaLore's per-matrix optimizer state ([`Projector`]), AdamW in a
 //!   low-rank projection of the gradient refreshed by an SVD every few hundred steps;
+//! - [`lora`]: LoRA fine-tuning, a trained low-rank update beside each frozen linear
+//!   layer ([`LoraLinear`], [`add_adapters`](lora::add_adapters)), folded into the weight
+//!   afterwards ([`merge_adapters`](lora::merge_adapters));
 //! - [`gradcheck`]: finite-difference checks in f64 used by every layer's tests.
 //!
 //! ## Example
@@ -71,6 +74,7 @@ mod gpt;
 pub mod gradcheck;
 mod layernorm;
 mod linear;
+pub mod lora;
 pub mod loss;
 mod mlp;
 mod moments;
@@ -94,6 +98,7 @@ pub use gelu::Gelu;
 pub use gpt::{Gpt, GptConfig};
 pub use layernorm::LayerNorm;
 pub use linear::{Linear, LinearLayer};
+pub use lora::{LoraConfig, LoraLinear};
 pub use mlp::Mlp;
 pub use moments::{MIN_8BIT_NUMEL, MomentState, Optimizer};
 pub use optim::{AdamW, AdamWConfig, clip_grad_norm_on_device};

@@ -36,6 +36,12 @@ pub trait LinearLayer<B: Backend>: Module<B> {
         let _ = mb;
         Ok(())
     }
+
+    /// The layer as a LoRA layer ([`crate::lora::LoraLinear`]), which answers `Some`:
+    /// how [`crate::lora::merge_adapters`] finds the adapters to fold in.
+    fn as_lora_mut(&mut self) -> Option<&mut crate::lora::LoraLinear<B>> {
+        None
+    }
 }
 
 /// `y = x Wᵀ + b` with `W: [out, in]` (PyTorch's layout) over the last dimension of x.

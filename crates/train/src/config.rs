@@ -79,6 +79,23 @@ pub struct TrainConfig {
     /// AdamW in configurations written before it existed.
     #[serde(default)]
     pub optimizer: brrr_nn::Optimizer,
+    /// A fine-tuning run (`brrr finetune`): the trained run it starts from, and LoRA.
+    /// `None` (and absent in configurations written before it existed): a run from
+    /// freshly initialised weights.
+    #[serde(default)]
+    pub finetune: Option<Finetune>,
+}
+
+/// Where a fine-tuning run starts, and what it trains.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finetune {
+    /// The base run's directory: its one-device checkpoint's weights start this run
+    /// (its optimizer state, step and data position do not).
+    pub base: String,
+    /// Train LoRA adapters beside the frozen weights (`--lora-rank`, `--lora-alpha`);
+    /// `None`: every weight trains (full fine-tuning).
+    #[serde(default)]
+    pub lora: Option<brrr_nn::LoraConfig>,
 }
 
 impl Default for TrainConfig {
@@ -114,6 +131,7 @@ impl Default for TrainConfig {
             fused_attention: false,
             layout: Layout::default(),
             optimizer: brrr_nn::Optimizer::AdamW,
+            finetune: None,
         }
     }
 }
@@ -244,7 +262,20 @@ impl TrainConfig {
                 self.grad_clip
             ));
         }
+        if let Some(lora) = self.lora() {
+            lora.validate()?;
+        }
         Ok(())
+    }
+
+    /// LoRA's options when this run trains adapters.
+    pub fn lora(&self) -> Option<brrr_nn::LoraConfig> {
+        self.finetune.as_ref().and_then(|f| f.lora)
+    }
+
+    /// Whether parameter `name` trains: every parameter, or with LoRA only the adapters.
+    pub fn trains(&self, name: &str) -> bool {
+        self.lora().is_none() || brrr_nn::lora::is_adapter(name)
     }
 
     /// The learning-rate schedule: warmup, then cosine decay to `min_lr` at `steps`.

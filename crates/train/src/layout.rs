@@ -190,6 +190,28 @@ impl Layout {
                 ),
             ));
         }
+        if let Some(ft) = &cfg.finetune
+            && self.engine() != EngineKind::OneDevice
+        {
+            let what = match ft.lora {
+                Some(_) => "--lora-rank",
+                None => "brrr finetune",
+            };
+            return Err(Error::invalid(
+                "train",
+                format!(
+                    "{what} with --dp, --tp or --pp: not yet; fine-tuning loads the base run's \
+                     weights on one device only (fine-tune on one device)"
+                ),
+            ));
+        }
+        if cfg.lora().is_some() && cfg.amp.policy().is_some() {
+            return Err(Error::invalid(
+                "train",
+                "--lora-rank with --amp: not yet; the adapters train in f32 beside f32 \
+                 weights (drop --amp)",
+            ));
+        }
         match (self.engine(), self.zero) {
             // Not "yet": the combination gains nothing (DeepSpeed refuses it as well).
             (EngineKind::Pipeline, 2..) => Err(Error::invalid(

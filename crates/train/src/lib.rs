@@ -69,7 +69,7 @@ pub use brrr_data::atomic;
 /// The corpus, its tokenizer and reproducible batches (brrr-data's
 /// [`brrr_data::corpus`], re-exported: the data types live below the training library).
 pub use brrr_data::corpus as data;
-pub use config::TrainConfig;
+pub use config::{Finetune, TrainConfig};
 pub use data::{
     Batch, BatchSource, Batcher, ByteTokenizer, Corpus, DocumentMask, RngState, SYNTHETIC,
     synthetic_corpus, unigram_entropy_nats, val_batches,

@@ -57,6 +57,10 @@ impl<B: Backend> Trainer<B> {
         let mut init_rng = ChaCha8Rng::seed_from_u64(config.seed);
         let mut model = Gpt::new(backend, config.model.clone(), DType::F32, &mut init_rng)?;
         model.set_fused_attention(config.fused_attention);
+        // LoRA: adapters beside every block's linear layers, A drawn after the weights.
+        if let Some(lora) = config.lora() {
+            brrr_nn::lora::add_adapters(&mut model, lora, &mut init_rng)?;
+        }
         // Mixed precision: the same initial weights become f32 masters with 16-bit copies.
         if let Some(policy) = config.amp.policy() {
             apply_policy(&policy, &mut model)?;
@@ -207,10 +211,18 @@ impl<B: Backend> Trainer<B> {
             .saturating_sub(start_bytes);
         // Loss scaling: once per optimizer step, after every micro-batch, before clipping.
         if let Some(s) = &mut self.scaler {
-            tracer.in_span("unscale", || s.unscale(self.model.params_mut()))?;
+            tracer.in_span("unscale", || {
+                s.unscale(trainable(&mut self.model, &self.config))
+            })?;
         }
         let (norm, coef) = tracer.in_span("clip", || {
-            clip_grad_norm_on_device(&self.model.params(), self.config.grad_clip)
+            let params: Vec<_> = self
+                .model
+                .params()
+                .into_iter()
+                .filter(|p| self.config.trains(&p.name))
+                .collect();
+            clip_grad_norm_on_device(&params, self.config.grad_clip)
         })?;
         // The clip factor stays on the device: the fused AdamW kernel multiplies it into
         // every gradient (`inv_scale`), so nothing is read back before the update; an
@@ -218,7 +230,7 @@ impl<B: Backend> Trainer<B> {
         let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
         tracer.in_span("adamw", || {
             self.opt.step_scaled(
-                self.model.params_mut(),
+                trainable(&mut self.model, &self.config),
                 lr as f32,
                 1.0,
                 Some(&coef),
@@ -387,9 +399,18 @@ impl<B: Backend> Trainer<B> {
     /// The run's state, read back from the device.
     pub async fn state(&self) -> Result<TrainState> {
         let mut params = Vec::new();
-        for (i, p) in self.model.params().into_iter().enumerate() {
+        // The optimizer holds state for the trained parameters only, in their order.
+        let mut trained = 0;
+        for p in self.model.params() {
             let (mut moments, mut optim) = (None, None);
-            match self.opt.moments.get(i) {
+            let state = match self.config.trains(&p.name) {
+                true => {
+                    trained += 1;
+                    self.opt.moments.get(trained - 1)
+                }
+                false => None,
+            };
+            match state {
                 Some(MomentState::F32(m, v)) => {
                     moments = Some((m.to_host().await?, v.to_host().await?));
                 }
@@ -456,8 +477,7 @@ impl<B: Backend> Trainer<B> {
         }
         state.check_finite()?;
         load_params(&self.backend, &mut self.model, state)?;
-        self.opt.moments =
-            load_moments(&self.backend, &self.model, state, self.opt.config.optimizer)?;
+        self.opt.moments = load_moments(&self.backend, &self.model, state, &self.config)?;
         self.opt.step = state.adamw_step;
         self.data.set_position(&state.data_position)?;
         // A checkpoint without the scaler's state (a run without one, or a file from
@@ -467,6 +487,58 @@ impl<B: Backend> Trainer<B> {
         }
         self.step = state.step;
         Ok(())
+    }
+}
+
+impl<B: Backend> Trainer<B> {
+    /// Starts a fine-tuning run ([`TrainConfig::finetune`]) from the base run's saved
+    /// `state`: every weight of the base model is loaded, LoRA's adapters keep their
+    /// initial values (`B = 0`: the run starts as the base model), and the optimizer,
+    /// the step and the data position stay fresh. The base must have this run's model
+    /// shape and tokenizer, and no adapters of its own (merge them first).
+    pub fn load_base(&mut self, state: &TrainState) -> Result<()> {
+        const OP: &str = "finetune";
+        if self.step != 0 {
+            return Err(Error::invalid(OP, "the run has already trained"));
+        }
+        let base = &state.config;
+        if base.model != self.config.model {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the base run's model {:?} is not this run's {:?}",
+                    base.model, self.config.model
+                ),
+            ));
+        }
+        if base.tokenizer != self.config.tokenizer {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the base run was trained with the {} tokenizer and this run's data uses \
+                     {}: fine-tune on data the base run's tokenizer reads",
+                    base.tokenizer, self.config.tokenizer
+                ),
+            ));
+        }
+        if let Some(p) = state
+            .params
+            .iter()
+            .find(|p| brrr_nn::lora::is_adapter(&p.name))
+        {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the base run holds LoRA adapters ({}): merge them into its weights first \
+                     (`brrr ckpt merge-lora`)",
+                    p.name
+                ),
+            ));
+        }
+        state.check_finite()?;
+        load_params_where(&self.backend, &mut self.model, state, |name| {
+            !brrr_nn::lora::is_adapter(name)
+        })
     }
 }
 
@@ -506,8 +578,22 @@ impl<B: Backend> Engine for Trainer<B> {
     fn report(&self) -> Vec<String> {
         let mut lines = Vec::new();
         let optimizer = self.config.optimizer;
-        let params = self.model.params();
+        let all = self.model.params();
+        let total: usize = all.iter().map(|p| p.value.elem_count()).sum();
+        let params: Vec<_> = all
+            .into_iter()
+            .filter(|p| self.config.trains(&p.name))
+            .collect();
         let numel: usize = params.iter().map(|p| p.value.elem_count()).sum();
+        if let Some(lora) = self.config.lora() {
+            lines.push(format!(
+                "LoRA rank {} (alpha {}): {numel} adapter parameters trained, {:.2}% of the \
+                 model's {total}; the rest frozen",
+                lora.rank,
+                lora.alpha,
+                100.0 * numel as f64 / total.max(1) as f64,
+            ));
+        }
         lines.push(format!(
             "optimizer {optimizer}: {} of state, estimated {} ({}); AdamW's f32 moments {}",
             mib(self.opt.state_bytes()),
@@ -696,7 +782,17 @@ fn micro_batch(mb: usize) -> Result<MicroBatch> {
 /// Replaces every parameter's value with the saved one (same name, shape and dtype):
 /// loads trained weights into a model for sampling.
 pub fn load_params<B: Backend>(backend: &B, model: &mut Gpt<B>, state: &TrainState) -> Result<()> {
-    for p in model.params_mut() {
+    load_params_where(backend, model, state, |_| true)
+}
+
+/// [`load_params`] for the parameters whose name `keep` accepts.
+fn load_params_where<B: Backend>(
+    backend: &B,
+    model: &mut Gpt<B>,
+    state: &TrainState,
+    keep: impl Fn(&str) -> bool,
+) -> Result<()> {
+    for p in model.params_mut().into_iter().filter(|p| keep(&p.name)) {
         let saved = saved_param(state, &p.name, p.value.dims())?;
         let t = Tensor::from_host(backend, &saved.value, saved.shape.clone())?;
         let expected = p.master.as_ref().unwrap_or(&p.value).dtype();
@@ -720,19 +816,37 @@ pub fn load_params<B: Backend>(backend: &B, model: &mut Gpt<B>, state: &TrainSta
     Ok(())
 }
 
-/// AdamW's state for every parameter, in the model's order (f32 or 8-bit moments, as
+/// The parameters the optimizer updates, in the model's order: every one, or with LoRA
+/// the adapters.
+fn trainable<'a, B: Backend>(
+    model: &'a mut Gpt<B>,
+    config: &TrainConfig,
+) -> Vec<&'a mut brrr_nn::Param<B>> {
+    model
+        .params_mut()
+        .into_iter()
+        .filter(|p| config.trains(&p.name))
+        .collect()
+}
+
+/// AdamW's state for every trained parameter, in the model's order (f32 or 8-bit moments, as
 /// saved; `AdamW::step` checks they fit); none if the saved optimizer never stepped.
 fn load_moments<B: Backend>(
     backend: &B,
     model: &Gpt<B>,
     state: &TrainState,
-    optimizer: Optimizer,
+    config: &TrainConfig,
 ) -> Result<Vec<MomentState<B>>> {
     if state.adamw_step == 0 {
         return Ok(Vec::new());
     }
+    let optimizer = config.optimizer;
     let mut out = Vec::new();
-    for p in model.params() {
+    for p in model
+        .params()
+        .into_iter()
+        .filter(|p| config.trains(&p.name))
+    {
         let saved = saved_param(state, &p.name, p.value.dims())?;
         check_state_kind(optimizer, saved)?;
         let loaded = match (&saved.moments, &saved.optim) {

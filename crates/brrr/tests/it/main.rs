@@ -9,6 +9,7 @@ mod collectives;
 mod common;
 mod data;
 mod decode_bench;
+mod finetune;
 mod launch_signals;
 mod layouts_ckpt;
 mod matrix;

@@ -459,3 +459,41 @@ fn clear_saved_drops_every_activation() {
         assert!(err.contains("before forward"), "block {i}: {err}");
     }
 }
+
+#[test]
+fn lora_linear() {
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let mut base = Linear::new(&cpu(), "fc", 6, 5, true, 0.5, F64, &mut rng).unwrap();
+    base.bias.as_mut().unwrap().value = input(&[5], 13);
+    let lora = brrr_nn::LoraConfig {
+        rank: 3,
+        alpha: 6.0,
+    };
+    let mut l = brrr_nn::LoraLinear::new(Box::new(base), lora, &mut rng).unwrap();
+    // B starts at zero, which would hide A's gradient: give it values.
+    for p in l.params_mut() {
+        if p.name.ends_with(".lora_b") {
+            p.value = input(&[5, 3], 14);
+        }
+    }
+    check(
+        "LoraLinear",
+        &mut l,
+        &input(&[2, 4, 6], 15),
+        true,
+        |l, x| brrr_nn::LinearLayer::forward(l, MB, x),
+        |l, dy| brrr_nn::LinearLayer::backward(l, MB, dy).map(Some),
+        |l| {
+            l.params_mut()
+                .into_iter()
+                .filter(|p| brrr_nn::lora::is_adapter(&p.name))
+                .collect()
+        },
+    );
+    // The frozen weight's and bias's gradients were never computed.
+    for p in l.params() {
+        if !brrr_nn::lora::is_adapter(&p.name) {
+            assert!(host(&p.grad).iter().all(|&g| g == 0.0), "{}", p.name);
+        }
+    }
+}

@@ -5,6 +5,7 @@
 mod fused_attention;
 mod galore;
 mod gradcheck;
+mod lora;
 mod master_weights;
 mod memory;
 mod optimizers;

@@ -2,6 +2,7 @@
 //! links once and instantiates the generic code once, where a binary per file did both
 //! for every file (`cargo test -p brrr-train --test it NAME` runs the tests matching NAME).
 
+mod finetune;
 mod optimizers;
 mod recompute;
 mod trainer;
