@@ -177,6 +177,13 @@ pub struct TrainArgs {
     /// [default: 200]; Zhao et al. 2024) [default: adamw]. One device only for now.
     #[arg(long, value_parser = parse_optimizer)]
     pub optimizer: Option<brrr_nn::Optimizer>,
+    /// Keep the optimizer's state and f32 master weights on the host and update there
+    /// (ZeRO-Offload, Ren et al. 2021): each step's gradients go to the host, the CPU
+    /// updates, the new weights come back, the three pipelined over the parameters.
+    /// Works with every --optimizer; one device only for now. Given on --resume, the
+    /// run goes on offloaded.
+    #[arg(long)]
+    pub offload: bool,
     /// Mixed precision: GEMMs and attention in bf16 or fp16 with f32 master weights
     /// [default: off]. fp16 scales the loss dynamically; bf16 does not (see
     /// --loss-scaling).
@@ -375,6 +382,7 @@ pub fn config_from_args(args: &TrainArgs) -> Result<TrainConfig> {
         layout: layout_from_args(args),
         optimizer: args.optimizer.unwrap_or_default(),
         finetune: None,
+        offload: args.offload,
     };
     let cfg = with_micro_batches(cfg, args)?;
     let cfg = with_data_tokenizer(cfg)?;
@@ -952,6 +960,10 @@ fn resume_config(args: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Vec<Strin
         cfg.layout.schedule = s.clone();
     }
     resume_attention(args, &mut cfg, &mut notes);
+    if args.offload && !cfg.offload {
+        notes.push("--offload (the run trained without it)".to_string());
+        cfg.offload = true;
+    }
     cfg.validate()?;
     Ok((cfg, notes))
 }

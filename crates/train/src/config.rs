@@ -84,6 +84,11 @@ pub struct TrainConfig {
     /// freshly initialised weights.
     #[serde(default)]
     pub finetune: Option<Finetune>,
+    /// The optimizer's state and update on the host (`--offload`, ZeRO-Offload): the
+    /// device keeps the weights and gradients. Off in configurations written before it
+    /// existed.
+    #[serde(default)]
+    pub offload: bool,
 }
 
 /// Where a fine-tuning run starts, and what it trains.
@@ -132,6 +137,7 @@ impl Default for TrainConfig {
             layout: Layout::default(),
             optimizer: brrr_nn::Optimizer::AdamW,
             finetune: None,
+            offload: false,
         }
     }
 }

@@ -205,6 +205,13 @@ impl Layout {
                 ),
             ));
         }
+        if cfg.offload && self.engine() != EngineKind::OneDevice {
+            return Err(Error::invalid(
+                "train",
+                "--offload with --dp, --tp or --pp: not yet; the offloaded optimizer runs \
+                 on one device's host (train on one device, or drop --offload)",
+            ));
+        }
         if cfg.lora().is_some() && cfg.amp.policy().is_some() {
             return Err(Error::invalid(
                 "train",

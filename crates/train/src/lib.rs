@@ -57,6 +57,7 @@ pub mod layout;
 pub mod memory;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod metrics;
+pub mod offload;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod run_dir;
 pub mod schedule;

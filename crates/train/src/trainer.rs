@@ -4,11 +4,14 @@
 use crate::config::TrainConfig;
 use crate::data::{Batch, BatchSource};
 use crate::engine::{Engine, Observer, StepStats};
+use crate::offload::Offload;
 use crate::schedule::{Action, MicroBatchSchedule};
 use crate::state::{LossScalerState, OptimState, ParamState, TrainState};
 use brrr_amp::{DynamicLossScaler, apply_policy};
+use brrr_backend::HostData;
 use brrr_backend::{Backend, DType, Error, Result};
 use brrr_checkpoint::{Op, Recompute};
+use brrr_cpu::CpuBackend;
 use brrr_nn::{
     AdamW, AdamWConfig, Gpt, MicroBatch, Module, MomentState, Optimizer, Projector,
     clip_grad_norm_on_device,
@@ -39,6 +42,11 @@ pub struct Trainer<B: Backend> {
     recompute: Option<Recompute<B>>,
     /// The dynamic loss scaler, with `--amp fp16` (see `brrr_amp::AmpConfig`).
     scaler: Option<DynamicLossScaler<B>>,
+    /// With `config.offload`: the optimizer on the host, taken there by the first step.
+    offload: Option<Offload>,
+    /// With `config.offload`: the moments a restored checkpoint brought, on the host,
+    /// until the first step hands them to the offloaded optimizer.
+    restored_host_moments: Option<Vec<MomentState<CpuBackend>>>,
 }
 
 impl<B: Backend> Trainer<B> {
@@ -88,6 +96,8 @@ impl<B: Backend> Trainer<B> {
             tracer: Arc::new(Tracer::disabled()),
             recompute,
             scaler,
+            offload: None,
+            restored_host_moments: None,
         })
     }
 
@@ -152,7 +162,16 @@ impl<B: Backend> Trainer<B> {
 
     /// Bytes of optimizer state allocated now (0 before the first step).
     pub fn optimizer_state_bytes(&self) -> usize {
-        self.opt.state_bytes()
+        match &self.offload {
+            Some(off) => off.state_bytes(),
+            None => self.opt.state_bytes(),
+        }
+    }
+
+    /// With `--offload`: the optimizer's bytes on the host (moments, f32 masters) and
+    /// what its updates measured; `None` before the first offloaded step.
+    pub fn offload(&self) -> Option<&Offload> {
+        self.offload.as_ref()
     }
 
     /// The model.
@@ -228,15 +247,21 @@ impl<B: Backend> Trainer<B> {
         // every gradient (`inv_scale`), so nothing is read back before the update; an
         // overflow flag skips the update there too.
         let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
-        tracer.in_span("adamw", || {
-            self.opt.step_scaled(
-                trainable(&mut self.model, &self.config),
-                lr as f32,
-                1.0,
-                Some(&coef),
-                found_inf,
-            )
-        })?;
+        match self.config.offload {
+            true => {
+                let _span = tracer.span("offload");
+                self.offload_update(lr as f32, &coef).await?;
+            }
+            false => tracer.in_span("adamw", || {
+                self.opt.step_scaled(
+                    trainable(&mut self.model, &self.config),
+                    lr as f32,
+                    1.0,
+                    Some(&coef),
+                    found_inf,
+                )
+            })?,
+        }
         if let Some(s) = &mut self.scaler {
             s.update()?;
         }
@@ -253,9 +278,10 @@ impl<B: Backend> Trainer<B> {
         let (loss_scale, skipped) = match &mut self.scaler {
             Some(s) => {
                 let r = s.observe(host[2] as f32, host[3] as f32)?;
-                if r.skipped {
+                if r.skipped && !self.config.offload {
                     // A skipped step is no AdamW step (PyTorch never calls
-                    // `optimizer.step()`): its bias-correction count stays.
+                    // `optimizer.step()`): its bias-correction count stays. (The
+                    // offloaded optimizer read the flag and did not step.)
                     self.opt.step -= 1;
                 }
                 (r.scale, r.skipped)
@@ -288,6 +314,26 @@ impl<B: Backend> Trainer<B> {
             peak_bytes,
             activation_peak_bytes,
         })
+    }
+
+    /// The offloaded update: the clip factor and the overflow flag read from the device,
+    /// the optimizer taken to the host on the first step, then its pipeline.
+    async fn offload_update(&mut self, lr: f32, coef: &Tensor<B>) -> Result<()> {
+        let mut parts = vec![coef];
+        if let Some(s) = &self.scaler {
+            parts.push(s.found_inf());
+        }
+        let host = Tensor::cat(&parts, 0)?.to_host().await?.to_f64();
+        let skip = host.get(1).is_some_and(|&f| f != 0.0);
+        if self.offload.is_none() {
+            let adamw = self.opt.config;
+            let moments = self.restored_host_moments.take();
+            let params = trainable(&mut self.model, &self.config);
+            self.offload = Some(Offload::new(params, adamw, moments, self.opt.step).await?);
+        }
+        let params = trainable(&mut self.model, &self.config);
+        let offload = self.offload.as_mut().expect("created above");
+        offload.update(params, lr, host[0] as f32, skip).await
     }
 
     /// Executes the schedule's actions; returns the sum of the micro-batch mean losses,
@@ -402,34 +448,31 @@ impl<B: Backend> Trainer<B> {
         // The optimizer holds state for the trained parameters only, in their order.
         let mut trained = 0;
         for p in self.model.params() {
-            let (mut moments, mut optim) = (None, None);
-            let state = match self.config.trains(&p.name) {
+            // The f32 master under mixed precision: what the run's weights are.
+            let mut value = None;
+            let (moments, optim) = match self.config.trains(&p.name) {
+                false => (None, None),
                 true => {
                     trained += 1;
-                    self.opt.moments.get(trained - 1)
+                    match (&self.offload, &self.restored_host_moments) {
+                        (Some(off), _) => {
+                            let (v, m, o) = off.saved(trained - 1).await?;
+                            value = Some(v);
+                            (m, o)
+                        }
+                        (None, Some(host)) => saved_moments(host.get(trained - 1)).await?,
+                        (None, None) => saved_moments(self.opt.moments.get(trained - 1)).await?,
+                    }
                 }
-                false => None,
             };
-            match state {
-                Some(MomentState::F32(m, v)) => {
-                    moments = Some((m.to_host().await?, v.to_host().await?));
-                }
-                Some(MomentState::Bits8 { codes, absmax }) => {
-                    optim = Some(OptimState::Bits8 {
-                        codes: codes.to_host().await?,
-                        absmax: absmax.to_host().await?,
-                    });
-                }
-                Some(MomentState::Projected(proj)) => {
-                    optim = Some(OptimState::GaLore(proj.to_host()?));
-                }
-                None => {}
-            }
+            let value: HostData = match value {
+                Some(v) => v,
+                None => p.master.as_ref().unwrap_or(&p.value).to_host().await?,
+            };
             params.push(ParamState {
                 name: p.name.clone(),
                 shape: p.value.dims().to_vec(),
-                // The f32 master under mixed precision: what the run's weights are.
-                value: p.master.as_ref().unwrap_or(&p.value).to_host().await?,
+                value,
                 moments,
                 optim,
             });
@@ -448,7 +491,10 @@ impl<B: Backend> Trainer<B> {
         Ok(TrainState {
             config: self.config.clone(),
             step: self.step,
-            adamw_step: self.opt.step,
+            adamw_step: self
+                .offload
+                .as_ref()
+                .map_or(self.opt.step, Offload::step_count),
             data_position: self.data.position(),
             data_fingerprint: self.data.fingerprint(),
             params,
@@ -477,7 +523,17 @@ impl<B: Backend> Trainer<B> {
         }
         state.check_finite()?;
         load_params(&self.backend, &mut self.model, state)?;
-        self.opt.moments = load_moments(&self.backend, &self.model, state, &self.config)?;
+        match self.config.offload {
+            // The host optimizer takes them at the next step.
+            true => {
+                self.offload = None;
+                let host = load_moments(&CpuBackend::new(), &self.model, state, &self.config)?;
+                self.restored_host_moments = Some(host);
+            }
+            false => {
+                self.opt.moments = load_moments(&self.backend, &self.model, state, &self.config)?;
+            }
+        }
         self.opt.step = state.adamw_step;
         self.data.set_position(&state.data_position)?;
         // A checkpoint without the scaler's state (a run without one, or a file from
@@ -595,8 +651,13 @@ impl<B: Backend> Engine for Trainer<B> {
             ));
         }
         lines.push(format!(
-            "optimizer {optimizer}: {} of state, estimated {} ({}); AdamW's f32 moments {}",
-            mib(self.opt.state_bytes()),
+            "optimizer {optimizer}: {} of state{}, estimated {} ({}); AdamW's f32 moments {}",
+            mib(self.optimizer_state_bytes()),
+            if self.offload.is_some() {
+                " on the host"
+            } else {
+                ""
+            },
             mib(estimated_state_bytes(optimizer, &params)),
             match optimizer {
                 brrr_nn::Optimizer::AdamW => "brrr-perf's 8 bytes per parameter",
@@ -605,7 +666,13 @@ impl<B: Backend> Engine for Trainer<B> {
             },
             mib(8 * numel),
         ));
-        let (svds, secs) = self.opt.svd_time();
+        if let Some(off) = &self.offload {
+            lines.push(offload_line(off));
+        }
+        let (svds, secs) = match &self.offload {
+            Some(off) => off.svd_time(),
+            None => self.opt.svd_time(),
+        };
         if svds > 0 {
             lines.push(format!("GaLore: {svds} SVDs took {secs:.2} s on the host"));
         }
@@ -634,6 +701,26 @@ fn estimated_state_bytes<B: Backend>(
             })
             .sum(),
     }
+}
+
+/// What `--offload` kept on the host and how its pipeline overlapped, per update.
+fn offload_line(off: &Offload) -> String {
+    let t = off.timing();
+    let ms = |s: f64| format!("{:.1} ms", 1e3 * s / f64::from(t.steps.max(1)));
+    format!(
+        "offload: {} of f32 masters and the optimizer state on the host; per update: \
+         gradients to the host {}, AdamW on the host {}, weights back {}: {} pipelined \
+         against {} one after another and {} for the longest phase ({:.0}% of what overlap \
+         could hide, hidden)",
+        mib(off.master_bytes()),
+        ms(t.to_host),
+        ms(t.update),
+        ms(t.to_device),
+        ms(t.wall),
+        ms(t.serial()),
+        ms(t.longest()),
+        100.0 * t.overlap()
+    )
 }
 
 fn mib(bytes: usize) -> String {
@@ -816,6 +903,25 @@ fn load_params_where<B: Backend>(
     Ok(())
 }
 
+/// One parameter's optimizer state as a checkpoint keeps it: f32 moments, or another
+/// optimizer's own state (none before the first step).
+pub(crate) async fn saved_moments<D: Backend>(
+    state: Option<&MomentState<D>>,
+) -> Result<(Option<(HostData, HostData)>, Option<OptimState>)> {
+    Ok(match state {
+        Some(MomentState::F32(m, v)) => (Some((m.to_host().await?, v.to_host().await?)), None),
+        Some(MomentState::Bits8 { codes, absmax }) => (
+            None,
+            Some(OptimState::Bits8 {
+                codes: codes.to_host().await?,
+                absmax: absmax.to_host().await?,
+            }),
+        ),
+        Some(MomentState::Projected(proj)) => (None, Some(OptimState::GaLore(proj.to_host()?))),
+        None => (None, None),
+    })
+}
+
 /// The parameters the optimizer updates, in the model's order: every one, or with LoRA
 /// the adapters.
 fn trainable<'a, B: Backend>(
@@ -831,12 +937,12 @@ fn trainable<'a, B: Backend>(
 
 /// AdamW's state for every trained parameter, in the model's order (f32 or 8-bit moments, as
 /// saved; `AdamW::step` checks they fit); none if the saved optimizer never stepped.
-fn load_moments<B: Backend>(
-    backend: &B,
+fn load_moments<B: Backend, D: Backend>(
+    backend: &D,
     model: &Gpt<B>,
     state: &TrainState,
     config: &TrainConfig,
-) -> Result<Vec<MomentState<B>>> {
+) -> Result<Vec<MomentState<D>>> {
     if state.adamw_step == 0 {
         return Ok(Vec::new());
     }

@@ -3,6 +3,7 @@
 //! for every file (`cargo test -p brrr-train --test it NAME` runs the tests matching NAME).
 
 mod finetune;
+mod offload;
 mod optimizers;
 mod recompute;
 mod trainer;
