@@ -190,6 +190,12 @@ fn features() -> Vec<Feature> {
             flag: "--optimizer",
         },
         Feature {
+            name: "--offload",
+            set: |a, _| a.offload = true,
+            tol: F32,
+            flag: "--offload",
+        },
+        Feature {
             name: "--grad-accum 1",
             set: |a, _| a.grad_accum = Some(1),
             tol: F32,
