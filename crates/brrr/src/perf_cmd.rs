@@ -269,7 +269,7 @@ pub struct MemoryArgs {
     /// Activation recomputation: none, selective, full.
     #[arg(long, default_value = "none")]
     pub recompute: String,
-    /// Optimizer: adam, sgd-momentum, sgd, adam8bit.
+    /// Optimizer: adam, sgd-momentum, sgd, adam8bit, galore:RANK.
     #[arg(long, default_value = "adam")]
     pub optimizer: String,
     /// Precision: mixed (16-bit weights/grads + fp32 master) or fp32.
@@ -278,6 +278,12 @@ pub struct MemoryArgs {
     /// Pipeline schedule: 1f1b, gpipe, or interleaved:V (V chunks per GPU).
     #[arg(long, default_value = "1f1b")]
     pub schedule: String,
+    /// The f32 master weights and optimizer states in host memory (ZeRO-Offload).
+    #[arg(long)]
+    pub offload: bool,
+    /// LoRA fine-tuning at this rank: frozen weights, adapters trained.
+    #[arg(long)]
+    pub lora_rank: Option<u64>,
     /// Compare against this GPU's memory.
     #[arg(long)]
     pub gpu: Option<String>,
@@ -549,6 +555,8 @@ fn run_memory(a: &MemoryArgs) -> CmdResult {
         zero_stage: a.zero,
         recompute: Recompute::parse(&a.recompute)?,
         schedule: parse_schedule(&a.schedule)?,
+        offload: a.offload,
+        lora_rank: a.lora_rank,
     };
     let m = estimate_memory(&cfg, &setup)?;
     let gpu = a.gpu.as_deref().map(specs::gpu).transpose()?;
@@ -575,6 +583,8 @@ fn run_model_states(a: &MemoryArgs, params: f64) -> CmdResult {
         ),
         ("--schedule", a.schedule != "1f1b"),
         ("--plot", a.plot.is_some()),
+        ("--offload", a.offload),
+        ("--lora-rank", a.lora_rank.is_some()),
     ];
     let given: Vec<&str> = needs_shape.iter().filter(|f| f.1).map(|f| f.0).collect();
     if !given.is_empty() {

@@ -353,6 +353,15 @@ pub fn layer_galore_state_bytes(cfg: &TransformerConfig, tp: u64, rank: u64) -> 
     (adam, galore)
 }
 
+/// One layer's LoRA adapter parameters on one tensor-parallel rank at `rank`: `r·(in +
+/// out)` for each of its four weight matrices (`[h, 3h/t]`, `[h/t, h]`, `[h, f/t]`,
+/// `[f/t, h]`), as `brrr_nn::lora::add_adapters` adapts them.
+pub fn layer_lora_params(cfg: &TransformerConfig, tp: u64, rank: u64) -> f64 {
+    let (h, f, t) = (cfg.hidden as f64, cfg.ffn_hidden as f64, tp.max(1) as f64);
+    let mats = [(h, 3.0 * h / t), (h / t, h), (h, f / t), (f / t, h)];
+    rank as f64 * mats.iter().map(|(a, b)| a + b).sum::<f64>()
+}
+
 /// Activation recomputation strategy (Korthikanti et al. 2022, Sections 4-5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -426,6 +435,14 @@ pub struct TrainingSetup {
     pub recompute: Recompute,
     /// Pipeline schedule (ignored when `pp = 1`).
     pub schedule: PipelineSchedule,
+    /// ZeRO-Offload (Ren et al. 2021): the f32 master weights and the optimizer states
+    /// live in host memory, and the update runs there; the GPU keeps the weights and
+    /// gradients ([`MemoryBreakdown::offloaded`]).
+    pub offload: bool,
+    /// LoRA at this rank (Hu et al. 2021): every weight frozen (no gradient, master or
+    /// optimizer state), and adapters of `r·(in + out)` parameters beside each layer's
+    /// four weight matrices trained ([`layer_lora_params`]).
+    pub lora_rank: Option<u64>,
 }
 
 impl Default for TrainingSetup {
@@ -443,6 +460,8 @@ impl Default for TrainingSetup {
             zero_stage: 0,
             recompute: Recompute::None,
             schedule: PipelineSchedule::OneFOneB,
+            offload: false,
+            lora_rank: None,
         }
     }
 }
@@ -535,6 +554,11 @@ pub struct MemoryBreakdown {
     pub activations_other: f64,
     /// ZeRO-3 working buffer: one gathered layer of 16-bit weights (0 otherwise).
     pub gather_buffer: f64,
+    /// Bytes in host memory instead of on the GPU: with offload, the f32 master weights
+    /// and the optimizer states (0 otherwise). Not part of [`MemoryBreakdown::total`].
+    pub offloaded: f64,
+    /// Parameters the optimizer trains on this GPU: all of them, or LoRA's adapters.
+    pub trained_params: f64,
 }
 
 impl MemoryBreakdown {
@@ -583,6 +607,9 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
     if pp == 1 {
         params_per_gpu += cfg.head_params(tp);
     }
+    let lora = setup
+        .lora_rank
+        .map(|r| layers_per_stage as f64 * layer_lora_params(cfg, tp, r));
     let mut states = model_state_bytes(
         params_per_gpu,
         setup.precision,
@@ -590,7 +617,21 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
         setup.zero_stage,
         dp,
     )?;
-    if let Optimizer::GaLore { rank } = setup.optimizer {
+    if let Some(adapters) = lora {
+        // Frozen weights need no gradient, master or moments; the adapters need all
+        // three, and weights of their own.
+        let trained = model_state_bytes(
+            adapters,
+            setup.precision,
+            setup.optimizer,
+            setup.zero_stage,
+            dp,
+        )?;
+        states.weights += trained.weights;
+        states.gradients = trained.gradients;
+        states.master_weights = trained.master_weights;
+        states.optimizer_states = trained.optimizer_states;
+    } else if let Optimizer::GaLore { rank } = setup.optimizer {
         // The layers' matrices at GaLore's bytes instead of Adam's 8 per parameter
         // (sharded alike under ZeRO 1+).
         let (adam, galore) = layer_galore_state_bytes(cfg, tp, rank);
@@ -618,6 +659,17 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
         setup.precision.bytes_per_param().0 * cfg.layer_params(tp)
     } else {
         0.0
+    };
+
+    // ZeRO-Offload: the master weights and the moments move to the host.
+    let offloaded = match setup.offload {
+        true => {
+            let host = states.master_weights + states.optimizer_states;
+            states.master_weights = 0.0;
+            states.optimizer_states = 0.0;
+            host
+        }
+        false => 0.0,
     };
 
     let gpus = checked_product("GPUs (DP × TP × PP)", &[("DP", dp), ("TP", tp), ("PP", pp)])?;
@@ -651,6 +703,8 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
         activations_layers,
         activations_other,
         gather_buffer,
+        offloaded,
+        trained_params: lora.unwrap_or(params_per_gpu),
     };
     finite("memory per GPU", breakdown.total())?;
     Ok(breakdown)
@@ -664,6 +718,9 @@ fn check_setup(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result<()> {
     at_least_one("data parallel degree", dp)?;
     at_least_one("gradient accumulation steps", setup.grad_accum)?;
     at_least_one("micro-batch size", setup.micro_batch)?;
+    if let Some(rank) = setup.lora_rank {
+        at_least_one("LoRA rank", rank)?;
+    }
     divides("layers", cfg.layers, "pipeline parallel degree", pp)?;
     divides("attention heads", cfg.heads, "tensor parallel degree", tp)?;
     divides(
@@ -748,6 +805,49 @@ mod tests {
         assert_eq!(f.total(), 16e9);
         let sgd = model_state_bytes(1e9, Precision::Fp32, Optimizer::SgdMomentum, 0, 1).unwrap();
         assert_eq!(sgd.total(), 12e9);
+    }
+
+    #[test]
+    fn offload_moves_the_masters_and_moments_to_the_host() {
+        let gpt2 = TransformerConfig::gpt(12, 768, 12, 1024, 50257);
+        let base = estimate_memory(&gpt2, &TrainingSetup::default()).unwrap();
+        let off = estimate_memory(
+            &gpt2,
+            &TrainingSetup {
+                offload: true,
+                ..TrainingSetup::default()
+            },
+        )
+        .unwrap();
+        // 12 of mixed-precision Adam's 16 bytes per parameter leave the GPU.
+        assert_eq!(off.offloaded, 12.0 * base.params_per_gpu);
+        assert_eq!(off.total(), base.total() - off.offloaded);
+        assert_eq!(
+            off.states.weights + off.states.gradients,
+            4.0 * base.params_per_gpu
+        );
+    }
+
+    #[test]
+    fn lora_trains_r_times_in_plus_out_per_matrix() {
+        // GPT-2 small at r = 8: 8 · (768+2304 + 768+768 + 768+3072 + 3072+768) per layer.
+        let gpt2 = TransformerConfig::gpt(12, 768, 12, 1024, 50257);
+        assert_eq!(layer_lora_params(&gpt2, 1, 8), 8.0 * 12288.0);
+        let fp32 = |lora_rank| TrainingSetup {
+            precision: Precision::Fp32,
+            lora_rank,
+            ..TrainingSetup::default()
+        };
+        let full = estimate_memory(&gpt2, &fp32(None)).unwrap();
+        let lora = estimate_memory(&gpt2, &fp32(Some(8))).unwrap();
+        let trained = 12.0 * 8.0 * 12288.0;
+        assert_eq!(lora.trained_params, trained);
+        assert_eq!(full.trained_params, full.params_per_gpu);
+        // Frozen weights stay; gradients and moments are the adapters' alone.
+        assert_eq!(lora.states.weights, full.states.weights + 4.0 * trained);
+        assert_eq!(lora.states.gradients, 4.0 * trained);
+        assert_eq!(lora.states.optimizer_states, 8.0 * trained);
+        assert!(estimate_memory(&gpt2, &fp32(Some(0))).is_err());
     }
 
     #[test]

@@ -459,6 +459,21 @@ pub fn memory_report(m: &MemoryBreakdown, gpu: Option<&GpuSpec>) -> Report {
         .filter(|(label, b)| *b > 0.0 || !label.starts_with("ZeRO"))
         .collect();
     r.table("", memory_table(&rows, total));
+    if let Some(rank) = s.lora_rank {
+        r.note(format!(
+            "LoRA rank {rank}: {} adapter parameters trained ({} of the shard's), every weight \
+             frozen (Hu et al. 2021)",
+            table::count(m.trained_params),
+            table::percent(m.trained_params / m.params_per_gpu)
+        ));
+    }
+    if s.offload {
+        r.note(format!(
+            "offload: {} of f32 master weights and optimizer states in host memory, not on \
+             the GPU (ZeRO-Offload, Ren et al. 2021)",
+            table::bytes_binary(m.offloaded)
+        ));
+    }
     r.note(format!(
         "activations: {} per layer per micro-batch × {} layers × {} micro-batches in flight + {} outside the layers \
          (Korthikanti et al. 2022, Table 2 and Section 4.3)",

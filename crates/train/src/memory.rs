@@ -9,7 +9,8 @@ use brrr_backend::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryNeed {
     /// Host memory for data: one training batch and the fixed validation batches
-    /// (`u32` inputs and targets, 8 bytes a token).
+    /// (`u32` inputs and targets, 8 bytes a token); with `--offload` also the optimizer's
+    /// moments and f32 masters.
     pub host_bytes: u64,
     /// Backend memory: weights, gradients and two AdamW moments (16 bytes a parameter
     /// in f32), plus the activations one micro-batch keeps for its backward.
@@ -104,6 +105,18 @@ pub fn estimate(cfg: &TrainConfig) -> Result<MemoryNeed> {
         ],
     )?;
     let acts = product("the activations", &[tokens, per_token, 4])?;
+    // `--offload` moves the two moments and an f32 master (12 bytes a parameter) to the
+    // host; the device keeps the weights and gradients.
+    let (state, host_bytes) = match cfg.offload {
+        true => (
+            product("the parameter state", &[params, 8])?,
+            sum(
+                "the host's bytes",
+                &[host_bytes, product("the offloaded state", &[params, 12])?],
+            )?,
+        ),
+        false => (state, host_bytes),
+    };
     Ok(MemoryNeed {
         host_bytes,
         device_bytes: sum("the backend's memory", &[state, acts])?,

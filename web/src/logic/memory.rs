@@ -109,6 +109,66 @@ pub fn optimizer_key(o: Optimizer) -> &'static str {
     }
 }
 
+/// Menu keys and labels of LoRA (off, or fine-tuning at a rank).
+pub const LORA_RANKS: [(&str, &str); 4] = [
+    ("off", "off (every weight trains)"),
+    ("8", "rank 8 (weights frozen)"),
+    ("64", "rank 64"),
+    ("256", "rank 256"),
+];
+
+/// The menu key of a LoRA rank; a rank the menu does not offer shows as the nearest
+/// offered one below it.
+pub fn lora_key(rank: Option<u64>) -> &'static str {
+    match rank {
+        None => "off",
+        Some(r) if r >= 256 => "256",
+        Some(r) if r >= 64 => "64",
+        Some(_) => "8",
+    }
+}
+
+/// The LoRA rank of a menu key (`None` inside: off); `None` for a key not on the menu.
+pub fn lora_from_key(key: &str) -> Option<Option<u64>> {
+    match key {
+        "off" => Some(None),
+        k => k.parse().ok().filter(|&r| r > 0).map(Some),
+    }
+}
+
+/// The caption under the bar: where its model-state bytes per parameter come from,
+/// for the setup shown (not a fixed "2 + 2 + 12").
+pub fn states_caption(setup: &TrainingSetup) -> String {
+    let (w, g, m) = setup.precision.bytes_per_param();
+    let k = setup.optimizer.state_bytes_per_param();
+    let optimizer = OPTIMIZERS
+        .iter()
+        .find(|(key, _)| *key == optimizer_key(setup.optimizer))
+        .map_or("the optimizer", |o| o.1);
+    let mut text = format!(
+        "Model states per ZeRO (Rajbhandari et al. 2020, §3.1): {} weights and gradients \
+         of {w} + {g} bytes per parameter, {m} of f32 master and {k} of {optimizer} state",
+        match setup.precision {
+            Precision::Mixed => "16-bit",
+            Precision::Fp32 => "fp32",
+        }
+    );
+    if matches!(setup.optimizer, Optimizer::GaLore { .. }) {
+        text.push_str(" (GaLore: less for the layers' matrices, priced at their rank)");
+    }
+    if let Some(r) = setup.lora_rank {
+        text.push_str(&format!(
+            "; with LoRA rank {r} only the adapters have gradients, masters and optimizer \
+             state (Hu et al. 2021)"
+        ));
+    }
+    if setup.offload {
+        text.push_str("; offload keeps the masters and optimizer state in host memory, off the bar (Ren et al. 2021)");
+    }
+    text.push('.');
+    text
+}
+
 /// The menu key of a precision.
 pub fn precision_key(p: Precision) -> &'static str {
     match p {
@@ -208,6 +268,32 @@ mod tests {
     }
 
     #[test]
+    fn offload_and_lora_take_states_off_the_gpu() {
+        let mut input = MemoryInput::default();
+        let before = estimate(&input, &a100()).unwrap();
+        input.setup.offload = true;
+        let off = estimate(&input, &a100()).unwrap();
+        // Master weights and moments (parts 2 and 3) leave for the host.
+        assert_eq!(off.parts[2].bytes + off.parts[3].bytes, 0.0);
+        assert_eq!(
+            off.breakdown.offloaded,
+            before.parts[2].bytes + before.parts[3].bytes
+        );
+        assert!(states_caption(&input.setup).contains("offload"));
+        input.setup = TrainingSetup {
+            lora_rank: Some(8),
+            ..MemoryInput::default().setup
+        };
+        let lora = estimate(&input, &a100()).unwrap();
+        assert!(
+            lora.parts[1].bytes < before.parts[1].bytes / 100.0,
+            "gradients"
+        );
+        assert!(states_caption(&input.setup).contains("LoRA rank 8"));
+        assert!(states_caption(&MemoryInput::default().setup).contains("2 + 2 bytes"));
+    }
+
+    #[test]
     fn bad_layouts_are_errors_not_panics() {
         let mut input = MemoryInput::default();
         input.setup.tp = 3; // 25 heads do not split 3 ways
@@ -229,5 +315,9 @@ mod tests {
             assert_eq!(recompute_key(Recompute::parse(r).unwrap()), r);
         }
         assert_eq!(precision_key(Precision::parse("mixed").unwrap()), "mixed");
+        for (k, _) in LORA_RANKS {
+            assert_eq!(lora_key(lora_from_key(k).unwrap()), k);
+        }
+        assert_eq!(lora_from_key("0"), None);
     }
 }

@@ -143,3 +143,24 @@ fn a_base_of_another_shape_or_with_adapters_is_refused() {
     let err = tuned.load_base(&base).unwrap_err();
     assert!(err.to_string().contains("already trained"), "{err}");
 }
+
+#[test]
+fn the_adapter_count_is_brrr_perfs() {
+    let cfg = config(None).model;
+    let perf = brrr_perf::memory::TransformerConfig::gpt(
+        cfg.n_layer as u64,
+        cfg.n_embd as u64,
+        cfg.n_head as u64,
+        cfg.block_size as u64,
+        cfg.vocab_size as u64,
+    );
+    let lora = LoraConfig {
+        rank: 8,
+        alpha: 16.0,
+    };
+    let per_layer = brrr_perf::memory::layer_lora_params(&perf, 1, 8);
+    assert_eq!(
+        lora.adapter_params(&cfg) as f64,
+        cfg.n_layer as f64 * per_layer
+    );
+}

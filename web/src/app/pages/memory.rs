@@ -6,8 +6,9 @@ use crate::app::components::{
 };
 use crate::app::util::edit;
 use crate::logic::memory::{
-    MemoryInput, MemoryView, OPTIMIZERS, SCHEDULES, estimate, optimizer_key, precision_key,
-    preset_menu, preset_of, recompute_key, schedule_from_key, schedule_key,
+    LORA_RANKS, MemoryInput, MemoryView, OPTIMIZERS, SCHEDULES, estimate, lora_from_key, lora_key,
+    optimizer_key, precision_key, preset_menu, preset_of, recompute_key, schedule_from_key,
+    schedule_key, states_caption,
 };
 use crate::logic::roofline::find_gpu;
 use crate::logic::site::PageId;
@@ -104,6 +105,10 @@ fn layout_controls(input: &UseStateHandle<MemoryInput>) -> Html {
                 on_change={edit(input, |i: &mut MemoryInput, k: String| if let Ok(p) = Precision::parse(&k) { i.setup.precision = p })} />
             <Select id="optimizer" label="Optimizer" selected={optimizer_key(s.optimizer)} options={opts(&OPTIMIZERS)}
                 on_change={edit(input, |i: &mut MemoryInput, k: String| if let Ok(o) = Optimizer::parse(&k) { i.setup.optimizer = o })} />
+            <Toggle id="offload" label="offload master weights and optimizer states to the host (ZeRO-Offload)" checked={s.offload}
+                on_change={edit(input, |i: &mut MemoryInput, b: bool| i.setup.offload = b)} />
+            <Select id="lora" label="LoRA fine-tuning" selected={lora_key(s.lora_rank)} options={opts(&LORA_RANKS)}
+                on_change={edit(input, |i: &mut MemoryInput, k: String| if let Some(r) = lora_from_key(&k) { i.setup.lora_rank = r })} />
             <Select id="zero" label="ZeRO stage" selected={s.zero_stage.to_string()}
                 options={opts(&[("0", "0 (plain data parallel)"), ("1", "1 (optimizer states)"), ("2", "2 (+ gradients)"), ("3", "3 (+ weights)")])}
                 on_change={edit(input, |i: &mut MemoryInput, k: String| if let Ok(z) = k.parse() { i.setup.zero_stage = z })} />
@@ -153,6 +158,14 @@ fn results(gpu: &brrr_perf::specs::GpuSpec, v: &MemoryView) -> Html {
                 <Stat label="Parameters" text={format!("{} params", table::count(b.params_total))} value={b.params_total} id="params" />
                 <Stat label="On this GPU" text={format!("{} params", table::count(b.params_per_gpu))} value={b.params_per_gpu} id="params-gpu" />
                 <Stat label="GPUs" text={b.gpus.to_string()} value={b.gpus as f64} id="gpus" />
+                if b.offloaded > 0.0 {
+                    <Stat label="In host memory" text={table::bytes_binary(b.offloaded)} value={b.offloaded} id="offloaded"
+                        note="masters and optimizer state (offload)" />
+                }
+                if b.trained_params < b.params_per_gpu {
+                    <Stat label="Trained" text={format!("{} params", table::count(b.trained_params))} value={b.trained_params} id="trained"
+                        note={format!("{} of this GPU's (LoRA)", table::percent(b.trained_params / b.params_per_gpu))} />
+                }
                 <Stat label="Tokens / step" text={table::count(b.tokens_per_step as f64)} value={b.tokens_per_step as f64} id="tokens" />
                 <Stat label="Layers / stage" text={b.layers_per_stage.to_string()} value={b.layers_per_stage as f64} id="layers-stage"
                     note={format!("{} micro-batches in flight", table::sig3(b.microbatches_in_flight))} />
@@ -160,8 +173,8 @@ fn results(gpu: &brrr_perf::specs::GpuSpec, v: &MemoryView) -> Html {
             <StackedBar id="memory-bar" segments={segments}
                 capacity={Some((v.capacity, format!("{} {}", gpu.name, table::bytes_binary(v.capacity))))} />
             <p class="muted small">
-                { "Model states per ZeRO (Rajbhandari et al. 2020, §3.1): mixed-precision Adam keeps 2 + 2 + 12 bytes per parameter. \
-                   Activations per Korthikanti et al. 2022 (Table 2), for the first pipeline stage, which holds the most. \
+                { states_caption(&b.setup) }
+                { " Activations per Korthikanti et al. 2022 (Table 2), for the first pipeline stage, which holds the most. \
                    Not counted: the CUDA context, allocator fragmentation and temporary workspaces (typically 1–3 GiB)." }
             </p>
         </>
