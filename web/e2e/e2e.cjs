@@ -157,6 +157,16 @@ async function memory(browser) {
   check(close(w, (2 * P) / 8), 'ZeRO-3 over 8 ranks: weights = 2P/8');
   check(close(await value(page, 'memory-bar-optimizer-states'), P), 'ZeRO-3 over 8 ranks: moments = 8P/8');
   check(close(await value(page, 'gpus'), 8), '8 GPUs');
+  // LoRA rank 8 trains r·(h+3h + h+h + h+4h + 4h+h) = 16·r·h parameters per layer.
+  await page.select('[data-testid="lora"]', '8');
+  const trained = await waitValue(page, 'trained', (v) => close(v, l * 16 * 8 * h));
+  check(close(trained, l * 16 * 8 * h), `LoRA rank 8 trains ${l * 16 * 8 * h} parameters`);
+  check(close(await value(page, 'memory-bar-optimizer-states'), (8 * l * 16 * 8 * h) / 8), 'LoRA: moments of the adapters only, ZeRO-3 sharded');
+  // Offload: the masters and moments leave the GPU for the host.
+  await page.click('[data-testid="offload"]');
+  const host = await waitValue(page, 'offloaded', (v) => close(v, (12 * l * 16 * 8 * h) / 8));
+  check(close(host, (12 * l * 16 * 8 * h) / 8), 'offload: 12 bytes per trained parameter in host memory');
+  check(close(await value(page, 'memory-bar-optimizer-states'), 0), 'offload: no moments on the GPU');
   await shot(page, 'memory');
   await page.close();
 }

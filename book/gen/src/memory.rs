@@ -315,10 +315,61 @@ fn optimizer_table() -> Result<String> {
     )))
 }
 
+/// Where the model states of GPT-2 XL go with offload and LoRA: brrr-perf's
+/// `estimate_memory` per setup (mixed precision, AdamW, micro-batch 1 of 1024 tokens).
+fn finetune_table() -> Result<String> {
+    let cfg = TransformerConfig::preset("gpt2-xl")?;
+    let setups: [(&str, bool, Option<u64>); 5] = [
+        ("AdamW", false, None),
+        ("AdamW, offload", true, None),
+        ("LoRA rank 8", false, Some(8)),
+        ("LoRA rank 64", false, Some(64)),
+        ("LoRA rank 8, offload", true, Some(8)),
+    ];
+    let mut t = Md::new(&[
+        "training",
+        "trained parameters",
+        "weights",
+        "gradients",
+        "f32 masters",
+        "optimizer states",
+        "model states on the GPU",
+        "in host memory",
+    ]);
+    for (name, offload, lora_rank) in setups {
+        let m = estimate_memory(
+            &cfg,
+            &TrainingSetup {
+                offload,
+                lora_rank,
+                ..TrainingSetup::default()
+            },
+        )?;
+        let st = &m.states;
+        t.row(vec![
+            name.to_string(),
+            count(m.trained_params),
+            bytes_binary(st.weights),
+            bytes_binary(st.gradients),
+            bytes_binary(st.master_weights),
+            bytes_binary(st.optimizer_states),
+            bytes_binary(st.total()),
+            bytes_binary(m.offloaded),
+        ]);
+    }
+    Ok(page(&format!(
+        "GPT-2 XL ({} parameters), mixed precision, from `brrr_perf::memory::estimate_memory` \
+         (activations apart: they do not change):\n\n{}",
+        count(cfg.params()),
+        t.render()
+    )))
+}
+
 /// The chapter's files.
 pub fn files() -> Result<Vec<(String, String)>> {
     Ok(vec![
         ("memory-optimizers.md".into(), optimizer_table()?),
+        ("memory-finetune.md".into(), finetune_table()?),
         ("memory-step.md".into(), step_table()?),
         ("memory-zero.md".into(), zero_table()?),
         ("memory-zero.svg".into(), memory_svg()?),
