@@ -29,7 +29,7 @@
 //! let cpu = CpuBackend::new();
 //! let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
 //! let cfg = GptConfig { vocab_size: 64, block_size: 16, n_layer: 2, n_head: 2, n_embd: 32 };
-//! let mut gpt = Gpt::new(&cpu, cfg, DType::F32, &mut rng)?;
+//! let mut gpt = Gpt::new(&cpu, cfg.clone(), DType::F32, &mut rng)?;
 //! let lora = LoraConfig { rank: 4, alpha: 8.0 };
 //! add_adapters(&mut gpt, lora, &mut rng)?;
 //! let trained: usize = gpt.params().iter().filter(|p| is_adapter(&p.name)).map(|p| p.numel()).sum();

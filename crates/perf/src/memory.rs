@@ -219,7 +219,8 @@ pub enum Optimizer {
     Sgd,
     /// 8-bit Adam: two 1-byte states plus one fp32 absmax per 2048-element block per state,
     /// `2 + 8/2048` bytes/param (Dettmers et al., "8-bit Optimizers via Block-wise
-    /// Quantization", ICLR 2022).
+    /// Quantization", ICLR 2022). Parameters under [`MIN_8BIT_ELEMS`] elements keep
+    /// Adam's 8 bytes ([`estimate_memory`] counts them from the model's shape).
     Adam8bit,
     /// GaLore (Zhao et al. 2024) at `rank`: each layer's weight matrices keep a projection
     /// and two moments of the projected gradient, `4·r·(min + 2·max)` bytes for a
@@ -351,6 +352,20 @@ pub fn layer_galore_state_bytes(cfg: &TransformerConfig, tp: u64, rank: u64) -> 
         })
         .sum();
     (adam, galore)
+}
+
+/// Parameters smaller than this keep f32 moments under 8-bit Adam (bitsandbytes'
+/// `min_8bit_size`, `brrr_nn::MIN_8BIT_NUMEL`): biases and LayerNorm parameters.
+pub const MIN_8BIT_ELEMS: u64 = 4096;
+
+/// Elements of the parameters under [`MIN_8BIT_ELEMS`] on one tensor-parallel rank: one
+/// layer's (the QKV bias `3h/t`, the projections' `h`, the MLP's `f/t` and `h`, the two
+/// LayerNorms' four vectors of `h`) and, for the last stage, the final LayerNorm's `2h`.
+pub fn small_param_elems(cfg: &TransformerConfig, tp: u64) -> (f64, f64) {
+    let (h, f, t) = (cfg.hidden, cfg.ffn_hidden, tp.max(1));
+    let small = |n: u64| if n < MIN_8BIT_ELEMS { n as f64 } else { 0.0 };
+    let layer = small(3 * h / t) + small(h) + small(f / t) + small(h) + 4.0 * small(h);
+    (layer, 2.0 * small(h))
 }
 
 /// One layer's LoRA adapter parameters on one tensor-parallel rank at `rank`: `r·(in +
@@ -631,6 +646,21 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
         states.gradients = trained.gradients;
         states.master_weights = trained.master_weights;
         states.optimizer_states = trained.optimizer_states;
+    } else if setup.optimizer == Optimizer::Adam8bit {
+        // The small parameters at Adam's 8 bytes instead of 8-bit's (sharded alike).
+        let (layer, head) = small_param_elems(cfg, tp);
+        let mut small = layers_per_stage as f64 * layer;
+        if pp == 1 {
+            small += head;
+        }
+        let shard = if setup.zero_stage >= 1 {
+            dp as f64
+        } else {
+            1.0
+        };
+        let extra =
+            Optimizer::Adam.state_bytes_per_param() - setup.optimizer.state_bytes_per_param();
+        states.optimizer_states += small * extra / shard;
     } else if let Optimizer::GaLore { rank } = setup.optimizer {
         // The layers' matrices at GaLore's bytes instead of Adam's 8 per parameter
         // (sharded alike under ZeRO 1+).
@@ -825,6 +855,38 @@ mod tests {
         assert_eq!(
             off.states.weights + off.states.gradients,
             4.0 * base.params_per_gpu
+        );
+    }
+
+    #[test]
+    fn eight_bit_adam_keeps_small_parameters_in_f32() {
+        // GPT-2 small: each layer's biases and LayerNorms (3h + h + 4h + h + 4h) and the
+        // final LayerNorm (2h) are under 4096 elements; every matrix is above.
+        let gpt2 = TransformerConfig::gpt(12, 768, 12, 1024, 50257);
+        let (layer, head) = small_param_elems(&gpt2, 1);
+        assert_eq!((layer, head), (13.0 * 768.0, 2.0 * 768.0));
+        let m = estimate_memory(
+            &gpt2,
+            &TrainingSetup {
+                optimizer: Optimizer::Adam8bit,
+                ..TrainingSetup::default()
+            },
+        )
+        .unwrap();
+        let small = 12.0 * layer + head;
+        let k = 2.0 + 8.0 / 2048.0;
+        let want = k * (m.params_per_gpu - small) + 8.0 * small;
+        assert!(
+            (m.states.optimizer_states - want).abs() < 1e-3,
+            "{}",
+            m.states.optimizer_states
+        );
+        // Under tensor parallelism the QKV and MLP biases split; a wide model's are large.
+        let wide = TransformerConfig::gpt(2, 4096, 32, 1024, 50257);
+        assert_eq!(small_param_elems(&wide, 1).0, 0.0);
+        assert_eq!(
+            small_param_elems(&wide, 8).0,
+            (3 * 4096 / 8 + 4 * 4096 / 8) as f64
         );
     }
 

@@ -661,7 +661,9 @@ impl<B: Backend> Engine for Trainer<B> {
             mib(estimated_state_bytes(optimizer, &params)),
             match optimizer {
                 brrr_nn::Optimizer::AdamW => "brrr-perf's 8 bytes per parameter",
-                brrr_nn::Optimizer::AdamW8bit => "brrr-perf's 2 + 8/2048 bytes per parameter",
+                brrr_nn::Optimizer::AdamW8bit => {
+                    "brrr-perf's 2 + 8/2048 bytes per parameter, 8 under 4096 elements"
+                }
                 brrr_nn::Optimizer::GaLore(_) => "GaLore's 4·r·(m + 2n) per projected matrix",
             },
             mib(8 * numel),
@@ -681,18 +683,26 @@ impl<B: Backend> Engine for Trainer<B> {
 }
 
 /// The optimizer state a model's parameters need by the memory models (not by what was
-/// allocated): brrr-perf's bytes per parameter for 8-bit Adam, GaLore's formula for each
-/// projected matrix and 8 bytes per parameter for the rest.
+/// allocated): brrr-perf's bytes per parameter for 8-bit Adam (8 for a parameter under
+/// 4096 elements), GaLore's formula for each projected matrix and 8 bytes per parameter
+/// for the rest.
 fn estimated_state_bytes<B: Backend>(
     optimizer: brrr_nn::Optimizer,
     params: &[&brrr_nn::Param<B>],
 ) -> usize {
     use brrr_perf::memory::Optimizer as Est;
-    let numel: usize = params.iter().map(|p| p.value.elem_count()).sum();
     match optimizer {
-        brrr_nn::Optimizer::AdamW8bit => {
-            (Est::Adam8bit.state_bytes_per_param() * numel as f64) as usize
-        }
+        brrr_nn::Optimizer::AdamW8bit => params
+            .iter()
+            .map(|p| {
+                let n = p.value.elem_count();
+                let per = match n as u64 >= brrr_perf::memory::MIN_8BIT_ELEMS {
+                    true => Est::Adam8bit.state_bytes_per_param(),
+                    false => Est::Adam.state_bytes_per_param(),
+                };
+                per * n as f64
+            })
+            .sum::<f64>() as usize,
         _ => params
             .iter()
             .map(|p| match optimizer.projects(&p.name, p.value.dims()) {

@@ -5,37 +5,23 @@
 use brrr_cpu::CpuBackend;
 use brrr_nn::LoraConfig;
 use brrr_nn::lora::is_adapter;
-use brrr_train::{
-    Batcher, Corpus, Finetune, StepStats, TrainConfig, TrainState, Trainer, val_batches,
-};
+use brrr_train::{Finetune, StepStats, TrainConfig, TrainState, Trainer};
 
 fn trainer(cfg: &TrainConfig, text: &str) -> Trainer<CpuBackend> {
-    let c = Corpus::from_text("text.txt", text.repeat(60)).unwrap();
-    let data = Batcher::for_corpus(&c, cfg.batch_size, cfg.seq_len, cfg.seed).unwrap();
-    let val = val_batches(c.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches).unwrap();
-    Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), val).unwrap()
+    crate::small::trainer(cfg, text)
 }
 
-const BASE_TEXT: &str = "It was the best of times, it was the worst of times. ";
+const BASE_TEXT: &str = crate::small::DICKENS;
 const NEW_TEXT: &str = "Call me Ishmael. Some years ago, never mind how long. ";
 
 fn config(lora: Option<LoraConfig>) -> TrainConfig {
-    let mut cfg = TrainConfig {
-        steps: 8,
-        batch_size: 4,
-        seq_len: 16,
-        warmup_steps: 2,
-        lr: 5e-3,
-        eval_batches: 1,
-        corpus: "text.txt".into(),
-        ..TrainConfig::default()
-    };
-    (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) = (2, 2, 64);
-    cfg.finetune = Some(Finetune {
-        base: "base".into(),
-        lora,
-    });
-    cfg
+    TrainConfig {
+        finetune: Some(Finetune {
+            base: "base".into(),
+            lora,
+        }),
+        ..crate::small::config()
+    }
 }
 
 /// A base run of a few steps on other text.

@@ -6,4 +6,5 @@ mod finetune;
 mod offload;
 mod optimizers;
 mod recompute;
+mod small;
 mod trainer;

@@ -5,30 +5,18 @@
 
 use brrr_amp::{AmpConfig, AmpMode};
 use brrr_cpu::CpuBackend;
-use brrr_train::{Batcher, Corpus, StepStats, TrainConfig, TrainState, Trainer, val_batches};
+use brrr_train::{StepStats, TrainConfig, TrainState, Trainer};
 
 fn trainer(cfg: &TrainConfig) -> Trainer<CpuBackend> {
-    let text = "It was the best of times, it was the worst of times. ".repeat(60);
-    let c = Corpus::from_text("dickens.txt", text).unwrap();
-    let data = Batcher::for_corpus(&c, cfg.batch_size, cfg.seq_len, cfg.seed).unwrap();
-    let val = val_batches(c.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches).unwrap();
-    Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), val).unwrap()
+    crate::small::trainer(cfg, crate::small::DICKENS)
 }
 
 fn config(offload: bool) -> TrainConfig {
-    let mut cfg = TrainConfig {
+    TrainConfig {
         steps: 6,
-        batch_size: 4,
-        seq_len: 16,
-        warmup_steps: 2,
-        lr: 5e-3,
-        eval_batches: 1,
-        corpus: "dickens.txt".into(),
         offload,
-        ..TrainConfig::default()
-    };
-    (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) = (2, 2, 64);
-    cfg
+        ..crate::small::config()
+    }
 }
 
 fn bits(s: &StepStats) -> (u64, u32, u64) {

@@ -4,32 +4,17 @@
 
 use brrr_cpu::CpuBackend;
 use brrr_nn::Optimizer;
-use brrr_train::{
-    Batcher, Corpus, OptimState, StepStats, TrainConfig, TrainState, Trainer, val_batches,
-};
+use brrr_train::{OptimState, StepStats, TrainConfig, TrainState, Trainer};
 
 fn trainer(cfg: &TrainConfig) -> Trainer<CpuBackend> {
-    let text = "It was the best of times, it was the worst of times. ".repeat(60);
-    let c = Corpus::from_text("dickens.txt", text).unwrap();
-    let data = Batcher::for_corpus(&c, cfg.batch_size, cfg.seq_len, cfg.seed).unwrap();
-    let val = val_batches(c.val(), cfg.batch_size, cfg.seq_len, cfg.eval_batches).unwrap();
-    Trainer::new(&CpuBackend::new(), cfg.clone(), Box::new(data), val).unwrap()
+    crate::small::trainer(cfg, crate::small::DICKENS)
 }
 
 fn config(optimizer: &str) -> TrainConfig {
-    let mut cfg = TrainConfig {
-        steps: 8,
-        batch_size: 4,
-        seq_len: 16,
-        warmup_steps: 2,
-        lr: 5e-3,
-        eval_batches: 1,
-        corpus: "dickens.txt".into(),
+    TrainConfig {
         optimizer: optimizer.parse().unwrap(),
-        ..TrainConfig::default()
-    };
-    (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) = (2, 2, 64);
-    cfg
+        ..crate::small::config()
+    }
 }
 
 #[test]
@@ -109,9 +94,8 @@ fn a_config_keeps_its_optimizer_through_toml() {
 
 /// brrr-perf's estimate of the optimizer state (the layout planner's and the web memory
 /// calculator's model, from the model's shape alone) against what a run allocated, for
-/// each optimizer: AdamW and GaLore exactly; 8-bit within 6%, because brrr-perf prices
-/// every parameter at 2 + 8/2048 bytes while the parameters under 4096 elements keep f32
-/// moments (6% of this small model's state, a fraction of a percent of a 10M one's).
+/// each optimizer: exactly, 8-bit included (its parameters under 4096 elements keep f32
+/// moments in both, and this model's larger ones fill whole 2048-value blocks).
 #[test]
 fn brrr_perf_estimates_the_state_a_run_allocates() {
     use brrr_perf::memory::{
@@ -150,13 +134,8 @@ fn brrr_perf_estimates_the_state_a_run_allocates() {
             .unwrap()
             .states
             .optimizer_states;
-        let tol = if name == "adamw8bit" {
-            0.06 * want
-        } else {
-            0.0
-        };
         assert!(
-            (got - want).abs() <= tol,
+            (got - want).abs() <= 1e-9 * want,
             "{name}: allocated {got} B, estimated {want} B"
         );
     }
