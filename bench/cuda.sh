@@ -3,7 +3,7 @@
 #
 #   bench/cuda.sh              # everything
 #   STEPS=50 BATCH=16 bench/cuda.sh
-#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train multi amp profile data wgpu nccl serve
+#   bench/cuda.sh conformance gemm   # only some parts: libs conformance tests gemm bandwidth train multi amp profile data wgpu nccl serve optimizers
 #
 # 1. conformance: the op-by-op suite on CUDA against brrr-cpu (cuBLAS and every own GEMM
 #    kernel) and `brrr train`'s loop against the CPU run; then the GPU-only tests of
@@ -35,6 +35,11 @@
 # 9. serve: `brrr bench decode` on the 124M preset in f32 and bf16 at batch 1, 8 and 64
 #    (tokens/s against the memory-bandwidth bound), the same through Hugging Face
 #    transformers (bench/transformers_decode.py), and brrr on wgpu (Vulkan) when present.
+# 10. optimizers: the 124M preset on the shipped corpus for STEPS steps with each
+#    --optimizer (adamw, adamw8bit) and adamw --offload: state bytes, the
+#    device's peak, validation loss, tokens/s (bench/optimizers.sh's table on the GPU);
+#    then a base run fine-tuned on the book's chapters, every weight and LoRA rank 16
+#    (bench/finetune.sh's). Not in the default list: run it by name.
 #
 # Needs: an NVIDIA driver, a CUDA toolkit's NVRTC and cuBLAS (12.x or 13.x), for the
 # PyTorch rows python3 with torch, and either cargo or a bundle of prebuilt binaries from
@@ -248,6 +253,30 @@ if want profile; then
     BRRR_CUDA_MULTI_TENSOR=0 step "profile-bf16-per-parameter" brrr train --backend cuda \
         --preset gpt2-124m --synthetic --steps 4 --warmup-steps 1 --batch-size "$BATCH" \
         --seq-len "$SEQ" --amp bf16 --profile --quiet --out "$OUT/profile-bf16-per-parameter" --force
+fi
+
+# ---- 5c. optimizer memory: 8-bit moments, GaLore, offload, LoRA ---------------------------------
+if want optimizers; then
+    # The model's shape is given to `brrr train`; `brrr finetune` takes the base run's.
+    run=(--backend cuda --batch-size "$BATCH" --seq-len "$SEQ" --quiet --force)
+    gpt=("${run[@]}" --preset gpt2-124m)
+    # GaLore is left out: its first step takes 48 SVDs of the 124M matrices on the host.
+    for opt in adamw adamw8bit adamw+offload; do
+        flags=(--optimizer "${opt%+offload}")
+        [[ $opt == *+offload ]] && flags+=(--offload)
+        step "optim-${opt//[:+]/-}" brrr train "${gpt[@]}" --steps "$STEPS" --eval-every "$STEPS" \
+            --warmup-steps 10 "${flags[@]}" --out "$OUT/optim-${opt//[:+]/-}"
+    done
+    cat book/src/*.md >"$OUT/new.txt"
+    step finetune-base brrr train "${gpt[@]}" --steps "$STEPS" --eval-every "$STEPS" \
+        --warmup-steps 10 --out "$OUT/ft-base"
+    for r in full 16; do
+        flags=()
+        [[ $r != full ]] && flags=(--lora-rank "$r")
+        step "finetune-$r" brrr finetune "$OUT/ft-base" "${run[@]}" --corpus "$OUT/new.txt" \
+            --steps "$STEPS" --eval-every "$STEPS" --warmup-steps 10 "${flags[@]}" \
+            --out "$OUT/finetune-$r"
+    done
 fi
 
 # ---- 6. the batch's way to the GPU --------------------------------------------------------------

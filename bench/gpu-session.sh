@@ -11,9 +11,11 @@
 # where the archive of logs goes. `DEBS=DIR` names .deb files (a Vulkan loader, say) to
 # unpack into / first. Parts and their limits, in order (seconds):
 #   nccl serve 140 · conformance tests 150 · train (BATCH=16, STEPS=20) 190 ·
-#   multi (the same, multi-tensor ops off and on) 120 · profile (BATCH=16) 90 · wgpu 70
-# about thirteen minutes at most; PARTS="serve train" runs some of them (the default
-# leaves out train, whose PyTorch side takes the longest). The archive leaves out
+#   multi (the same, multi-tensor ops off and on) 120 · profile (BATCH=16) 90 · wgpu 70 ·
+#   optimizers (STEPS=50: each --optimizer, --offload, a LoRA fine-tune) 240
+# about thirteen minutes at most without optimizers; PARTS="serve train" runs some of
+# them (the default leaves out train, whose PyTorch side takes the longest, and
+# optimizers). The archive leaves out
 # checkpoints (a 124M run writes 1.4 GB of them) and the library links.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -68,6 +70,7 @@ want train && STEPS=${STEPS:-20} BATCH=${BATCH:-16} part 190 train train
 want multi && STEPS=${STEPS:-20} BATCH=${BATCH:-16} part 120 multi multi
 want profile && BATCH=${BATCH:-16} part 90 profile profile
 want wgpu && part 70 wgpu wgpu
+want optimizers && STEPS=${STEPS:-50} part 240 optimizers optimizers
 
 pack || exit 1
 echo "gpu-session: logs in $archive ($(du -h "$archive" | cut -f1))"

@@ -206,7 +206,12 @@ impl Offload {
         let mut params: Vec<Option<&mut Param<B>>> = params.into_iter().map(Some).collect();
         for i in (0..self.slots.len()).rev() {
             let device = params[i].as_deref().expect("each parameter once");
-            let mut slot = self.slots[i].take().expect("each slot once");
+            let mut slot = self.slots[i].take().ok_or_else(|| {
+                Error::invalid(
+                    "offload",
+                    "an earlier update failed midway: restore a checkpoint before stepping again",
+                )
+            })?;
             let t = Clock::now();
             let grad = Tensor::from_host(
                 &self.host,
