@@ -150,3 +150,36 @@ fn the_adapter_count_is_brrr_perfs() {
         cfg.n_layer as f64 * per_layer
     );
 }
+
+/// LoRA under activation recomputation and with the optimizer offloaded trains as it does
+/// without either, bit for bit: the adapters' saved inputs are dropped and recomputed
+/// with the frozen layers', and the host update is the device's kernel.
+#[test]
+fn lora_with_recomputation_or_offload_matches_plain_lora() {
+    use brrr_checkpoint::Strategy;
+    let base = base_state();
+    let lora = Some(LoraConfig {
+        rank: 4,
+        alpha: 8.0,
+    });
+    let losses = |set: fn(&mut TrainConfig)| {
+        let mut cfg = config(lora);
+        set(&mut cfg);
+        let mut t = trainer(&cfg, NEW_TEXT);
+        t.load_base(&base).unwrap();
+        (0..4)
+            .map(|_| {
+                let s = t.step_blocking().unwrap();
+                (s.loss.to_bits(), s.grad_norm.to_bits())
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = losses(|_| {});
+    assert_eq!(
+        losses(|c| c.checkpoint = Strategy::Every(1)),
+        want,
+        "every:1"
+    );
+    assert_eq!(losses(|c| c.checkpoint = Strategy::Sqrt), want, "sqrt");
+    assert_eq!(losses(|c| c.offload = true), want, "offload");
+}
