@@ -522,11 +522,20 @@ impl<B: Backend> Trainer<B> {
             ));
         }
         state.check_finite()?;
+        if self.offload.take().is_some() {
+            // The device handed its f32 masters to the host: a 16-bit weight gets a
+            // place for its loaded master again (the next step takes it back).
+            for p in trainable(&mut self.model, &self.config) {
+                if p.master.is_none() && p.value.dtype() != DType::F32 {
+                    let shape = p.value.shape().clone();
+                    p.master = Some(Tensor::zeros(&self.backend, shape, DType::F32)?);
+                }
+            }
+        }
         load_params(&self.backend, &mut self.model, state)?;
         match self.config.offload {
             // The host optimizer takes them at the next step.
             true => {
-                self.offload = None;
                 let host = load_moments(&CpuBackend::new(), &self.model, state, &self.config)?;
                 self.restored_host_moments = Some(host);
             }

@@ -90,3 +90,22 @@ fn offloaded_runs_resume_bit_for_bit_from_either_kind_of_checkpoint() {
         }
     }
 }
+
+/// Under `--amp bf16` the device hands its f32 masters to the host; a trainer that has
+/// stepped and then restores a checkpoint gets them back and goes on bit for bit.
+#[test]
+fn an_offloaded_mixed_precision_trainer_restores_after_stepping() {
+    let set = |offload| TrainConfig {
+        amp: AmpConfig::new(AmpMode::Bf16),
+        ..config(offload)
+    };
+    let (plain, all) = run(&set(false), 6);
+    drop(plain);
+    let (first, _) = run(&set(false), 3);
+    let state = first.state_blocking().unwrap();
+    let (mut off, _) = run(&set(true), 2);
+    off.restore(&state).unwrap();
+    for want in &all[3..] {
+        assert_eq!(bits(&off.step_blocking().unwrap()), bits(want));
+    }
+}
