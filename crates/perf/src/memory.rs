@@ -622,56 +622,8 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
     if pp == 1 {
         params_per_gpu += cfg.head_params(tp);
     }
-    let lora = setup
-        .lora_rank
-        .map(|r| layers_per_stage as f64 * layer_lora_params(cfg, tp, r));
-    let mut states = model_state_bytes(
-        params_per_gpu,
-        setup.precision,
-        setup.optimizer,
-        setup.zero_stage,
-        dp,
-    )?;
-    if let Some(adapters) = lora {
-        // Frozen weights need no gradient, master or moments; the adapters need all
-        // three, and weights of their own.
-        let trained = model_state_bytes(
-            adapters,
-            setup.precision,
-            setup.optimizer,
-            setup.zero_stage,
-            dp,
-        )?;
-        states.weights += trained.weights;
-        states.gradients = trained.gradients;
-        states.master_weights = trained.master_weights;
-        states.optimizer_states = trained.optimizer_states;
-    } else if setup.optimizer == Optimizer::Adam8bit {
-        // The small parameters at Adam's 8 bytes instead of 8-bit's (sharded alike).
-        let (layer, head) = small_param_elems(cfg, tp);
-        let mut small = layers_per_stage as f64 * layer;
-        if pp == 1 {
-            small += head;
-        }
-        let shard = if setup.zero_stage >= 1 {
-            dp as f64
-        } else {
-            1.0
-        };
-        let extra =
-            Optimizer::Adam.state_bytes_per_param() - setup.optimizer.state_bytes_per_param();
-        states.optimizer_states += small * extra / shard;
-    } else if let Optimizer::GaLore { rank } = setup.optimizer {
-        // The layers' matrices at GaLore's bytes instead of Adam's 8 per parameter
-        // (sharded alike under ZeRO 1+).
-        let (adam, galore) = layer_galore_state_bytes(cfg, tp, rank);
-        let shard = if setup.zero_stage >= 1 {
-            dp as f64
-        } else {
-            1.0
-        };
-        states.optimizer_states -= layers_per_stage as f64 * (adam - galore) / shard;
-    }
+    let (mut states, trained_params) =
+        model_states_on_gpu(cfg, setup, layers_per_stage, params_per_gpu)?;
 
     let per_layer = activation_bytes_per_layer(
         cfg,
@@ -734,10 +686,66 @@ pub fn estimate_memory(cfg: &TransformerConfig, setup: &TrainingSetup) -> Result
         activations_other,
         gather_buffer,
         offloaded,
-        trained_params: lora.unwrap_or(params_per_gpu),
+        trained_params,
     };
     finite("memory per GPU", breakdown.total())?;
     Ok(breakdown)
+}
+
+/// The model states on one GPU holding `params_per_gpu` parameters over
+/// `layers_per_stage` layers, with the optimizer's and LoRA's departures from
+/// [`model_state_bytes`]' uniform bytes per parameter; and the parameters trained.
+fn model_states_on_gpu(
+    cfg: &TransformerConfig,
+    setup: &TrainingSetup,
+    layers_per_stage: u64,
+    params_per_gpu: f64,
+) -> Result<(ModelStates, f64)> {
+    let TrainingSetup { dp, tp, pp, .. } = *setup;
+    // ZeRO 1+ shards the optimizer states over the data-parallel ranks.
+    let shard = if setup.zero_stage >= 1 {
+        dp as f64
+    } else {
+        1.0
+    };
+    let states = |params| {
+        model_state_bytes(
+            params,
+            setup.precision,
+            setup.optimizer,
+            setup.zero_stage,
+            dp,
+        )
+    };
+    let mut all = states(params_per_gpu)?;
+    if let Some(r) = setup.lora_rank {
+        // Frozen weights need no gradient, master or moments; the adapters need all
+        // three, and weights of their own.
+        let adapters = layers_per_stage as f64 * layer_lora_params(cfg, tp, r);
+        let trained = states(adapters)?;
+        all.weights += trained.weights;
+        all.gradients = trained.gradients;
+        all.master_weights = trained.master_weights;
+        all.optimizer_states = trained.optimizer_states;
+        return Ok((all, adapters));
+    }
+    match setup.optimizer {
+        Optimizer::Adam8bit => {
+            // The small parameters at Adam's 8 bytes instead of 8-bit's.
+            let (layer, head) = small_param_elems(cfg, tp);
+            let small = layers_per_stage as f64 * layer + if pp == 1 { head } else { 0.0 };
+            let extra =
+                Optimizer::Adam.state_bytes_per_param() - setup.optimizer.state_bytes_per_param();
+            all.optimizer_states += small * extra / shard;
+        }
+        Optimizer::GaLore { rank } => {
+            // The layers' matrices at GaLore's bytes instead of Adam's 8 per parameter.
+            let (adam, galore) = layer_galore_state_bytes(cfg, tp, rank);
+            all.optimizer_states -= layers_per_stage as f64 * (adam - galore) / shard;
+        }
+        _ => {}
+    }
+    Ok((all, params_per_gpu))
 }
 
 /// The sizes `estimate_memory` needs to divide: degrees and batches of at least one,

@@ -228,43 +228,7 @@ impl<B: Backend> Trainer<B> {
             .memory_stats()
             .peak_bytes
             .saturating_sub(start_bytes);
-        // Loss scaling: once per optimizer step, after every micro-batch, before clipping.
-        if let Some(s) = &mut self.scaler {
-            tracer.in_span("unscale", || {
-                s.unscale(trainable(&mut self.model, &self.config))
-            })?;
-        }
-        let (norm, coef) = tracer.in_span("clip", || {
-            let params: Vec<_> = self
-                .model
-                .params()
-                .into_iter()
-                .filter(|p| self.config.trains(&p.name))
-                .collect();
-            clip_grad_norm_on_device(&params, self.config.grad_clip)
-        })?;
-        // The clip factor stays on the device: the fused AdamW kernel multiplies it into
-        // every gradient (`inv_scale`), so nothing is read back before the update; an
-        // overflow flag skips the update there too.
-        let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
-        match self.config.offload {
-            true => {
-                let _span = tracer.span("offload");
-                self.offload_update(lr as f32, &coef).await?;
-            }
-            false => tracer.in_span("adamw", || {
-                self.opt.step_scaled(
-                    trainable(&mut self.model, &self.config),
-                    lr as f32,
-                    1.0,
-                    Some(&coef),
-                    found_inf,
-                )
-            })?,
-        }
-        if let Some(s) = &mut self.scaler {
-            s.update()?;
-        }
+        let norm = self.update(&tracer, lr as f32).await?;
         record_memory(&tracer, &self.backend);
         let peak_bytes = self.backend.memory_stats().peak_bytes;
         let host = {
@@ -314,6 +278,50 @@ impl<B: Backend> Trainer<B> {
             peak_bytes,
             activation_peak_bytes,
         })
+    }
+
+    /// After the step's backwards: unscaling (loss scaling), clipping and the
+    /// optimizer's update, on the device or offloaded; returns the gradient norm, on the
+    /// device.
+    async fn update(&mut self, tracer: &Tracer, lr: f32) -> Result<Tensor<B>> {
+        // Loss scaling: once per optimizer step, after every micro-batch, before clipping.
+        if let Some(s) = &mut self.scaler {
+            tracer.in_span("unscale", || {
+                s.unscale(trainable(&mut self.model, &self.config))
+            })?;
+        }
+        let (norm, coef) = tracer.in_span("clip", || {
+            let params: Vec<_> = self
+                .model
+                .params()
+                .into_iter()
+                .filter(|p| self.config.trains(&p.name))
+                .collect();
+            clip_grad_norm_on_device(&params, self.config.grad_clip)
+        })?;
+        // The clip factor stays on the device: the fused AdamW kernel multiplies it into
+        // every gradient (`inv_scale`), so nothing is read back before the update; an
+        // overflow flag skips the update there too.
+        let found_inf = self.scaler.as_ref().map(|s| s.found_inf());
+        match self.config.offload {
+            true => {
+                let _span = tracer.span("offload");
+                self.offload_update(lr, &coef).await?;
+            }
+            false => tracer.in_span("adamw", || {
+                self.opt.step_scaled(
+                    trainable(&mut self.model, &self.config),
+                    lr,
+                    1.0,
+                    Some(&coef),
+                    found_inf,
+                )
+            })?,
+        }
+        if let Some(s) = &mut self.scaler {
+            s.update()?;
+        }
+        Ok(norm)
     }
 
     /// The offloaded update: the clip factor and the overflow flag read from the device,
