@@ -4,7 +4,7 @@
 # the same thread count, and f32 GEMM (brrr's trait, torch.matmul, numpy's BLAS).
 #
 #   bench/cpu.sh                          # everything: install, build, gemm, train
-#   bench/cpu.sh gemm                     # parts: gemm train (install and build always run)
+#   bench/cpu.sh gemm                     # parts: peak gemm train (install and build always run)
 #   CONFIGS=default STEPS=50 REPEATS=3 bench/cpu.sh train
 #
 # Settings (environment):
@@ -37,7 +37,7 @@ THREADS=${THREADS:-$CORES}
 SIZES=${SIZES:-256,512,1024,2048}
 VENV=${VENV:-$HOME/.cache/brrr-bench/venv}
 OUT=${OUT:-target/bench-cpu}
-PARTS=${*:-gemm train}
+PARTS=${*:-peak gemm train}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/table.md
@@ -102,6 +102,13 @@ BRRR=$ROOT/target/release/brrr
 } | tee "$OUT/machine.txt"
 
 torch_ref() { "$PY" bench/torch_reference.py --device cpu --threads "$THREADS" "$@"; }
+
+# ---- the CPU ceiling -------------------------------------------------------------------
+# How far the peak MFU divides by moves between measurements (five runs, one process).
+if [[ " $PARTS " == *" peak "* ]]; then
+    echo "==== the CPU ceiling, 5 runs"
+    "$BRRR" bench peak --runs 5 | tee "$OUT/peak.log"
+fi
 
 # ---- GEMM ----------------------------------------------------------------------------
 if [[ " $PARTS " == *" gemm "* ]]; then

@@ -53,6 +53,10 @@ def measured_peak(out, threads):
     # brrr-perf's rule (MeasuredFmaPeak::peak_flops): the larger of all threads at once and
     # threads x one thread, so a core taken by another process does not lower the peak.
     found = [("brrr bench gemm", max(all_threads, one * threads) if threads == n else one * threads)]
+    # MFU's ceiling is the larger of the loop and brrr's best GEMM (train::mfu_peak).
+    g = re.search(r"^best GEMM: ([\d.]+) GFLOP/s", text, re.M)
+    if g:
+        found.append(("brrr bench gemm's best GEMM", float(g.group(1))))
     if threads == n:
         # brrr train measures on all the machine's threads too.
         for log in sorted(out.glob("train-brrr-*.log")):
@@ -60,7 +64,7 @@ def measured_peak(out, threads):
             if t:
                 found.append((log.stem, float(t.group(1))))
     source, best = max(found, key=lambda f: f[1])
-    what = f"{best:.1f} GFLOP/s, brrr-perf's {isa} loop on {plural(threads, 'thread')}, the highest of {len(found)} measurements in this run ({source})"
+    what = f"{best:.1f} GFLOP/s on {plural(threads, 'thread')}, the highest of {len(found)} measurements in this run of brrr-perf's {isa} loop and brrr's best GEMM ({source})"
     if threads != n:
         what += f"; {threads} x one thread's {one:.1f}, the machine has {n}"
     return best * 1e9, what, dict(found)
@@ -210,6 +214,8 @@ def main():
         if len(rows) > 1 or any(r["torch_gflops"] for r in rows):
             md += [f"GEMM f32 n × n × n, {plural(args.threads, 'thread')}", ""] + lines + [""]
             summary["gemm"] = rows
+    if (out / "peak.log").exists():
+        md += [(out / "peak.log").read_text().strip(), ""]
     text = "\n".join(md)
     print(text)
     (out / "table.md").write_text(text + "\n")

@@ -49,6 +49,31 @@ fn check_size(n: usize, dtype: DType) -> Result<()> {
     }
 }
 
+/// The sizes [`cpu_gemm_ceiling`] times: large enough to run at full speed, small
+/// enough that both take a quarter of a second together.
+pub const CEILING_SIZES: [usize; 2] = [512, 1024];
+
+/// brrr-cpu's best f32 GEMM rate on this machine now: the faster of square products at
+/// [`CEILING_SIZES`] through the backend trait on every thread (each the median of at
+/// least a tenth of a second of timings). Measured once per process, on the first call;
+/// `None` if the backend refused (it does not on any size here).
+///
+/// It is the second ceiling MFU is judged against on a CPU (see `train::mfu_peak`): a
+/// kernel that beats the FMA loop shows that the loop under-measured the machine, and
+/// MFU against the loop alone would then flatter the run.
+pub fn cpu_gemm_ceiling() -> Option<GemmRow> {
+    static CEILING: std::sync::OnceLock<Option<GemmRow>> = std::sync::OnceLock::new();
+    CEILING
+        .get_or_init(|| {
+            let cpu = brrr_cpu::CpuBackend::new();
+            gemm(&cpu, &CEILING_SIZES, DType::F32, 5, 0.1)
+                .ok()?
+                .into_iter()
+                .max_by(|a, b| a.gflops.total_cmp(&b.gflops))
+        })
+        .clone()
+}
+
 /// Upper bound on timings per size, whatever their length.
 const MAX_REPS: usize = 10_000;
 

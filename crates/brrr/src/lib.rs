@@ -51,6 +51,7 @@ pub mod generate;
 pub mod launch;
 pub mod metrics;
 pub mod numerics;
+pub mod peak_bench;
 pub mod pipeline_cmd;
 pub mod profile_cmd;
 pub mod quant_bench;

@@ -121,6 +121,9 @@ enum BenchCommand {
     /// The serving engine's decode steps at several batch sizes on any backend: tokens/s
     /// next to the bound memory bandwidth sets.
     Decode(brrr::decode_bench::DecodeBenchArgs),
+    /// The CPU ceiling MFU divides by, measured several times: the FMA loop (quick and
+    /// stable timing) and the best GEMM, each with its spread.
+    Peak(brrr::peak_bench::PeakBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -191,6 +194,8 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Reduce(args)) => run_bench_reduce(&args),
         Command::Bench(BenchCommand::Amp(args)) => run_bench_amp(&args),
         Command::Bench(BenchCommand::Decode(args)) => run_bench_decode(&args),
+        Command::Bench(BenchCommand::Peak(args)) => brrr::peak_bench::measure(&args)
+            .and_then(|runs| say(format_args!("{}", brrr::peak_bench::table(&runs)))),
         Command::Bench(BenchCommand::Serve(args)) => {
             let mut progress = |what: &str| eprintln!("{what}");
             brrr::serve_bench::run(&args, &mut progress).and_then(|rows| {
@@ -453,19 +458,29 @@ fn bench_gemm_cpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
         "{:>6}  {:>10}  {:>9}  {:>7}",
         "n", "time (ms)", "GFLOP/s", "% peak"
     ))?;
-    for r in bench::gemm(
+    let rows = bench::gemm(
         &backend,
         &args.sizes,
         DType::F32,
         args.reps,
         args.min_seconds,
-    )? {
+    )?;
+    for r in &rows {
         say(format_args!(
             "{:>6}  {:>10.3}  {:>9.1}  {:>6.1}%",
             r.n,
             r.seconds * 1e3,
             r.gflops,
             100.0 * r.gflops * 1e9 / peak.flops
+        ))?;
+    }
+    // MFU divides by the larger of the loop and the best GEMM (train::mfu_peak).
+    if let Some(best) = rows.iter().max_by(|a, b| a.gflops.total_cmp(&b.gflops)) {
+        say(format_args!(
+            "\nbest GEMM: {:.1} GFLOP/s (n = {}); MFU's ceiling, the larger of it and the FMA peak: {:.1} GFLOP/s",
+            best.gflops,
+            best.n,
+            (best.gflops * 1e9).max(peak.flops) / 1e9
         ))?;
     }
     Ok(())

@@ -626,11 +626,14 @@ pub struct Summary {
     pub unigram_entropy: f64,
     /// Training tokens per second over this session's timed steps.
     pub tokens_per_s: f64,
-    /// Model FLOPs utilisation: `tokens/s × flops_per_token / peak.flops` (PaLM,
-    /// Chowdhery et al. 2022, appendix B), when the device's peak is known.
-    pub mfu: Option<f64>,
-    /// The peak MFU is measured against, or why there is none.
-    pub peak: std::result::Result<MfuPeak, String>,
+    /// The model's FLOPs per trained token (`GptConfig::flops_per_token`), for MFU.
+    pub flops_per_token: f64,
+    /// The device whose peak MFU is measured against, or why there is none (several
+    /// ranks sharing one machine, nothing trained).
+    pub peak_of: std::result::Result<brrr_backend::BackendInfo, String>,
+    /// [`Summary::peak`], found on first use: a CPU's peak is measured, which takes
+    /// about a second, and only a summary that is shown needs it.
+    peak: std::sync::OnceLock<std::result::Result<MfuPeak, String>>,
     /// The precision the run trained in (`--amp`), which chooses the peak.
     pub amp: AmpMode,
     /// Where the checkpoint is, inside `out_dir` (one file, or a data-parallel run's
@@ -640,6 +643,28 @@ pub struct Summary {
     pub engine: String,
     /// What the layout measured ([`brrr_train::Engine::report`]).
     pub report: Vec<String>,
+}
+
+impl Summary {
+    /// The peak MFU is measured against ([`mfu_peak`]), or why there is none; measured
+    /// on the first call.
+    pub fn peak(&self) -> &std::result::Result<MfuPeak, String> {
+        self.peak.get_or_init(|| match &self.peak_of {
+            Ok(device) => mfu_peak(device, self.amp),
+            Err(why) => Err(why.clone()),
+        })
+    }
+
+    /// Model FLOPs utilisation: `tokens/s × flops_per_token / peak.flops` (PaLM,
+    /// Chowdhery et al. 2022, appendix B), when the device's peak is known.
+    pub fn mfu(&self) -> Option<f64> {
+        match self.peak() {
+            Ok(p) if self.tokens_per_s > 0.0 => {
+                Some(self.tokens_per_s * self.flops_per_token / p.flops)
+            }
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Summary {
@@ -668,7 +693,7 @@ impl fmt::Display for Summary {
             None => {}
         }
         writeln!(f, "throughput:        {:.0} tokens/s", self.tokens_per_s)?;
-        match (&self.peak, self.mfu) {
+        match (self.peak(), self.mfu()) {
             (Ok(peak), Some(mfu)) => {
                 let rate = if peak.flops >= 1e12 {
                     format!("{:.1} TFLOP/s", peak.flops / 1e12)
@@ -718,12 +743,7 @@ pub fn mfu_peak(
     amp: AmpMode,
 ) -> std::result::Result<MfuPeak, String> {
     if info.name == "cpu" {
-        // The FMA throughput measured now; the nominal clock's peak where none can be.
-        let p = brrr_perf::machine::cpu_fp32_peak_measured();
-        return Ok(MfuPeak {
-            flops: p.flops,
-            what: p.describe(),
-        });
+        return Ok(cpu_mfu_peak());
     }
     // `BackendInfo::device` is "NAME (details)"; only the name identifies the GPU.
     let name = info.device.split(" (").next().unwrap_or_default();
@@ -736,6 +756,40 @@ pub fn mfu_peak(
         flops,
         what: format!("{label} of {} (brrr_perf::specs)", gpu.name),
     })
+}
+
+/// The CPU's ceiling: the larger of the FMA loop's throughput measured now (the nominal
+/// clock's peak where none can be timed) and brrr-cpu's best f32 GEMM rate measured now
+/// ([`crate::bench::cpu_gemm_ceiling`]), each named with its figure.
+///
+/// Why the larger: both are measurements, and a measurement can only come out low (a
+/// core taken by another process, a clock not yet up). A GEMM faster than the FMA loop
+/// proves the loop under-measured, and MFU against it would flatter the run.
+fn cpu_mfu_peak() -> MfuPeak {
+    let fma = brrr_perf::machine::cpu_fp32_peak_measured();
+    match crate::bench::cpu_gemm_ceiling() {
+        Some(g) if g.gflops * 1e9 > fma.flops => MfuPeak {
+            flops: g.gflops * 1e9,
+            what: format!(
+                "best f32 GEMM rate of brrr-cpu measured now (n = {}), above the FMA loop's {:.0} GFLOP/s ({})",
+                g.n,
+                fma.flops / 1e9,
+                fma.describe()
+            ),
+        },
+        gemm => MfuPeak {
+            flops: fma.flops,
+            what: match gemm {
+                Some(g) => format!(
+                    "{}; brrr-cpu's best f32 GEMM measured {:.0} GFLOP/s (n = {})",
+                    fma.describe(),
+                    g.gflops,
+                    g.n
+                ),
+                None => fma.describe(),
+            },
+        },
+    }
 }
 
 /// Which of a GPU's peaks a run in precision `amp` is judged against (see [`mfu_peak`]).
@@ -1020,8 +1074,9 @@ fn finished_summary(args: &TrainArgs) -> Result<Summary> {
         final_val_loss: None,
         unigram_entropy: f64::NAN,
         tokens_per_s: 0.0,
-        mfu: None,
-        peak: Err("nothing was trained".into()),
+        flops_per_token: 0.0,
+        peak_of: Err("nothing was trained".into()),
+        peak: Default::default(),
         amp: AmpMode::Off,
         checkpoint: CHECKPOINT_FILE.into(),
         engine: String::new(),
@@ -1125,14 +1180,9 @@ impl CliObserver {
         };
         // Several ranks on one machine share its cores: MFU against one device's peak
         // would mislead.
-        let peak = match outcome.world {
-            1 => mfu_peak(&outcome.device, plan.cfg.amp.mode),
+        let peak_of = match outcome.world {
+            1 => Ok(outcome.device.clone()),
             n => Err(format!("{n} ranks share this machine's peak")),
-        };
-        let flops_per_token = plan.cfg.model.flops_per_token(plan.cfg.seq_len);
-        let mfu = match &peak {
-            Ok(p) if tps > 0.0 => Some(tps * flops_per_token / p.flops),
-            _ => None,
         };
         Summary {
             out_dir: plan.out_dir.clone(),
@@ -1142,8 +1192,9 @@ impl CliObserver {
             final_val_loss: self.last_val,
             unigram_entropy: plan.entropy,
             tokens_per_s: tps,
-            mfu,
-            peak,
+            flops_per_token: plan.cfg.model.flops_per_token(plan.cfg.seq_len),
+            peak_of,
+            peak: Default::default(),
             amp: plan.cfg.amp.mode,
             checkpoint: checkpoint_files(&plan.cfg.layout),
             engine: outcome.engine.clone(),

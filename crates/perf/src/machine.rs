@@ -499,26 +499,73 @@ fn neon_fma(iters: u64) -> f32 {
     }
 }
 
-/// Measures [`MeasuredFmaPeak`] on this CPU (about a quarter of a second), or `None` where no
-/// vector FMA loop exists for the platform (then use the nominal [`cpu_fp32_peak`]) or the
-/// clock did not advance.
+/// Measures [`MeasuredFmaPeak`] on this CPU with [`FmaTiming::default`] (about 0.7 s), or
+/// `None` where no vector FMA loop exists for the platform (then use the nominal
+/// [`cpu_fp32_peak`]) or the clock did not advance.
 pub fn measure_cpu_fma_peak() -> Option<MeasuredFmaPeak> {
+    measure_cpu_fma_peak_timed(FmaTiming::default())
+}
+
+/// [`measure_cpu_fma_peak`] with other timing settings (`brrr bench peak` compares two).
+pub fn measure_cpu_fma_peak_timed(timing: FmaTiming) -> Option<MeasuredFmaPeak> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         let t0 = std::time::Instant::now();
-        measure_cpu_fma_peak_with_clock(0.02, move || t0.elapsed().as_secs_f64())
+        measure_cpu_fma_peak_with_clock(timing, move || t0.elapsed().as_secs_f64())
     }
     #[cfg(target_arch = "wasm32")]
     {
+        let _ = timing;
         None
     }
 }
 
-/// [`measure_cpu_fma_peak`] with a caller's clock (`now()` in seconds) and the shortest
-/// timed run `min_seconds`: the iteration count doubles until one thread's loop takes that
-/// long, then each figure is the best of three runs.
+/// How the FMA loop is timed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FmaTiming {
+    /// The shortest timed run, in seconds.
+    pub min_seconds: f64,
+    /// Timed runs per figure; each figure is the best of them.
+    pub runs: usize,
+    /// Whether every thread runs the loop untimed first.
+    pub warm_up: bool,
+}
+
+impl Default for FmaTiming {
+    /// 50 ms runs, the best of 5, after a warm-up. A run is only ever slowed (another
+    /// process taking the core, a clock not yet up), never sped up, so the fastest is the
+    /// closest to what the units sustain; 50 ms makes a scheduler tick (4 ms at 250 Hz)
+    /// taken by another process a small part of a run. [`FmaTiming::QUICK`] left a 2×
+    /// spread between processes on a shared 2-core machine (`brrr bench peak` measures
+    /// both in one run).
+    fn default() -> Self {
+        FmaTiming {
+            min_seconds: 0.05,
+            runs: 5,
+            warm_up: true,
+        }
+    }
+}
+
+impl FmaTiming {
+    /// The earlier setting, kept to compare against: 20 ms runs, best of 3, no warm-up.
+    pub const QUICK: FmaTiming = FmaTiming {
+        min_seconds: 0.02,
+        runs: 3,
+        warm_up: false,
+    };
+}
+
+/// [`measure_cpu_fma_peak`] with a caller's clock (`now()` in seconds).
+///
+/// 1. The iteration count doubles until one thread's loop takes `timing.min_seconds`.
+/// 2. Warm-up (if asked): every thread runs the loop for about twice that, untimed, so
+///    cores that were idle have raised their clocks before anything is timed.
+/// 3. One-thread and all-thread runs alternate, `timing.runs` of each, and each figure
+///    is the best of its runs: a burst of load from elsewhere then lowers some runs of
+///    both kinds instead of every run of one.
 pub fn measure_cpu_fma_peak_with_clock(
-    min_seconds: f64,
+    timing: FmaTiming,
     now: impl Fn() -> f64 + Sync,
 ) -> Option<MeasuredFmaPeak> {
     let (isa, lanes, kernel) = fma_kernel()?;
@@ -528,17 +575,19 @@ pub fn measure_cpu_fma_peak_with_clock(
         now() - start
     };
     let mut iters = 1u64 << 12;
-    while time(iters, 1) < min_seconds {
+    while time(iters, 1) < timing.min_seconds {
         iters = iters.checked_mul(2)?;
     }
     let threads = available_threads();
-    let best = |threads: usize| {
-        (0..3)
-            .map(|_| time(iters, threads))
-            .fold(f64::INFINITY, f64::min)
-    };
-    let (one, all) = (best(1), best(threads));
-    if !(one > 0.0 && all > 0.0) {
+    if timing.warm_up {
+        run_fma_threads(kernel, iters.checked_mul(2)?, threads);
+    }
+    let (mut one, mut all) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..timing.runs.max(1) {
+        one = one.min(time(iters, 1));
+        all = all.min(time(iters, threads));
+    }
+    if !(one > 0.0 && all > 0.0 && one.is_finite() && all.is_finite()) {
         return None;
     }
     let flops = iters as f64 * flops_per_iteration(lanes);
@@ -596,7 +645,7 @@ impl CpuPeakChoice {
 }
 
 /// Measures the CPU's FMA throughput and picks it over the nominal peak (see
-/// [`CpuPeakChoice`]). Measured once per process (about a quarter of a second, on the
+/// [`CpuPeakChoice`]). Measured once per process (about 0.7 s, on the
 /// first call), so that every figure of a run divides by the same peak.
 pub fn cpu_fp32_peak_measured() -> CpuPeakChoice {
     static PEAK: std::sync::OnceLock<CpuPeakChoice> = std::sync::OnceLock::new();
