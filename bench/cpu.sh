@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/cpu.sh — brrr against PyTorch on this machine's CPU, in one run: GPT training
 # throughput (brrr, PyTorch eager, PyTorch torch.compile + SDPA) on the same shapes with
-# the same thread count, and f32 GEMM (brrr's trait, torch.matmul, numpy's BLAS).
+# the same thread count, f32 GEMM (brrr's trait on both of its kernels, torch.matmul,
+# numpy's BLAS) and the CPU ceiling MFU divides by (`brrr bench peak`).
 #
 #   bench/cpu.sh                          # everything: install, build, gemm, train
 #   bench/cpu.sh gemm                     # parts: peak gemm train (install and build always run)
@@ -17,6 +18,8 @@
 #   THREADS   threads of both sides (RAYON_NUM_THREADS, torch.set_num_threads,
 #             OPENBLAS_NUM_THREADS) [nproc]
 #   SIZES     GEMM sizes [256,512,1024,2048]
+#   GEMM_ROUNDS  rounds of GEMM timings, alternating brrr and PyTorch/numpy; the report
+#             takes each size's median [5]
 #   VENV      the PyTorch virtual environment [~/.cache/brrr-bench/venv]
 #   NO_TORCH=1  skip PyTorch entirely (brrr's columns only)
 #   BRRR_FLAGS  extra `brrr train` flags, e.g. "--attention composite" [none]
@@ -35,6 +38,7 @@ REPEATS=${REPEATS:-1}
 CORES=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 THREADS=${THREADS:-$CORES}
 SIZES=${SIZES:-256,512,1024,2048}
+GEMM_ROUNDS=${GEMM_ROUNDS:-5}
 VENV=${VENV:-$HOME/.cache/brrr-bench/venv}
 OUT=${OUT:-target/bench-cpu}
 PARTS=${*:-peak gemm train}
@@ -112,12 +116,14 @@ fi
 
 # ---- GEMM ----------------------------------------------------------------------------
 if [[ " $PARTS " == *" gemm "* ]]; then
-    echo "==== GEMM f32, n = $SIZES"
-    "$BRRR" bench gemm --backend cpu --sizes "$SIZES" | tee "$OUT/gemm-brrr.log"
-    if [[ $TORCH == yes ]]; then
-        torch_ref gemm --dtypes f32 --size "$SIZES" --numpy --json "$OUT/gemm-torch.json" |
-            tee "$OUT/gemm-torch.log"
-    fi
+    for ((r = 1; r <= GEMM_ROUNDS; r++)); do
+        echo "==== GEMM f32, n = $SIZES, round $r of $GEMM_ROUNDS"
+        "$BRRR" bench gemm --backend cpu --sizes "$SIZES" | tee "$OUT/gemm-brrr-$r.log"
+        if [[ $TORCH == yes ]]; then
+            torch_ref gemm --dtypes f32 --size "$SIZES" --numpy --json "$OUT/gemm-torch-$r.json" |
+                tee "$OUT/gemm-torch-$r.log"
+        fi
+    done
 else
     # MFU still needs brrr's measured peak: the smallest GEMM run prints it.
     "$BRRR" bench gemm --backend cpu --sizes 64 --reps 1 >"$OUT/gemm-brrr.log"

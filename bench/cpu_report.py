@@ -10,8 +10,8 @@ brrr's tokens/s are computed from its metrics.csv (each step's own tokens/s, the
 time), PyTorch's from torch_reference.py's JSON (wall clock over the steps after its
 warm-up). MFU uses one formula and one peak for every column: flops/token = 6 N + 12 L T C
 (PaLM, Chowdhery et al. 2022, App. B; N without the positional table), as brrr-nn's
-`GptConfig::flops_per_token`, over the FMA peak brrr-perf measured (`brrr bench gemm`
-prints it). Exits 1 if the two sides' parameter counts or flops/token differ.
+`GptConfig::flops_per_token`, over the CPU ceiling brrr measured (the larger of brrr-perf's FMA loop and brrr's best
+GEMM, as `brrr train`'s MFU). Exits 1 if the two sides' parameter counts or flops/token differ.
 
 Standard library only: it runs with the system python3 when PyTorch is absent.
 """
@@ -45,18 +45,20 @@ def measured_peak(out, threads):
     `brrr train` the peak its MFU divides by). Other processes on the machine can only
     lower a measurement, so the highest one of the run is used, for every column.
     """
-    text = (out / "gemm-brrr.log").read_text()
-    m = re.search(r"fp32 peak: measured (\S+) loop: ([\d.]+) GFLOP/s on 1 thread, ([\d.]+) GFLOP/s on (\d+) threads", text)
-    if not m:
-        fail(f"no measured fp32 peak in {out / 'gemm-brrr.log'}")
-    isa, one, all_threads, n = m.group(1), float(m.group(2)), float(m.group(3)), int(m.group(4))
-    # brrr-perf's rule (MeasuredFmaPeak::peak_flops): the larger of all threads at once and
-    # threads x one thread, so a core taken by another process does not lower the peak.
-    found = [("brrr bench gemm", max(all_threads, one * threads) if threads == n else one * threads)]
-    # MFU's ceiling is the larger of the loop and brrr's best GEMM (train::mfu_peak).
-    g = re.search(r"^best GEMM: ([\d.]+) GFLOP/s", text, re.M)
-    if g:
-        found.append(("brrr bench gemm's best GEMM", float(g.group(1))))
+    found = []
+    for log in gemm_logs(out):
+        text = log.read_text()
+        m = re.search(r"fp32 peak: measured (\S+) loop: ([\d.]+) GFLOP/s on 1 thread, ([\d.]+) GFLOP/s on (\d+) threads", text)
+        if not m:
+            fail(f"no measured fp32 peak in {log}")
+        isa, one, all_threads, n = m.group(1), float(m.group(2)), float(m.group(3)), int(m.group(4))
+        # brrr-perf's rule (MeasuredFmaPeak::peak_flops): the larger of all threads at once
+        # and threads x one thread, so a core taken by another process does not lower it.
+        found.append((log.stem, max(all_threads, one * threads) if threads == n else one * threads))
+        # MFU's ceiling is the larger of the loop and brrr's best GEMM (train::mfu_peak).
+        g = re.search(r"^best GEMM: ([\d.]+) GFLOP/s", text, re.M)
+        if g:
+            found.append((f"{log.stem}, best GEMM", float(g.group(1))))
     if threads == n:
         # brrr train measures on all the machine's threads too.
         for log in sorted(out.glob("train-brrr-*.log")):
@@ -68,6 +70,14 @@ def measured_peak(out, threads):
     if threads != n:
         what += f"; {threads} x one thread's {one:.1f}, the machine has {n}"
     return best * 1e9, what, dict(found)
+
+
+def gemm_logs(out):
+    """`brrr bench gemm`'s logs, one per round (gemm-brrr-1.log, ...)."""
+    logs = sorted(out.glob("gemm-brrr*.log"))
+    if not logs:
+        fail(f"no gemm-brrr*.log in {out}")
+    return logs
 
 
 def brrr_run(out, cfg, r, warmup):
@@ -168,27 +178,38 @@ def train_table(out, configs, repeats, warmup, peak):
 
 
 def gemm_table(out, peak):
-    text = (out / "gemm-brrr.log").read_text()
-    brrr = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^\s*(\d+)\s+[\d.]+\s+([\d.]+)\s+[\d.]+%", text, re.M)}
+    """Median per size over the rounds: brrr's default kernel, the other kernel `brrr bench
+    gemm` timed beside it, torch.matmul and numpy, each round alternating the sides."""
+    brrr, other, kernel, other_name = {}, {}, "brrr", None
+    for log in gemm_logs(out):
+        text = log.read_text()
+        k = re.search(r"GEMM kernel: (.+?) \(chosen", text)
+        kernel = k.group(1) if k else kernel
+        h = re.search(r"% peak\s+(.+?)\s+ratio\s*$", text, re.M)
+        other_name = h.group(1).strip() if h else other_name
+        for m in re.finditer(r"^\s*(\d+)\s+[\d.]+\s+([\d.]+)\s+[\d.]+%(?:\s+([\d.]+))?", text, re.M):
+            brrr.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+            if m.group(3):
+                other.setdefault(int(m.group(1)), []).append(float(m.group(3)))
     torch_rows, numpy_rows, blas = {}, {}, "numpy"
-    path = out / "gemm-torch.json"
-    if path.exists():
+    for path in sorted(out.glob("gemm-torch*.json")):
         for r in json.loads(path.read_text())["rows"]:
             n = int(r["size"].split("x")[0])
             if r["name"] == "torch.matmul":
-                torch_rows[n] = r["value"]
+                torch_rows.setdefault(n, []).append(r["value"])
             else:
-                numpy_rows[n] = r["value"]
+                numpy_rows.setdefault(n, []).append(r["value"])
                 blas = r["name"]
+    med = lambda d, n: statistics.median(d[n]) if d.get(n) else None
     lines = [
-        f"| n | brrr (trait, f32) GFLOP/s | torch.matmul | {blas} | brrr / torch | brrr / numpy | brrr of peak |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        f"| n | brrr ({kernel}) GFLOP/s | {other_name or 'other kernel'} | torch.matmul | {blas} | brrr / {other_name or 'other'} | brrr / torch | brrr / numpy | brrr of peak |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows = []
     for n in sorted(brrr):
-        g, t, npv = brrr[n], torch_rows.get(n), numpy_rows.get(n)
-        lines.append(f"| {n} | {g:.1f} | {fmt(t, '.1f')} | {fmt(npv, '.1f')} | {fmt(ratio(g, t), '.2f')} | {fmt(ratio(g, npv), '.2f')} | {100 * g * 1e9 / peak:.0f}% |")
-        rows.append(dict(n=n, brrr_gflops=g, torch_gflops=t, numpy_gflops=npv))
+        g, o, t, npv = med(brrr, n), med(other, n), med(torch_rows, n), med(numpy_rows, n)
+        lines.append(f"| {n} | {g:.1f} | {fmt(o, '.1f')} | {fmt(t, '.1f')} | {fmt(npv, '.1f')} | {fmt(ratio(g, o), '.2f')} | {fmt(ratio(g, t), '.2f')} | {fmt(ratio(g, npv), '.2f')} | {100 * g * 1e9 / peak:.0f}% |")
+        rows.append(dict(n=n, kernel=kernel, brrr_gflops=g, other_kernel=other_name, other_gflops=o, torch_gflops=t, numpy_gflops=npv, rounds=len(brrr[n])))
     return lines, rows
 
 
@@ -209,11 +230,11 @@ def main():
         lines, rows = train_table(out, configs, repeats, args.warmup, peak)
         md += [f"Training, f32, AdamW, clipping at 1, {plural(args.threads, 'thread')} on both sides; tokens/s median of {repeats} run(s), {args.warmup} warm-up steps excluded", ""] + lines + [""]
         summary["train"] = rows
-    if any(out.glob("gemm-torch.json")) or "GFLOP/s" in (out / "gemm-brrr.log").read_text():
-        lines, rows = gemm_table(out, peak)
-        if len(rows) > 1 or any(r["torch_gflops"] for r in rows):
-            md += [f"GEMM f32 n × n × n, {plural(args.threads, 'thread')}", ""] + lines + [""]
-            summary["gemm"] = rows
+    lines, rows = gemm_table(out, peak)
+    if len(rows) > 1 or any(r["torch_gflops"] for r in rows):
+        rounds = max(r["rounds"] for r in rows)
+        md += [f"GEMM f32 n × n × n, {plural(args.threads, 'thread')}, median of {plural(rounds, 'round')} alternating brrr and PyTorch/numpy", ""] + lines + [""]
+        summary["gemm"] = rows
     if (out / "peak.log").exists():
         md += [(out / "peak.log").read_text().strip(), ""]
     text = "\n".join(md)

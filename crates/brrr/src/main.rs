@@ -434,12 +434,23 @@ fn run_bench_reduce(_: &BenchReduceArgs) -> brrr_backend::Result<()> {
 }
 
 fn bench_gemm_cpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
+    use brrr_cpu::GemmKernel;
     let backend = brrr_cpu::CpuBackend::new();
+    let kernel = backend.gemm_kernel();
+    // The other kernel, timed beside the default as its baseline.
+    let other = match kernel {
+        GemmKernel::Own => Some(GemmKernel::GemmCrate),
+        GemmKernel::GemmCrate => GemmKernel::own_available().then_some(GemmKernel::Own),
+    };
+    let baseline = other
+        .map(|k| backend.clone().with_gemm_kernel(k))
+        .transpose()?;
     // "% peak" against the measured FMA throughput; the nominal clock's peak as fallback.
     let peak = brrr_perf::machine::cpu_fp32_peak_measured();
     say(format_args!(
-        "backend: cpu ({})",
-        brrr_backend::Backend::info(&backend).device
+        "backend: cpu ({}), GEMM kernel: {} (chosen for this CPU)",
+        brrr_backend::Backend::info(&backend).device,
+        kernel.name()
     ))?;
     if let Some(m) = &peak.measurement {
         say(format_args!("fp32 peak: {m}"))?;
@@ -454,28 +465,38 @@ fn bench_gemm_cpu(args: &BenchGemmArgs) -> brrr_backend::Result<()> {
         }
     ))?;
     say(format_args!(""))?;
+    let other_name = other.map_or("", GemmKernel::name);
     say(format_args!(
-        "{:>6}  {:>10}  {:>9}  {:>7}",
-        "n", "time (ms)", "GFLOP/s", "% peak"
+        "{:>6}  {:>10}  {:>9}  {:>7}  {:>12}  {:>6}",
+        "n", "time (ms)", "GFLOP/s", "% peak", other_name, "ratio"
     ))?;
-    let rows = bench::gemm(
-        &backend,
-        &args.sizes,
-        DType::F32,
-        args.reps,
-        args.min_seconds,
-    )?;
-    for r in &rows {
+    let mut best: Option<bench::GemmRow> = None;
+    for &n in &args.sizes {
+        let time = |b: &brrr_cpu::CpuBackend| {
+            bench::gemm(b, &[n], DType::F32, args.reps, args.min_seconds)
+                .map(|mut rows| rows.remove(0))
+        };
+        let r = time(&backend)?;
+        let o = baseline.as_ref().map(time).transpose()?;
+        let (o_rate, ratio) = o.map_or((String::new(), String::new()), |o| {
+            (
+                format!("{:.1}", o.gflops),
+                format!("{:.2}", r.gflops / o.gflops),
+            )
+        });
         say(format_args!(
-            "{:>6}  {:>10.3}  {:>9.1}  {:>6.1}%",
+            "{:>6}  {:>10.3}  {:>9.1}  {:>6.1}%  {o_rate:>12}  {ratio:>6}",
             r.n,
             r.seconds * 1e3,
             r.gflops,
             100.0 * r.gflops * 1e9 / peak.flops
         ))?;
+        if best.as_ref().is_none_or(|b| r.gflops > b.gflops) {
+            best = Some(r);
+        }
     }
     // MFU divides by the larger of the loop and the best GEMM (train::mfu_peak).
-    if let Some(best) = rows.iter().max_by(|a, b| a.gflops.total_cmp(&b.gflops)) {
+    if let Some(best) = best {
         say(format_args!(
             "\nbest GEMM: {:.1} GFLOP/s (n = {}); MFU's ceiling, the larger of it and the FMA peak: {:.1} GFLOP/s",
             best.gflops,

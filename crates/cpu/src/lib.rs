@@ -90,17 +90,16 @@ pub struct CpuBackend {
 /// Which kernel computes f32 products (and the f16/bf16 ones, which run in f32).
 ///
 /// Both are bit-identical across thread counts; they differ from each other in the last
-/// bits (another order of summation). The default is the `gemm` crate: brrr's own
-/// kernel's register tile runs at the core's FMA peak, but whole products measured
-/// 0.83–1.12× the `gemm` crate's speed on the development machine
-/// (`examples/gemm_kernels.rs`; `src/sgemm.rs` says where the time goes). It is kept to
-/// be read and measured, and chosen with [`CpuBackend::with_gemm_kernel`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// bits (another order of summation). The default is chosen at run time
+/// ([`GemmKernel::for_this_cpu`]): brrr's own kernel on x86-64 CPUs with AVX2 and FMA but
+/// not AVX-512, where it measured 1.0–1.6× the `gemm` crate's speed (`src/sgemm.rs`
+/// has the table), and the `gemm` crate elsewhere, whose AVX-512 and NEON kernels brrr
+/// does not have. [`CpuBackend::with_gemm_kernel`] picks one by hand, to compare them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GemmKernel {
     /// brrr's own register-tiled kernel (`sgemm.rs`): x86-64 with AVX2 and FMA only.
     Own,
     /// The [`gemm`](https://crates.io/crates/gemm) crate's kernels, on every CPU.
-    #[default]
     GemmCrate,
 }
 
@@ -108,6 +107,33 @@ impl GemmKernel {
     /// Whether this CPU can run [`GemmKernel::Own`] (x86-64 with AVX2 and FMA).
     pub fn own_available() -> bool {
         sgemm::available()
+    }
+
+    /// The kernel's name in tables: `brrr sgemm` or `gemm crate`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmKernel::Own => "brrr sgemm",
+            GemmKernel::GemmCrate => "gemm crate",
+        }
+    }
+
+    /// The faster kernel on this CPU: [`GemmKernel::Own`] where AVX2 and FMA are the
+    /// widest vectors, [`GemmKernel::GemmCrate`] with AVX-512 (its 16-lane kernels
+    /// measured 460 GFLOP/s on two cores where 8 lanes cannot pass half of that) and on
+    /// CPUs other than x86-64.
+    pub fn for_this_cpu() -> GemmKernel {
+        #[cfg(target_arch = "x86_64")]
+        if sgemm::available() && !is_x86_feature_detected!("avx512f") {
+            return GemmKernel::Own;
+        }
+        GemmKernel::GemmCrate
+    }
+}
+
+impl Default for GemmKernel {
+    /// [`GemmKernel::for_this_cpu`].
+    fn default() -> Self {
+        GemmKernel::for_this_cpu()
     }
 }
 
@@ -181,7 +207,7 @@ impl CpuBackend {
     }
 
     /// This handle with another GEMM kernel (for comparing them; the default is
-    /// [`GemmKernel::GemmCrate`]). Asking for [`GemmKernel::Own`] on a CPU
+    /// [`GemmKernel::for_this_cpu`]). Asking for [`GemmKernel::Own`] on a CPU
     /// without AVX2 and FMA is an error.
     pub fn with_gemm_kernel(mut self, kernel: GemmKernel) -> Result<Self> {
         if kernel == GemmKernel::Own && !sgemm::available() {
@@ -246,6 +272,15 @@ fn cpu_name() -> String {
         if let Some(m) = model {
             return m.trim().to_string();
         }
+    }
+    // In a browser: which of the two builds this is (wasm's 128-bit SIMD or not).
+    if cfg!(target_arch = "wasm32") {
+        let simd = if cfg!(target_feature = "simd128") {
+            "with SIMD (simd128)"
+        } else {
+            "without SIMD"
+        };
+        return format!("wasm32 CPU {simd}");
     }
     format!("{} CPU", std::env::consts::ARCH)
 }
