@@ -50,6 +50,9 @@
 //! in order of k, and the blocks added to C in order of `pc`. Which thread runs a tile
 //! never changes its arithmetic, and the task split depends only on the sizes.
 
+// Elsewhere than x86-64, `available()` is false and nothing below it is reached.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 use crate::par;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
