@@ -69,7 +69,8 @@ async function waitValue(page, id, pred, timeout = 10000) {
   }
 }
 
-async function open(browser, route) {
+// `query` goes before the route's hash: `?wasm=scalar` loads the build without wasm SIMD.
+async function open(browser, route, query = '') {
   const page = await browser.newPage();
   await page.setViewport({ width: 1280, height: 900 });
   page.on('console', (m) => {
@@ -77,7 +78,7 @@ async function open(browser, route) {
   });
   page.on('pageerror', (e) => errors.push(`${route}: page error: ${e.message}`));
   page.on('requestfailed', (r) => errors.push(`${route}: request failed: ${r.url()} ${r.failure()?.errorText}`));
-  await page.goto(`${url}#${route}`, { waitUntil: 'load' });
+  await page.goto(`${url}${query}#${route}`, { waitUntil: 'load' });
   return page;
 }
 
@@ -245,8 +246,8 @@ async function kernels(browser) {
   await page.close();
 }
 
-async function trainOn(browser, device, preset, steps) {
-  const page = await open(browser, '/train');
+async function trainOn(browser, device, preset, steps, query = '') {
+  const page = await open(browser, '/train', query);
   await page.waitForSelector('[data-testid="banner-gpu"], [data-testid="banner-cpu"]', { timeout: 60000 });
   await page.select('[data-testid="train-device"]', device);
   await page.select('[data-testid="train-preset"]', preset);
@@ -291,8 +292,24 @@ async function train(browser) {
   check((await cpu.$('[data-testid="banner-cpu"]')) !== null, 'the CPU run shows the fallback banner');
   metrics.train_tokens_per_s_cpu = await value(cpu, 'tokens-per-s');
   check(metrics.train_tokens_per_s_cpu > 0, `tokens/s on the CPU in wasm = ${metrics.train_tokens_per_s_cpu}`);
+  check(await cpu.evaluate(() => window.brrrWasm) === 'simd128', 'Chromium loads the wasm SIMD build');
+  check((await text(cpu, 'banner-cpu')).includes('with wasm SIMD'), 'the banner says the CPU kernels use wasm SIMD');
   await shot(cpu, 'train-cpu');
   await cpu.close();
+
+  // The same run on the build without SIMD, what a browser lacking it loads.
+  const scalar = await trainOn(browser, 'cpu', 'tiny', steps, '?wasm=scalar');
+  check(await scalar.evaluate(() => window.brrrWasm) === 'scalar', '?wasm=scalar loads the scalar build');
+  check((await text(scalar, 'banner-cpu')).includes('without SIMD'), 'the scalar build says so in its banner');
+  check(close(await value(scalar, 'tokens-trained'), steps * 8 * 64), `scalar build: tokens trained = ${steps} · 8 · 64`);
+  const scalarLoss = await value(scalar, 'train-loss');
+  check(scalarLoss < Math.log(256) - 1, `scalar build: the loss fell by more than 1 nat (${scalarLoss})`);
+  metrics.train_tokens_per_s_cpu_scalar = await value(scalar, 'tokens-per-s');
+  metrics.wasm_simd_speedup = metrics.train_tokens_per_s_cpu / metrics.train_tokens_per_s_cpu_scalar;
+  check(metrics.train_tokens_per_s_cpu_scalar > 0,
+    `tokens/s on the CPU in wasm without SIMD = ${metrics.train_tokens_per_s_cpu_scalar} (SIMD: ${metrics.wasm_simd_speedup.toFixed(2)}x)`);
+  await shot(scalar, 'train-cpu-scalar');
+  await scalar.close();
 }
 
 // Runs the puzzle in the editor and waits for a verdict or an error to replace "Running…".

@@ -39,9 +39,17 @@ pub fn device_banner(props: &DeviceBannerProps) -> Html {
         },
         DeviceState::Cpu(why) => html! {
             <Banner kind={BannerKind::CpuFallback}>
-                { format!("{why}: brrr-cpu's Rust kernels run instead, compiled to WebAssembly on one thread — \
-                   the same Backend trait, far slower than a GPU. (Chrome and Edge 113+ have WebGPU.)") }
+                { format!("{why}: brrr-cpu's Rust kernels run instead, compiled to WebAssembly on one thread {} — \
+                   the same Backend trait, far slower than a GPU. (Chrome and Edge 113+ have WebGPU.)", WASM_SIMD) }
             </Banner>
         },
     }
 }
+
+/// Which of the two builds runs (scripts/build-web.sh makes both; the page loads the
+/// SIMD one where the browser validates wasm SIMD).
+const WASM_SIMD: &str = if cfg!(target_feature = "simd128") {
+    "with wasm SIMD (simd128)"
+} else {
+    "without SIMD (this browser lacks wasm SIMD, or the address asked for ?wasm=scalar)"
+};
