@@ -64,14 +64,16 @@ pub const CEILING_SIZES: [usize; 2] = [512, 1024];
 pub fn cpu_gemm_ceiling() -> Option<GemmRow> {
     static CEILING: std::sync::OnceLock<Option<GemmRow>> = std::sync::OnceLock::new();
     CEILING
-        .get_or_init(|| {
-            let cpu = brrr_cpu::CpuBackend::new();
-            gemm(&cpu, &CEILING_SIZES, DType::F32, 5, 0.1)
-                .ok()?
-                .into_iter()
-                .max_by(|a, b| a.gflops.total_cmp(&b.gflops))
-        })
+        .get_or_init(|| measure_cpu_gemm_ceiling(&brrr_cpu::CpuBackend::new()).ok()?)
         .clone()
+}
+
+/// [`cpu_gemm_ceiling`]'s measurement, made afresh on `cpu` (`brrr bench peak` repeats
+/// it): the faster row of [`CEILING_SIZES`].
+pub fn measure_cpu_gemm_ceiling(cpu: &brrr_cpu::CpuBackend) -> Result<Option<GemmRow>> {
+    Ok(gemm(cpu, &CEILING_SIZES, DType::F32, 5, 0.1)?
+        .into_iter()
+        .max_by(|a, b| a.gflops.total_cmp(&b.gflops)))
 }
 
 /// Upper bound on timings per size, whatever their length.

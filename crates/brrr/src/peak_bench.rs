@@ -7,8 +7,8 @@
 //! process sleeps, so each run starts on idle cores as a new process does. The table ends
 //! in each column's spread, max / min: 1.00× is a figure that does not move.
 
-use crate::bench::{CEILING_SIZES, GemmRow, gemm};
-use brrr_backend::{DType, Error, Result};
+use crate::bench::{GemmRow, measure_cpu_gemm_ceiling};
+use brrr_backend::{Error, Result};
 use brrr_perf::machine::{FmaTiming, MeasuredFmaPeak, measure_cpu_fma_peak_timed};
 use std::fmt::Write;
 
@@ -37,7 +37,7 @@ pub struct PeakRun {
     pub quick: Option<MeasuredFmaPeak>,
     /// The FMA loop timed with [`FmaTiming::default`].
     pub stable: Option<MeasuredFmaPeak>,
-    /// brrr-cpu's faster GEMM of [`CEILING_SIZES`].
+    /// brrr-cpu's faster GEMM of [`crate::bench::CEILING_SIZES`].
     pub gemm: Option<GemmRow>,
 }
 
@@ -67,9 +67,7 @@ pub fn measure(args: &PeakBenchArgs) -> Result<Vec<PeakRun>> {
         std::thread::sleep(std::time::Duration::from_secs_f64(args.pause));
         let quick = measure_cpu_fma_peak_timed(FmaTiming::QUICK);
         let stable = measure_cpu_fma_peak_timed(FmaTiming::default());
-        let gemm = gemm(&cpu, &CEILING_SIZES, DType::F32, 5, 0.1)?
-            .into_iter()
-            .max_by(|a, b| a.gflops.total_cmp(&b.gflops));
+        let gemm = measure_cpu_gemm_ceiling(&cpu)?;
         runs.push(PeakRun {
             quick,
             stable,

@@ -328,8 +328,9 @@ fn pack_a(a: MatRef, ic: usize, mc: usize, pc: usize, kc: usize, out: &mut Vec<f
                 let start = (pc + p) * a.cs + i0;
                 if height == MR {
                     // A copy of constant length: six moves, not a call to memcpy.
-                    let src: &[f32; MR] = a.data[start..start + MR].try_into().unwrap();
-                    dst.copy_from_slice(src);
+                    for (d, &x) in dst.iter_mut().zip(&a.data[start..start + MR]) {
+                        *d = x;
+                    }
                 } else {
                     dst[..height].copy_from_slice(&a.data[start..start + height]);
                 }
